@@ -1,0 +1,59 @@
+"""remote-magic: run Jupyter notebook cells on a GPU machine you own.
+
+In a notebook::
+
+    %load_ext remote_magic
+    %offload_connect <token printed by remote-worker>
+
+From a script::
+
+    with remote_magic.connect(token) as client:
+        client.run("c = a @ b", {"a": a, "b": b})["c"]
+"""
+
+from ._version import __version__
+from .client import Client, JobResult, connect
+from .errors import (
+    ConnectionFailed,
+    ExecutorDied,
+    GpuError,
+    GpuLimitError,
+    InputError,
+    JobCancelled,
+    JobError,
+    JobTimeout,
+    NoSuchWorker,
+    OutputError,
+    ProtocolError,
+    RemoteError,
+    RemoteMagicError,
+    SerializationError,
+    ShaderError,
+    TokenError,
+    TunnelError,
+    VersionMismatch,
+    WorkerLost,
+)
+
+__all__ = [
+    "__version__", "Client", "JobResult", "connect",
+    "RemoteMagicError", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
+    "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
+    "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "GpuError", "ShaderError",
+    "GpuLimitError", "TunnelError",
+    "load_ipython_extension", "unload_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    """``%load_ext remote_magic``: register the %offload magics."""
+    from .magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    """``%unload_ext remote_magic``: disconnect and remove the magics."""
+    from .magics import unload_ipython_extension as unload
+
+    unload(ipython)

@@ -1,0 +1,86 @@
+"""What a cell reads and what it assigns, found by static analysis of its source.
+
+The notebook sends only the names a cell reads, and takes back every name it assigns at the
+top level, including objects changed in place through ``x[...] =``, ``x.attr =`` and ``x +=``.
+"""
+
+from __future__ import annotations
+
+import ast
+import symtable
+
+
+def _walk_tables(table: symtable.SymbolTable):
+    yield table
+    for child in table.get_children():
+        yield from _walk_tables(child)
+
+
+def names_read(code: str) -> set[str]:
+    """Global names the code reads: at the top level, or from inside its functions and classes."""
+    top = symtable.symtable(code, "<cell>", "exec")
+    read = {s.get_name() for s in top.get_symbols() if s.is_referenced()}
+    for table in _walk_tables(top):
+        if table is top:
+            continue
+        read |= {s.get_name() for s in table.get_symbols()
+                 if s.is_global() and (s.is_referenced() or s.is_declared_global())}
+    # `x += 1` and `x[0] = 1` read x, but only `x[0] = 1` marks it referenced in every version.
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            read.add(node.target.id)
+    return read
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _walk_top_scope(node: ast.AST):
+    """ast.walk that doesn't enter function, lambda or class bodies."""
+    for child in ast.iter_child_nodes(node):
+        yield child
+        if not isinstance(child, _SCOPES):
+            yield from _walk_top_scope(child)
+
+
+def _mutated_base(target: ast.expr) -> str | None:
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def names_assigned(code: str) -> list[str]:
+    """Names the code binds at the top level, and names whose objects it changes in place.
+
+    Ordered by first appearance in the source, so results come back predictably.
+    """
+    tree = ast.parse(code)
+    top = symtable.symtable(code, "<cell>", "exec")
+    names = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    for table in _walk_tables(top):
+        if table is not top:  # `global x` then `x = ...` inside a function defined here
+            names |= {s.get_name() for s in table.get_symbols() if s.is_declared_global() and s.is_assigned()}
+    for node in _walk_top_scope(tree):
+        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
+                   else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, (ast.Subscript, ast.Attribute)) and (base := _mutated_base(part)):
+                    names.add(base)
+    first: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        name = (node.id if isinstance(node, ast.Name) else node.name if isinstance(node, _SCOPES[:2] + _SCOPES[3:])
+                else (node.asname or node.name).split(".")[0] if isinstance(node, ast.alias) else None)
+        if name in names and hasattr(node, "lineno"):
+            first[name] = min(first.get(name, (node.lineno, node.col_offset)), (node.lineno, node.col_offset))
+    return sorted(names, key=lambda n: first.get(n, (0, 0)))
+
+
+def split_last_expression(code: str, filename: str) -> tuple[object, object | None]:
+    """Compile code into (body, last expression): the value of a trailing expression is shown."""
+    tree = ast.parse(code, filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    return body, (compile(last, filename, "eval") if last is not None else None)

@@ -1,0 +1,329 @@
+"""The client API: connect to a hub, run code on a worker, get the results back.
+
+>>> with remote_magic.connect(token) as client:
+...     client.run("c = a @ b", {"a": a, "b": b})["c"]
+
+The magics are built on this; scripts and tests use it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import queue
+import sys
+import threading
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import zmq
+
+from . import errors, serialization
+from .connection import Connection, dial
+from .errors import ConnectionFailed, JobCancelled, RemoteMagicError
+from .protocol import Message, MessageType as T, Role, describe_version_mismatch, local_versions
+from .tokens import Token
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+CANCEL_WAIT_S = 5.0
+"""After Ctrl-C, how long ``run`` waits for the worker to confirm the job stopped."""
+
+_ERRORS: dict[str, type[RemoteMagicError]] = {
+    cls.__name__: cls for cls in (
+        errors.WorkerLost, errors.ExecutorDied, errors.JobCancelled, errors.JobTimeout, errors.NoSuchWorker,
+        errors.InputError, errors.OutputError, errors.ProtocolError, errors.GpuError, errors.ShaderError,
+        errors.GpuLimitError, errors.ConnectionFailed, errors.VersionMismatch,
+    )
+}
+
+
+def error_from_header(header: Mapping[str, Any]) -> RemoteMagicError:
+    """Turn an ERROR message into the exception a user catches."""
+    kind = str(header.get("error", "RemoteMagicError"))
+    message = str(header.get("message", "the worker reported an error without a message"))
+    if kind == "RemoteError":
+        return errors.RemoteError(str(header.get("remote_type", "Exception")), message,
+                                  str(header.get("traceback", "")))
+    if kind in ("InputError", "OutputError"):
+        return _ERRORS[kind](message, header.get("name"))
+    if kind == "ShaderError":
+        return errors.ShaderError(message, header.get("line"), header.get("column"))
+    if kind == "PermissionDenied":
+        return ConnectionFailed(message)
+    return _ERRORS.get(kind, RemoteMagicError)(message)
+
+
+@dataclass
+class JobResult:
+    """Everything a finished job sent back."""
+
+    values: dict[str, Any]
+    worker: str = ""
+    has_value: bool = False
+    value: Any = None      # the code's last expression, when it ends with one
+    stats: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Job:
+    id: str
+    events: "queue.SimpleQueue[Message]" = field(default_factory=queue.SimpleQueue)
+    future: "Future[Any] | None" = None
+    worker: str = ""
+
+
+def _write_stream(header: Mapping[str, Any]) -> None:
+    stream = sys.stderr if header.get("name") == "stderr" else sys.stdout
+    stream.write(str(header.get("text", "")))
+    stream.flush()
+
+
+def _show_display(header: Mapping[str, Any]) -> None:
+    data, metadata = header.get("data") or {}, header.get("metadata") or {}
+    try:
+        from IPython import get_ipython
+        from IPython.display import publish_display_data
+    except ImportError:
+        get_ipython = None  # type: ignore[assignment]
+    if get_ipython is not None and get_ipython() is not None:
+        publish_display_data(data, metadata)
+    else:
+        print(data.get("text/plain", "<rich output>"))
+
+
+class Client:
+    """A connection to a hub, from a notebook or a script. Use ``connect()`` to make one."""
+
+    def __init__(self, token: Token | str, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 name: str | None = None) -> None:
+        self.token = token if isinstance(token, Token) else Token.decode(token)
+        if self.token.role is not Role.CLIENT:
+            raise errors.TokenError("this is a worker token (rmw1.…): it joins a fleet with "
+                                    "`remote-worker --join TOKEN`. A notebook needs the client token (rmc1.…).")
+        self._jobs: dict[str, _Job] = {}
+        self._requests: dict[str, Future[list[dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
+        self._context = zmq.Context()
+        hello = {"role": Role.CLIENT.value, "name": name or platform.node(), "versions": local_versions()}
+        try:
+            sock, welcome = dial(self._context, self.token, hello, timeout)
+        except BaseException:
+            self._context.term()
+            raise
+        self.hub_versions: dict[str, str] = welcome.header.get("versions", {})
+        for worker in welcome.header.get("workers", []):
+            self._warn_versions(worker)
+        self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost)
+        log.info("connected to %s", self.token.redacted())
+
+    # -- public API ------------------------------------------------------------------------
+
+    def run(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+            *, worker: str | None = None, timeout: float | None = None,
+            gpu: bool | list[str] | None = None) -> dict[str, Any]:
+        """Run ``code`` on a worker with ``inputs`` as its globals; return its outputs.
+
+        Returns ``{name: value}`` for the names in ``outputs``, or for every name the code
+        assigns when ``outputs`` is None. Remote stdout/stderr stream to the local ones while it
+        runs. A remote exception raises ``RemoteError`` with the remote traceback; Ctrl-C stops
+        the remote job and re-raises KeyboardInterrupt. ``gpu`` runs numpy array work on the
+        worker's GPU: True for every built-in kernel, or a list of kernel names.
+        """
+        return self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu).values
+
+    def execute(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+                *, worker: str | None = None, timeout: float | None = None, gpu: bool | list[str] | None = None,
+                kernels: Mapping[str, str] | None = None, on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
+                on_display: Callable[[Mapping[str, Any]], None] = _show_display,
+                on_module_error: Callable[[str, Any, Exception], None] | None = None) -> JobResult:
+        """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
+
+        ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
+        """
+        header: dict[str, Any] = {"kind": "code", "code": code,
+                                  "outputs": None if outputs is None else list(outputs)}
+        if gpu:
+            header["gpu"] = True if gpu is True else list(gpu)
+        if kernels:
+            header["kernels"] = dict(kernels)
+        job = self._submit(header, dict(inputs or {}), worker, timeout)
+        try:
+            while True:
+                msg = self._next_event(job)
+                if msg.type is T.STREAM:
+                    on_stream(msg.header)
+                elif msg.type is T.DISPLAY:
+                    on_display(msg.header)
+                elif msg.type is T.STARTED:
+                    job.worker = str(msg.header.get("worker", ""))
+                elif msg.type in (T.RESULT, T.ERROR):
+                    return self._finish(job, msg, on_module_error)
+        except KeyboardInterrupt:
+            self._interrupt(job, on_stream)
+            raise
+        finally:
+            with self._lock:
+                self._jobs.pop(job.id, None)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[Any]":
+        """Call ``fn(*args, **kwargs)`` on a worker; a Future holds its return value.
+
+        ``fn`` travels with cloudpickle (by value when defined in the notebook). Its output
+        streams to the local stdout/stderr. Cancelling the future cancels the remote job.
+        """
+        future: Future[Any] = Future()
+        job = self._submit({"kind": "call"}, {"fn": fn, "args": args, "kwargs": kwargs}, None, None, future)
+        future.add_done_callback(lambda f: self._cancel(job.id) if f.cancelled() else None)
+        return future
+
+    def workers(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
+        """The fleet: one dict per worker (name, host, platform, Python, CPUs, memory, GPU, state, jobs done)."""
+        request = uuid.uuid4().hex
+        future: Future[list[dict[str, Any]]] = Future()
+        with self._lock:
+            self._requests[request] = future
+        try:
+            self._connection.send(T.WORKERS, {"request": request})
+            return future.result(timeout)
+        except TimeoutError:
+            raise ConnectionFailed(f"the hub did not list its workers within {timeout:g} s") from None
+        finally:
+            with self._lock:
+                self._requests.pop(request, None)
+
+    def close(self) -> None:
+        """Disconnect; jobs still running are cancelled by the hub."""
+        self._connection.close()
+        self._context.term()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def _submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None,
+                timeout: float | None, future: "Future[Any] | None" = None) -> _Job:
+        packed = serialization.pack(values, errors.InputError)
+        job = _Job(uuid.uuid4().hex, future=future)
+        header.update(packed.header(), job=job.id)
+        if worker is not None:
+            header["worker"] = worker
+        if timeout is not None:
+            header["timeout"] = float(timeout)
+        with self._lock:
+            self._jobs[job.id] = job
+        self._connection.send(T.SUBMIT, header, packed.frames)
+        return job
+
+    def _next_event(self, job: _Job) -> Message:
+        while True:
+            try:
+                return job.events.get(timeout=0.5)  # a finite wait keeps Ctrl-C responsive everywhere
+            except queue.Empty:
+                continue
+
+    def _finish(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
+                ) -> JobResult:
+        if msg.type is T.ERROR:
+            raise error_from_header(msg.header)
+        values = serialization.unpack(msg.header, msg.buffers, errors.OutputError, on_module_error)
+        has_value = "__value__" in values
+        value = values.pop("__value__", None)
+        return JobResult(values, str(msg.header.get("worker", job.worker)), has_value, value,
+                         msg.header.get("stats") or {}, msg.header.get("notices") or [])
+
+    def _cancel(self, job_id: str) -> None:
+        try:
+            self._connection.send(T.CANCEL, {"job": job_id})
+        except ConnectionFailed:
+            pass  # closed: the hub cancels our jobs when we go
+
+    def _interrupt(self, job: _Job, on_stream: Callable[[Mapping[str, Any]], None]) -> None:
+        """Ctrl-C: ask the worker to stop the job and wait briefly for it to confirm."""
+        self._cancel(job.id)
+        try:
+            while True:
+                msg = job.events.get(timeout=CANCEL_WAIT_S)
+                if msg.type is T.STREAM:
+                    on_stream(msg.header)
+                if msg.type in (T.RESULT, T.ERROR):
+                    return
+        except (queue.Empty, KeyboardInterrupt):
+            log.warning("the worker did not confirm the interrupt; it stops the job on its own")
+
+    # -- callbacks from the I/O thread -----------------------------------------------------
+
+    def _on_message(self, msg: Message) -> None:
+        if msg.type is T.WORKERS:
+            with self._lock:
+                future = self._requests.get(str(msg.header.get("request")))
+            if future is not None and not future.done():
+                future.set_result(list(msg.header.get("workers", [])))
+            return
+        job_id = msg.header.get("job")
+        with self._lock:
+            job = self._jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is None:
+            if msg.type is T.ERROR:
+                log.warning("the hub says: %s", msg.header.get("message"))
+            return
+        self._deliver(job, msg)
+
+    def _deliver(self, job: _Job, msg: Message) -> None:
+        if job.future is None:
+            job.events.put(msg)
+        else:
+            self._settle_future(job, msg)
+
+    def _settle_future(self, job: _Job, msg: Message) -> None:
+        assert job.future is not None
+        if msg.type is T.STREAM:
+            _write_stream(msg.header)
+        elif msg.type is T.DISPLAY:
+            _show_display(msg.header)
+        elif msg.type in (T.RESULT, T.ERROR):
+            with self._lock:
+                self._jobs.pop(job.id, None)
+            if job.future.done():
+                return
+            try:
+                job.future.set_result(self._finish(job, msg, None).values.get("result"))
+            except RemoteMagicError as exc:
+                job.future.set_exception(exc)
+
+    def _on_lost(self, reason: str) -> None:
+        with self._lock:
+            jobs, self._jobs = list(self._jobs.values()), {}
+        for job in jobs:
+            failure = Message(T.ERROR, {"job": job.id, "error": "ConnectionFailed",
+                                        "message": f"{reason}; the job's result is lost"})
+            self._deliver(job, failure)
+
+    def _warn_versions(self, worker: Mapping[str, Any]) -> None:
+        notes = describe_version_mismatch(local_versions(), worker.get("versions") or {},
+                                          f"worker {worker.get('name')!r}")
+        for note in notes:
+            log.warning("%s", note)
+
+
+def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+            name: str | None = None) -> Client:
+    """Connect to the hub a token points at (default: $REMOTE_MAGIC_TOKEN).
+
+    Raises ConnectionFailed within ``timeout`` seconds with what to check when the hub can't
+    be reached or refuses the token. The Client is a context manager.
+    """
+    import os
+
+    token = token or os.environ.get("REMOTE_MAGIC_TOKEN")
+    if not token:
+        raise errors.TokenError("no token: pass the line remote-worker printed, or set REMOTE_MAGIC_TOKEN")
+    return Client(token, timeout=timeout, name=name)

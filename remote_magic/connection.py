@@ -1,0 +1,232 @@
+"""A peer's authenticated link to a hub: handshake, heartbeats and one I/O thread.
+
+Clients and workers both dial the hub with a DEALER socket. ``dial`` does the CurveZMQ
+handshake and the HELLO/WELCOME exchange in the calling thread, turning every way that can fail
+into a ConnectionFailed that says what to check. ``Connection`` then owns the socket from its
+I/O thread; other threads send through ``send`` (an inproc queue), and incoming messages go to
+the ``on_message`` callback, called on the I/O thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from .errors import ConnectionFailed, ProtocolError, VersionMismatch
+from .protocol import (
+    HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_LIVENESS,
+    Message,
+    MessageType as T,
+    decode,
+    encode,
+    local_versions,
+)
+from .tokens import Token
+
+log = logging.getLogger(__name__)
+
+_MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+              | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+              | zmq.EVENT_DISCONNECTED)
+
+
+def _open_socket(context: zmq.Context, token: Token) -> zmq.Socket:
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.routing_id = os.urandom(16)  # stable across reconnects, so the hub keeps our jobs
+    sock.curve_serverkey = token.server_public
+    sock.curve_publickey = token.public
+    sock.curve_secretkey = token.secret
+    sock.reconnect_ivl = 100
+    sock.reconnect_ivl_max = 2000  # capped backoff while the hub or tunnel is away
+    sock.heartbeat_ivl = 1000  # ZMTP pings notice a dead TCP connection under NAT/tunnels
+    sock.heartbeat_timeout = 5000
+    return sock
+
+
+def _explain_failure(token: Token, timeout: float, events: set[int], refusal: Message | None) -> str:
+    where = token.address
+    if refusal is not None:
+        return f"the hub at {where} refused us: {refusal.header.get('message', 'no reason given')}"
+    if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
+        return (f"the hub at {where} refused these credentials: the token is wrong or its keys were "
+                "rotated. Get the current one with `remote-worker token` on the worker machine.")
+    if zmq.EVENT_HANDSHAKE_SUCCEEDED in events:
+        return (f"connected securely to {where}, but no answer to hello within {timeout:g} s: "
+                "the hub may be overloaded or an older version")
+    if zmq.EVENT_CONNECTED in events:
+        return (f"something answers at {where}, but the secure handshake did not complete within "
+                f"{timeout:g} s: the token doesn't match that hub (was it printed by another "
+                "remote-worker, or by a run before `token --rotate`?), or the port belongs to something else")
+    return (f"nothing answered at {where} within {timeout:g} s. Check that remote-worker is running "
+            "there, that the address and port in the token are right (a tunnel's address changes when it "
+            "restarts), and that no firewall blocks the port.")
+
+
+def dial(context: zmq.Context, token: Token, hello: dict[str, Any], timeout: float) -> tuple[zmq.Socket, Message]:
+    """Connect, authenticate and exchange HELLO/WELCOME; returns the socket and the WELCOME."""
+    sock = _open_socket(context, token)
+    monitor = sock.get_monitor_socket(_MONITORED)
+    events: set[int] = set()
+    refusal: Message | None = None
+    try:
+        sock.connect(token.address)
+        sock.send_multipart(encode(T.HELLO, hello))
+        deadline = time.monotonic() + timeout
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        while (remaining := deadline - time.monotonic()) > 0:
+            ready = dict(poller.poll(remaining * 1000))
+            if monitor in ready:
+                events.add(recv_monitor_message(monitor)["event"])
+                if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
+                    break
+            if sock in ready:
+                try:
+                    reply = decode(sock.recv_multipart())
+                except ProtocolError as exc:
+                    raise ConnectionFailed(f"the hub at {token.address} answered with something that "
+                                           f"isn't remote-magic's protocol: {exc}") from None
+                if reply.type is T.WELCOME:
+                    return sock, reply
+                if reply.type is T.ERROR:
+                    refusal = reply
+                    break
+        message = _explain_failure(token, timeout, events, refusal)
+        error = VersionMismatch if refusal and refusal.header.get("error") == "VersionMismatch" else ConnectionFailed
+        sock.close()
+        raise error(message)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        sock.disable_monitor() if not sock.closed else None
+        monitor.close()
+
+
+class Connection:
+    """Owns a dialed socket from a background thread; thread-safe ``send``.
+
+    ``on_message(msg)`` runs on the I/O thread for every message except heartbeats.
+    ``on_lost(reason)`` runs when the hub has been silent for ``HEARTBEAT_LIVENESS`` intervals;
+    the socket keeps reconnecting and says HELLO again when the hub asks for it.
+    ``watch`` adds another socket to the I/O thread's poll loop (a worker's executor link), and
+    ``on_tick()`` runs after every poll, returning how many seconds the next poll may wait.
+    """
+
+    def __init__(self, context: zmq.Context, sock: zmq.Socket, welcome: Message, hello: dict[str, Any],
+                 on_message: Callable[[Message], None], on_lost: Callable[[str], None],
+                 heartbeat_header: Callable[[], dict[str, Any]] | None = None,
+                 watch: dict[zmq.Socket, Callable[[list[zmq.Frame]], None]] | None = None,
+                 on_tick: Callable[[], float] | None = None, name: str = "remote-magic-io") -> None:
+        self._context = context
+        self._sock = sock
+        self._hello = hello
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._heartbeat_header = heartbeat_header or dict
+        self._watched = dict(watch or {})
+        self._on_tick = on_tick
+        self.interval = float(welcome.header.get("heartbeat_interval", HEARTBEAT_INTERVAL_S))
+        self.expiry_s = self.interval * HEARTBEAT_LIVENESS
+        self.connected = True
+        self._endpoint = f"inproc://remote-magic-outbox-{id(self)}"
+        self._outbox_in = context.socket(zmq.PULL)
+        self._outbox_in.bind(self._endpoint)
+        self._outbox = context.socket(zmq.PUSH)
+        self._outbox.linger = 0
+        self._outbox.connect(self._endpoint)
+        self._send_lock = threading.Lock()
+        self._closing = False
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def send(self, msg_type: T, header: dict[str, Any] | None = None, buffers: Sequence[Any] = ()) -> None:
+        """Queue a message for the hub; safe from any thread."""
+        with self._send_lock:
+            if self._closing:
+                raise ConnectionFailed("this connection is closed: connect again")
+            self._outbox.send_multipart(encode(msg_type, header, buffers), copy=False)
+
+    def send_now(self, frames: list[Any]) -> None:
+        """Send already-encoded frames to the hub; only from the I/O thread (watch/tick callbacks)."""
+        self._sock.send_multipart(frames, copy=False)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Say goodbye, stop the I/O thread and close the socket; idempotent."""
+        with self._send_lock:
+            if self._closing:
+                return
+            self._outbox.send_multipart([b"close"])
+            self._closing = True
+        self._thread.join(timeout)
+        self._outbox.close()
+
+    def _serve(self) -> None:
+        sock, outbox = self._sock, self._outbox_in
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(outbox, zmq.POLLIN)
+        for extra in self._watched:
+            poller.register(extra, zmq.POLLIN)
+        last_heard = last_sent = time.monotonic()
+        wait_s = self.interval / 2
+        try:
+            while True:
+                ready = dict(poller.poll(wait_s * 1000))
+                now = time.monotonic()
+                for extra, handler in self._watched.items():
+                    if extra in ready:
+                        handler(extra.recv_multipart(copy=False))
+                if outbox in ready:
+                    frames = outbox.recv_multipart(copy=False)
+                    if len(frames) == 1 and frames[0].bytes == b"close":
+                        sock.send_multipart(encode(T.BYE))
+                        return
+                    sock.send_multipart(frames, copy=False)
+                    last_sent = now
+                if sock in ready:
+                    last_heard = now
+                    if not self.connected:
+                        self.connected = True
+                        log.info("the hub answers again")
+                    self._receive(sock.recv_multipart(copy=False))
+                if now - last_sent >= self.interval:
+                    sock.send_multipart(encode(T.HEARTBEAT, self._heartbeat_header()))
+                    last_sent = now
+                if self.connected and now - last_heard > self.expiry_s:
+                    self.connected = False
+                    self._on_lost(f"the hub stopped answering for {self.expiry_s:.0f} s")
+                wait_s = min(self.interval / 2, self._on_tick()) if self._on_tick else self.interval / 2
+        except Exception:  # the I/O thread must say why it died; everything waiting on it is failed
+            log.exception("the connection's I/O thread failed")
+            self._on_lost("the connection's I/O thread failed; see the log")
+        finally:
+            outbox.close()
+            sock.close()
+
+    def _receive(self, frames: list[zmq.Frame]) -> None:
+        try:
+            msg = decode(frames)
+        except ProtocolError as exc:
+            log.warning("dropped a malformed message from the hub: %s", exc)
+            return
+        if msg.type is T.HEARTBEAT:
+            return
+        if msg.type is T.ERROR and msg.header.get("error") == "CredentialsRotated":
+            self.connected = False
+            self._on_lost(msg.header.get("message", "credentials rotated"))
+            return
+        if msg.type is T.ERROR and msg.header.get("error") == "NotConnected":
+            log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
+            self._sock.send_multipart(encode(T.HELLO, self._hello))
+            return
+        self._on_message(msg)

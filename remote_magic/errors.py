@@ -1,0 +1,132 @@
+"""Exceptions raised by remote-magic.
+
+Every error a user can catch derives from one root::
+
+    RemoteMagicError
+    ├── ConnectionFailed      the hub could not be reached, or refused us
+    │   └── VersionMismatch   the peers speak different protocol versions
+    ├── TokenError            a token is malformed, or of the wrong kind
+    ├── ProtocolError         a peer sent a message that breaks the wire protocol
+    ├── SerializationError    a value could not be pickled or unpickled
+    │   ├── InputError        ... a variable sent to the worker (names it)
+    │   └── OutputError       ... a variable coming back (names it)
+    ├── JobError              a job did not produce a result
+    │   ├── RemoteError       user code raised on the worker (carries its traceback)
+    │   ├── WorkerLost        the worker stopped answering while running the job
+    │   ├── ExecutorDied      user code killed the executor process (segfault, os._exit, memory)
+    │   ├── JobCancelled      the job was interrupted or its client went away
+    │   ├── JobTimeout        the job ran past its timeout
+    │   └── NoSuchWorker      the job asked for a worker the hub does not know
+    ├── GpuError              the worker's GPU could not do what was asked
+    │   ├── ShaderError       WGSL failed to compile (carries line and column)
+    │   └── GpuLimitError     the data exceeds a device limit and cannot be split
+    └── TunnelError           an ngrok tunnel could not be opened
+
+Messages say what happened and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class RemoteMagicError(Exception):
+    """Root of every error raised by remote-magic."""
+
+
+class ConnectionFailed(RemoteMagicError):
+    """The hub could not be reached, or it refused the connection."""
+
+
+class VersionMismatch(ConnectionFailed):
+    """The two peers speak different versions of the wire protocol."""
+
+
+class TokenError(RemoteMagicError, ValueError):
+    """A token is malformed, or is not the kind this command needs."""
+
+
+class ProtocolError(RemoteMagicError):
+    """A peer sent a message that does not follow the wire protocol."""
+
+
+class SerializationError(RemoteMagicError):
+    """A value could not be pickled or unpickled."""
+
+
+class InputError(SerializationError):
+    """A variable the cell reads could not be sent to the worker."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class OutputError(SerializationError):
+    """A variable the cell assigns could not come back from the worker."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class JobError(RemoteMagicError):
+    """A job ended without a result."""
+
+
+class RemoteError(JobError):
+    """User code raised an exception on the worker.
+
+    ``remote_type`` is the exception's qualified type name on the worker,
+    ``remote_message`` its message and ``remote_traceback`` the formatted traceback.
+    """
+
+    def __init__(self, remote_type: str, remote_message: str, remote_traceback: str = "") -> None:
+        super().__init__(f"{remote_type}: {remote_message}" if remote_message else remote_type)
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+
+    def _render_traceback_(self) -> list[str]:
+        """Let IPython show the worker's traceback instead of the local one."""
+        text = self.remote_traceback or f"{self}\n"
+        return ["[remote traceback]", *text.rstrip("\n").splitlines()]
+
+
+class WorkerLost(JobError):
+    """The worker running the job stopped answering heartbeats."""
+
+
+class ExecutorDied(JobError):
+    """User code killed the worker's executor process; a fresh executor was started."""
+
+
+class JobCancelled(JobError):
+    """The job was interrupted before it finished."""
+
+
+class JobTimeout(JobError):
+    """The job ran past its timeout and was stopped."""
+
+
+class NoSuchWorker(JobError):
+    """The job named a worker the hub does not know."""
+
+
+class GpuError(RemoteMagicError):
+    """The worker's GPU could not do what was asked."""
+
+
+class ShaderError(GpuError):
+    """WGSL source failed to compile; ``line`` and ``column`` point at the error."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
+
+class GpuLimitError(GpuError):
+    """The data exceeds a device limit and the kernel cannot split it."""
+
+
+class TunnelError(RemoteMagicError):
+    """An ngrok tunnel could not be opened."""

@@ -1,0 +1,115 @@
+"""The hub's bookkeeping: who is connected, which jobs wait, which worker runs what.
+
+No sockets here: the hub feeds events in and acts on what comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .protocol import Role
+
+
+@dataclass
+class Peer:
+    """A client or worker that said HELLO."""
+
+    identity: bytes
+    role: Role
+    name: str
+    versions: dict[str, str]
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    last_seen: float = field(default_factory=time.monotonic)
+    last_sent: float = 0.0
+    job: "Job | None" = None     # workers: the job running there
+    jobs_done: int = 0           # workers: finished jobs, any outcome
+    stats: dict[str, Any] = field(default_factory=dict)  # workers: counters from the last heartbeat
+
+    def describe(self) -> dict[str, Any]:
+        """The listing a client sees for a worker."""
+        return {
+            **self.capabilities,
+            "name": self.name,
+            "versions": self.versions,
+            "state": "busy" if self.job else "idle",
+            "job": self.job.id if self.job else None,
+            "jobs_done": self.jobs_done,
+            "stats": self.stats,
+        }
+
+
+@dataclass
+class Job:
+    """A submitted job: where it came from, what it asks for, its frames while it waits."""
+
+    id: str
+    client: bytes
+    worker_name: str | None
+    frames: list[Any]
+    worker: bytes | None = None
+
+
+class Fleet:
+    """Peers, the job queue and the matching of jobs to idle workers."""
+
+    def __init__(self) -> None:
+        self.peers: dict[bytes, Peer] = {}
+        self.jobs: dict[str, Job] = {}
+        self.queue: deque[Job] = deque()
+
+    def workers(self) -> list[Peer]:
+        return [p for p in self.peers.values() if p.role is Role.WORKER]
+
+    def worker_named(self, name: str) -> Peer | None:
+        return next((w for w in self.workers() if w.name == name), None)
+
+    def unique_name(self, wanted: str, identity: bytes) -> str:
+        """``wanted``, or ``wanted-2``, ... if another worker already has that name."""
+        taken = {w.name for w in self.workers() if w.identity != identity}
+        name, n = wanted, 1
+        while name in taken:
+            n += 1
+            name = f"{wanted}-{n}"
+        return name
+
+    def enqueue(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        self.queue.append(job)
+
+    def next_assignments(self) -> list[tuple[Job, Peer]]:
+        """Match waiting jobs to idle workers, oldest job first; marks them running."""
+        assigned = []
+        idle = [w for w in self.workers() if w.job is None]
+        for job in list(self.queue):
+            if not idle:
+                break
+            worker = next((w for w in idle if job.worker_name in (None, w.name)), None)
+            if worker is None:
+                continue
+            idle.remove(worker)
+            self.queue.remove(job)
+            job.worker, worker.job = worker.identity, job
+            assigned.append((job, worker))
+        return assigned
+
+    def finish(self, job_id: str) -> Job | None:
+        """Forget a job that ended; frees its worker."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return None
+        if job in self.queue:
+            self.queue.remove(job)
+        worker = self.peers.get(job.worker) if job.worker else None
+        if worker is not None and worker.job is job:
+            worker.job = None
+            worker.jobs_done += 1
+        return job
+
+    def expired(self, now: float, expiry_s: float) -> list[Peer]:
+        return [p for p in self.peers.values() if now - p.last_seen > expiry_s]
+
+    def jobs_of_client(self, identity: bytes) -> list[Job]:
+        return [j for j in self.jobs.values() if j.client == identity]

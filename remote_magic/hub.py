@@ -1,0 +1,363 @@
+"""The hub: one ROUTER socket where clients and workers meet.
+
+Clients and workers both dial the hub's one TCP port (so one tunnel serves everyone),
+authenticate with CurveZMQ, and say who they are in a HELLO. The hub queues jobs, hands each
+to an idle worker, relays what the worker says back to the job's client, and watches
+heartbeats: a silent worker's job fails with WorkerLost, a silent client's jobs are cancelled.
+The hub never unpickles anything; payload frames pass through untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Sequence
+
+import zmq
+
+from .auth import HubAuthenticator
+from .errors import ProtocolError
+from .fleet import Fleet, Job, Peer
+from .keys import HubKeys
+from .protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_LIVENESS,
+    Message,
+    MessageType as T,
+    Role,
+    decode,
+    describe_version_mismatch,
+    encode,
+    error_header,
+    local_versions,
+)
+
+log = logging.getLogger(__name__)
+
+# What each role may send once it said HELLO.
+_ALLOWED = {
+    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO},
+    Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO},
+}
+_JOB_EVENTS = {T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR}
+
+
+class Hub:
+    """A broker between clients and workers, served by a background thread.
+
+    ``listen`` is a ZeroMQ TCP endpoint; port 0 picks a free port (see ``port`` after
+    ``start``). ``keys`` decides who may connect and with which role.
+    """
+
+    def __init__(self, keys: HubKeys, listen: str = "tcp://127.0.0.1:0", *,
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.keys = keys
+        self.listen = listen
+        self.heartbeat_interval = heartbeat_interval
+        self.expiry_s = heartbeat_interval * HEARTBEAT_LIVENESS
+        self.max_message_bytes = max_message_bytes
+        self.fleet = Fleet()
+        self.port: int | None = None
+        self._context = zmq.Context()
+        self._auth: HubAuthenticator | None = None
+        self._socket: zmq.Socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> "Hub":
+        """Bind the port and start serving in a background thread."""
+        self._auth = HubAuthenticator(self._context, self.keys)
+        self._auth.start()
+        sock = self._context.socket(zmq.ROUTER)
+        sock.linger = 0
+        sock.curve_server = True
+        sock.curve_publickey = self.keys.server_public
+        sock.curve_secretkey = self.keys.server_secret
+        sock.router_handover = True  # a peer that reconnects keeps its identity
+        sock.router_mandatory = True  # sending to a vanished peer raises instead of vanishing
+        sock.maxmsgsize = self.max_message_bytes
+        try:
+            sock.bind(self.listen)
+        except zmq.ZMQError as exc:
+            sock.close()
+            self._auth.stop()
+            raise OSError(f"can't listen on {self.listen}: {exc.strerror}. "
+                          "Is another remote-worker running there? Pick another port with --listen.") from exc
+        endpoint = sock.last_endpoint.decode()
+        self.port = int(endpoint.rsplit(":", 1)[1])
+        self._socket = sock
+        wake = self._context.socket(zmq.PAIR)
+        wake.linger = 0
+        wake.bind(self._wake_endpoint)
+        self._thread = threading.Thread(target=self._serve, args=(wake,), name="remote-magic-hub", daemon=True)
+        self._thread.start()
+        log.info("hub listening on %s", endpoint)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving and close the socket; idempotent."""
+        if self._thread is None:
+            return
+        self._stopping.set()
+        waker = self._context.socket(zmq.PAIR)
+        waker.linger = 0
+        waker.connect(self._wake_endpoint)
+        waker.send(b"stop")
+        self._thread.join(timeout)
+        waker.close()
+        self._thread = None
+        if self._auth is not None:
+            self._auth.stop()
+        self._context.term()
+
+    def __enter__(self) -> "Hub":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def set_keys(self, keys: HubKeys) -> None:
+        """Accept new credentials from now on (rotation); peers on old keys are dropped."""
+        self.keys = keys
+        if self._auth is not None:
+            self._auth.keys = keys
+        self._call_soon("drop-stale")
+
+    def _call_soon(self, command: str) -> None:
+        waker = self._context.socket(zmq.PAIR)
+        waker.linger = 0
+        waker.connect(self._wake_endpoint)
+        waker.send(command.encode())
+        waker.close()
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _serve(self, wake: zmq.Socket) -> None:
+        sock = self._socket
+        assert sock is not None
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
+        next_tick = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
+                events = dict(poller.poll(timeout_ms))
+                if wake in events:
+                    command = wake.recv()
+                    if command == b"drop-stale":
+                        self._drop_stale_keys()
+                if sock in events:
+                    for _ in range(1000):  # drain what is queued, but keep heartbeats on time
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self._handle(frames)
+                if time.monotonic() >= next_tick:
+                    self._tick()
+                    next_tick = time.monotonic() + self.heartbeat_interval / 2
+        finally:
+            wake.close()
+            sock.close()
+
+    def _send(self, identity: bytes, msg_type: T, header: dict[str, Any] | None = None,
+              buffers: Sequence[Any] = ()) -> None:
+        self._send_frames(identity, encode(msg_type, header, buffers))
+
+    def _send_frames(self, identity: bytes, frames: list[Any]) -> None:
+        assert self._socket is not None
+        try:
+            self._socket.send_multipart([identity, *frames], copy=False)
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: the peer is gone; heartbeats will tidy up
+            log.debug("could not send to %r: %s", identity, exc)
+            return
+        peer = self.fleet.peers.get(identity)
+        if peer is not None:
+            peer.last_sent = time.monotonic()
+
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        identity = frames[0].bytes
+        user_id = frames[1].get("User-Id") if len(frames) > 1 else ""
+        role_name, _, key = user_id.partition(":")
+        try:
+            role = Role(role_name)
+        except ValueError:
+            log.warning("dropped a message from a peer with no role")
+            return
+        try:
+            msg = decode(frames[1:])
+        except ProtocolError as exc:
+            log.warning("malformed message from a %s: %s", role.value, exc)
+            self._send(identity, T.ERROR, error_header("ProtocolError", str(exc)))
+            return
+        peer = self.fleet.peers.get(identity)
+        if peer is not None:
+            peer.last_seen = time.monotonic()
+        if msg.type is T.HELLO:
+            self._on_hello(identity, role, key.encode(), msg)
+            return
+        if peer is None:
+            self._send(identity, T.ERROR, error_header(
+                "NotConnected", "send hello first: this hub doesn't know you (it may have restarted)"))
+            return
+        if msg.type not in _ALLOWED[role]:
+            what = "a client token can't act as a worker" if role is Role.CLIENT else "a worker token can't submit jobs"
+            self._send(identity, T.ERROR, error_header(
+                "PermissionDenied", f"{msg.type.value} is not allowed here: {what}", msg.header.get("job")))
+            return
+        try:
+            handler = getattr(self, f"_on_{msg.type.value}")
+            handler(peer, msg, frames[1:])
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("bad %s from %s: %s", msg.type.value, peer.name, exc)
+            self._send(identity, T.ERROR, error_header(
+                "ProtocolError", f"bad {msg.type.value} message: {exc}", _job_id(msg)))
+
+    # -- handlers --------------------------------------------------------------------------
+
+    def _on_hello(self, identity: bytes, role: Role, key: bytes, msg: Message) -> None:
+        if self.keys.role_of(key) is not role:
+            self._send(identity, T.ERROR, error_header(
+                "PermissionDenied", "these credentials were rotated out: get a new token with `remote-worker token`"))
+            return
+        claimed = msg.header.get("role")
+        if claimed != role.value:
+            self._send(identity, T.ERROR, error_header(
+                "PermissionDenied", f"this token is for a {role.value}, not a {claimed}"))
+            return
+        versions = msg.header.get("versions")
+        ours = local_versions()
+        if not isinstance(versions, dict) or versions.get("protocol") != ours["protocol"]:
+            self._send(identity, T.ERROR, error_header(
+                "VersionMismatch", f"this hub speaks protocol {ours['protocol']} (remote-magic "
+                f"{ours['remote_magic']}); install the same remote-magic version on both sides"))
+            return
+        old = self.fleet.peers.get(identity)
+        name = str(msg.header.get("name") or identity.hex()[:8])[:64]
+        if role is Role.WORKER:
+            name = self.fleet.unique_name(name, identity)
+        caps = msg.header.get("capabilities") if role is Role.WORKER else {}
+        peer = Peer(identity, role, name, {k: str(v) for k, v in versions.items()},
+                    caps if isinstance(caps, dict) else {})
+        if old is not None:  # a reconnect: keep what it was doing
+            peer.job, peer.jobs_done = old.job, old.jobs_done
+        self.fleet.peers[identity] = peer
+        log.info("%s %r joined (%s)", role.value, name, ", ".join(f"{k} {v}" for k, v in versions.items()))
+        notes = describe_version_mismatch(ours, peer.versions, f"this {role.value}")
+        if notes:
+            log.warning("version differences with %s %r: %s", role.value, name, "; ".join(notes))
+        self._send(identity, T.WELCOME, {
+            "name": name, "versions": ours, "heartbeat_interval": self.heartbeat_interval,
+            "workers": [w.describe() for w in self.fleet.workers()],
+        })
+        self._dispatch()
+
+    def _on_heartbeat(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        if peer.role is Role.WORKER and isinstance(msg.header.get("stats"), dict):
+            peer.stats = msg.header["stats"]
+
+    def _on_bye(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        self._forget(peer, "said goodbye")
+
+    def _on_workers(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        self._send(peer.identity, T.WORKERS, {
+            "request": msg.header.get("request"), "workers": [w.describe() for w in self.fleet.workers()]})
+
+    def _on_submit(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        job_id = msg.header["job"]
+        if not isinstance(job_id, str) or not job_id or len(job_id) > 64:
+            raise ValueError("job must be a short string")
+        if job_id in self.fleet.jobs:
+            self._send(peer.identity, T.ERROR, error_header("ProtocolError", "duplicate job id", job_id))
+            return
+        wanted = msg.header.get("worker")
+        if wanted is not None and self.fleet.worker_named(str(wanted)) is None:
+            known = ", ".join(sorted(w.name for w in self.fleet.workers())) or "none connected"
+            self._send(peer.identity, T.ERROR, error_header(
+                "NoSuchWorker", f"no worker is named {wanted!r} (workers: {known}); "
+                "see %offload_workers", job_id))
+            return
+        self.fleet.enqueue(Job(job_id, peer.identity, wanted, frames))
+        self._dispatch()
+
+    def _on_cancel(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        job = self.fleet.jobs.get(msg.header["job"])
+        if job is None or job.client != peer.identity:
+            return  # already finished: the result or error is on its way
+        self._cancel(job, "cancelled by the notebook")
+
+    def _on_job_event(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        job_id = msg.header["job"]
+        job = self.fleet.jobs.get(job_id)
+        if job is None or job.worker != peer.identity:
+            log.debug("event for unknown job %r from %s", job_id, peer.name)
+            return
+        if msg.type in (T.RESULT, T.ERROR):
+            self.fleet.finish(job_id)
+        if job.client in self.fleet.peers:
+            self._send_frames(job.client, list(frames))
+        if msg.type in (T.RESULT, T.ERROR):
+            self._dispatch()
+
+    _on_started = _on_stream = _on_display = _on_result = _on_error = _on_job_event
+
+    # -- scheduling and liveness -----------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        for job, worker in self.fleet.next_assignments():
+            log.debug("job %s -> %s", job.id, worker.name)
+            frames, job.frames = job.frames, []
+            self._send_frames(worker.identity, frames)
+
+    def _cancel(self, job: Job, reason: str) -> None:
+        if job.worker is None:  # still queued: answer for the worker
+            self.fleet.finish(job.id)
+            if job.client in self.fleet.peers:
+                self._send(job.client, T.ERROR, error_header("JobCancelled", reason, job.id))
+        else:
+            self._send(job.worker, T.CANCEL, {"job": job.id, "reason": reason})
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for peer in self.fleet.expired(now, self.expiry_s):
+            self._forget(peer, f"stopped answering for {self.expiry_s:.1f} s")
+        for peer in list(self.fleet.peers.values()):
+            if now - peer.last_sent >= self.heartbeat_interval:
+                self._send(peer.identity, T.HEARTBEAT)
+
+    def _forget(self, peer: Peer, why: str) -> None:
+        self.fleet.peers.pop(peer.identity, None)
+        log.info("%s %r left: %s", peer.role.value, peer.name, why)
+        if peer.role is Role.WORKER:
+            host = peer.capabilities.get("hostname", "?")
+            for job in [j for j in self.fleet.jobs.values() if j.worker == peer.identity]:
+                self.fleet.finish(job.id)
+                if job.client in self.fleet.peers:
+                    self._send(job.client, T.ERROR, error_header(
+                        "WorkerLost", f"worker {peer.name!r} on {host} {why} while running this job; "
+                        "its result is lost. Run the cell again (another worker takes it if one is free).",
+                        job.id))
+        else:
+            for job in self.fleet.jobs_of_client(peer.identity):
+                self._cancel(job, "the notebook that submitted it went away")
+        self._dispatch()
+
+    def _drop_stale_keys(self) -> None:
+        # After rotation libzmq keeps established sessions; forget peers so they must HELLO
+        # again, which fails the new ZAP check on their next reconnect.
+        for peer in list(self.fleet.peers.values()):
+            self._send(peer.identity, T.ERROR, error_header(
+                "CredentialsRotated", "the hub's keys were rotated: get a new token with `remote-worker token`"))
+            self._forget(peer, "holds rotated-out credentials")
+
+
+def _job_id(msg: Message) -> str | None:
+    job = msg.header.get("job")
+    return job if isinstance(job, str) else None

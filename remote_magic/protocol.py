@@ -1,0 +1,163 @@
+"""The wire protocol shared by the hub, clients and workers.
+
+Every message is one ZeroMQ multipart message::
+
+    [routing id]  (added and removed by the hub's ROUTER socket)
+    VERSION       b"RM1"
+    type          one of the MessageType values, ASCII
+    header        a JSON object, UTF-8
+    buffers...    zero or more raw frames (pickled payloads and their out-of-band buffers)
+
+This module only builds and checks frames; it owns no sockets. docs/protocol.md is the
+human-readable description of the same thing.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Sequence
+
+from ._version import __version__
+from .errors import ProtocolError
+
+PROTOCOL_VERSION = b"RM1"
+
+HEARTBEAT_INTERVAL_S = 1.0
+"""How often every peer sends a heartbeat when it has nothing else to say."""
+
+HEARTBEAT_LIVENESS = 5
+"""How many intervals of silence before a peer is declared gone."""
+
+MAX_HEADER_BYTES = 1 << 20
+"""Headers are small JSON objects; anything larger is refused before parsing."""
+
+DEFAULT_MAX_MESSAGE_BYTES = 2 << 30
+"""Default cap on one frame, enforced by libzmq (ZMQ_MAXMSGSIZE) on the hub's socket."""
+
+
+class MessageType(str, Enum):
+    """Every message type on the wire; the value is what travels."""
+
+    HELLO = "hello"            # peer -> hub: who I am (role, name, versions, capabilities)
+    WELCOME = "welcome"        # hub -> peer: accepted; hub versions, heartbeat interval
+    HEARTBEAT = "heartbeat"    # both ways
+    SUBMIT = "submit"          # client -> hub -> worker: a job
+    STARTED = "started"        # worker -> hub -> client: the job began running
+    STREAM = "stream"          # worker -> hub -> client: stdout/stderr text
+    DISPLAY = "display"        # worker -> hub -> client: a rich output (mime bundle)
+    RESULT = "result"          # worker -> hub -> client: the job's outputs
+    ERROR = "error"            # any direction: something was refused or failed
+    CANCEL = "cancel"          # client -> hub -> worker: stop a job
+    WORKERS = "workers"        # client -> hub (request), hub -> client (listing)
+    BYE = "bye"                # peer -> hub: leaving
+
+
+_TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}
+
+
+class Role(str, Enum):
+    """What a peer is allowed to do, fixed by the credentials it authenticated with."""
+
+    CLIENT = "client"
+    WORKER = "worker"
+
+
+@dataclass
+class Message:
+    """One decoded message: its type, its JSON header and its raw buffer frames."""
+
+    type: MessageType
+    header: dict[str, Any]
+    buffers: list[Any] = field(default_factory=list)
+
+
+def encode_header(header: dict[str, Any]) -> bytes:
+    """Serialise a header the way every peer expects it."""
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+def encode(msg_type: MessageType, header: dict[str, Any] | None = None,
+           buffers: Sequence[Any] = ()) -> list[Any]:
+    """Build the frames of one message (without a routing id)."""
+    return [PROTOCOL_VERSION, msg_type.value.encode(), encode_header(header or {}), *buffers]
+
+
+def _as_bytes(frame: Any) -> bytes:
+    return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+
+
+def decode(frames: Sequence[Any]) -> Message:
+    """Check and decode frames (without a routing id) into a Message.
+
+    Raises ProtocolError with a reason a peer can act on; never anything else.
+    """
+    if len(frames) < 3:
+        raise ProtocolError(f"a message needs at least 3 frames (version, type, header), got {len(frames)}")
+    version = _as_bytes(frames[0])
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version {version[:16]!r} is not {PROTOCOL_VERSION!r}: "
+            "install the same remote-magic version on the notebook and the worker"
+        )
+    msg_type = _TYPES_BY_WIRE.get(_as_bytes(frames[1]))
+    if msg_type is None:
+        raise ProtocolError(f"unknown message type {_as_bytes(frames[1])[:32]!r}")
+    raw_header = frames[2]
+    size = len(raw_header.buffer) if hasattr(raw_header, "buffer") else len(raw_header)
+    if size > MAX_HEADER_BYTES:
+        raise ProtocolError(f"header of {size} bytes is over the {MAX_HEADER_BYTES}-byte limit")
+    try:
+        header = json.loads(_as_bytes(raw_header))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(f"header must be a JSON object, got {type(header).__name__}")
+    return Message(msg_type, header, list(frames[3:]))
+
+
+def error_header(error: str, message: str, job: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The header of an ERROR message: a type name a client maps to an exception, and words."""
+    header: dict[str, Any] = {"error": error, "message": message}
+    if job is not None:
+        header["job"] = job
+    header.update(extra)
+    return header
+
+
+def local_versions() -> dict[str, str]:
+    """The versions a peer announces in its HELLO and compares with the other side."""
+    import cloudpickle
+
+    return {
+        "protocol": PROTOCOL_VERSION.decode(),
+        "remote_magic": __version__,
+        "python": platform.python_version(),
+        "cloudpickle": cloudpickle.__version__,
+    }
+
+
+def describe_version_mismatch(ours: dict[str, str], theirs: dict[str, str], where: str) -> list[str]:
+    """Say in words which versions differ between this side and a peer, and what it means."""
+    notes = []
+    if ours.get("remote_magic") != theirs.get("remote_magic"):
+        notes.append(
+            f"remote-magic is {ours.get('remote_magic')} here and {theirs.get('remote_magic')} on {where}; "
+            "install the same version on both sides"
+        )
+    ours_py = ".".join(ours.get("python", "").split(".")[:2])
+    theirs_py = ".".join(theirs.get("python", "").split(".")[:2])
+    if ours_py != theirs_py:
+        notes.append(
+            f"Python is {ours.get('python')} here and {theirs.get('python')} on {where}: cell source travels "
+            "as text and works, but functions and classes defined in the notebook are pickled as bytecode "
+            "and may fail to load there"
+        )
+    if ours.get("cloudpickle") != theirs.get("cloudpickle"):
+        notes.append(
+            f"cloudpickle is {ours.get('cloudpickle')} here and {theirs.get('cloudpickle')} on {where}; "
+            "notebook-defined functions may not cross, install the same version on both sides"
+        )
+    return notes

@@ -1,0 +1,1 @@
+"""The remote-worker process: hub connection, supervised executor, GPU."""

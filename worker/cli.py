@@ -1,0 +1,161 @@
+"""The ``remote-worker`` command: a hub and a worker on this machine, or a worker joining a hub."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from remote_magic import keys as keystore
+from remote_magic.errors import RemoteMagicError
+from remote_magic.hub import Hub
+from remote_magic.protocol import DEFAULT_MAX_MESSAGE_BYTES, HEARTBEAT_INTERVAL_S, Role
+from remote_magic.tokens import Token, write_private
+
+from .capabilities import lan_address
+from .supervisor import ExecutorOptions, Supervisor
+
+log = logging.getLogger("remote-worker")
+
+DEFAULT_LISTEN = "0.0.0.0:5587"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """'512M', '2GiB', '1.5g', '1000000' -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 512M or 2G")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** " kmgt".index(unit.lower() or " "))
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 0.0.0.0:5587, or 127.0.0.1:0 for any free port)")
+    return host.strip("[]"), int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="remote-worker",
+        description="Run notebook cells on this machine: starts a hub and a worker and prints the "
+                    "line to paste into the notebook.")
+    parser.add_argument("--listen", type=parse_listen, default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"where the hub listens (default {DEFAULT_LISTEN}; port 0 picks a free port)")
+    parser.add_argument("--token-file", type=Path, metavar="PATH",
+                        help="also write the client token to PATH (owner-only) once the worker accepts jobs")
+    parser.add_argument("--join", metavar="TOKEN",
+                        help="join the hub this worker token points at instead of starting a hub")
+    parser.add_argument("--name", default=platform.node() or "worker", help="this worker's name in the fleet")
+    parser.add_argument("--advertise", metavar="tcp://HOST:PORT",
+                        help="the address to put in the token when you forward the port yourself")
+    parser.add_argument("--gpu", choices=["auto", "on", "off"], default=os.environ.get("REMOTE_MAGIC_GPU", "auto"),
+                        help="auto: GPU kernels only on a hardware adapter; on: always; off: never")
+    parser.add_argument("--adapter", default=os.environ.get("REMOTE_MAGIC_ADAPTER"), metavar="SUBSTRING",
+                        help="use the GPU adapter whose name contains SUBSTRING")
+    parser.add_argument("--backend", choices=["vulkan", "metal", "d3d12"],
+                        default=os.environ.get("REMOTE_MAGIC_BACKEND"), help="use this wgpu backend")
+    parser.add_argument("--max-memory", type=parse_size, metavar="SIZE",
+                        help="kill a job whose process uses more than SIZE (e.g. 8G); default: 90%% of RAM")
+    parser.add_argument("--max-message-size", type=parse_size, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="SIZE",
+                        help="largest frame the hub accepts (default 2G)")
+    parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_INTERVAL_S, metavar="SECONDS",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    sub = parser.add_subparsers(dest="command")
+    token = sub.add_parser("token", help="show the client token again (or replace the keys)")
+    token.add_argument("--rotate", action="store_true", help="replace the keys: every old token stops working")
+    token.add_argument("--worker", action="store_true", help="show the worker token (for remote-worker --join)")
+    return parser
+
+
+def _advertised_address(args: argparse.Namespace, port: int) -> str:
+    if args.advertise:
+        if not re.match(r"^tcp://[^:/]+:\d+$", args.advertise):
+            raise SystemExit(f"remote-worker: --advertise {args.advertise!r} must look like tcp://HOST:PORT")
+        return args.advertise
+    host = args.listen[0]
+    return f"tcp://{lan_address() if host in ('0.0.0.0', '::', '*') else host}:{port}"
+
+
+def _address_file() -> Path:
+    return keystore.config_dir() / "address"
+
+
+def show_token(args: argparse.Namespace) -> int:
+    keys = keystore.rotate() if args.rotate else keystore.load_or_create()
+    address_file = _address_file()
+    if not address_file.exists():
+        print("remote-worker: no hub has run on this machine yet; start `remote-worker` first", file=sys.stderr)
+        return 1
+    if args.rotate:
+        print("remote-worker: keys replaced; old tokens no longer work. A running remote-worker picks "
+              "the new keys up within a few seconds.", file=sys.stderr)
+    role = Role.WORKER if args.worker else Role.CLIENT
+    print(keys.token(role, address_file.read_text().strip()).encode())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="remote-worker: %(levelname)s %(name)s: %(message)s")
+    if args.command == "token":
+        return show_token(args)
+    options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
+    hub: Hub | None = None
+    try:
+        if args.join:
+            worker_token = Token.decode(args.join)
+            client_token = None
+        else:
+            keys = keystore.load_or_create()
+            host, port = args.listen
+            hub = Hub(keys, f"tcp://{host if ':' not in host else f'[{host}]'}:{port}",
+                      heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size).start()
+            address = _advertised_address(args, hub.port or port)
+            write_private(_address_file(), address)
+            worker_token = keys.token(Role.WORKER, f"tcp://127.0.0.1:{hub.port}")
+            client_token = keys.token(Role.CLIENT, address)
+        supervisor = Supervisor(worker_token, args.name, options)
+        supervisor.start()
+    except (RemoteMagicError, OSError, RuntimeError) as exc:
+        if hub is not None:
+            hub.stop()
+        print(f"remote-worker: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    if client_token is not None:
+        if args.token_file:
+            write_private(args.token_file, client_token.encode() + "\n")
+        print(f"remote-worker: worker {supervisor.name!r} is ready. In your notebook run:\n", flush=True)
+        print(f"%load_ext remote_magic\n%offload_connect {client_token.encode()}\n", flush=True)
+    else:
+        print(f"remote-worker: worker {supervisor.name!r} joined {worker_token.address}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        supervisor.stop()
+        if hub is not None:
+            hub.stop()
+    return 0
+
+
+def _default_memory_limit() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total * 0.9)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The executor: the child process where jobs run, supervised by the worker.
+
+User code that crashes, hangs or calls os._exit takes down only this process; the supervisor
+reports the job as failed and starts a new one. It holds the GPU device, created once at start.
+
+Run as ``python -m worker.executor ENDPOINT GENERATION``; it dials the supervisor's socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import linecache
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+from typing import Any, Callable
+
+import zmq
+
+from remote_magic import serialization
+from remote_magic.cellcode import names_assigned, split_last_expression
+from remote_magic.errors import GpuError, InputError, OutputError, SerializationError
+from remote_magic.protocol import Message, MessageType as T, decode, encode, error_header, local_versions
+
+from .outputs import JobOutputs, install_display
+
+log = logging.getLogger(__name__)
+
+PARENT_CHECK_INTERVAL_S = 0.5
+_KEPT_SOURCES = 64  # cell sources kept in linecache for tracebacks
+
+
+class Executor:
+    """Receives jobs from the supervisor and runs them one at a time."""
+
+    def __init__(self, endpoint: str, generation: int, gpu_mode: str, adapter: str | None,
+                 backend: str | None) -> None:
+        self._context = zmq.Context()
+        self._sock = self._context.socket(zmq.DEALER)
+        self._sock.linger = 5000  # let the last result leave before exit
+        self._sock.routing_id = b"executor-%d" % generation
+        self._sock.connect(endpoint)
+        self._send_lock = threading.Lock()
+        self._outputs: JobOutputs | None = None
+        self._running = False
+        self._cells = 0
+        self._sources: list[str] = []
+        self._kernels: dict[str, str] = {}
+        self.gpu = _create_gpu(gpu_mode, adapter, backend)
+
+    def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
+        with self._send_lock:
+            self._sock.send_multipart(encode(msg_type, header, buffers), copy=False)
+
+    def serve(self) -> None:
+        install_display(lambda: self._outputs)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        self.send(T.HELLO, {"pid": os.getpid(), "gpu": self.gpu.capabilities() if self.gpu else {"active": False}})
+        while True:
+            frames = self._sock.recv_multipart(copy=False)
+            try:
+                msg = decode(frames)
+            except Exception as exc:
+                log.error("dropped a malformed job: %s", exc)
+                continue
+            if msg.type is T.SUBMIT:
+                self.run_job(msg)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        # The supervisor interrupts only a running job; a late signal between jobs is ignored.
+        if self._running:
+            raise KeyboardInterrupt
+
+    # -- one job ---------------------------------------------------------------------------
+
+    def run_job(self, msg: Message) -> None:
+        job = str(msg.header["job"])
+        started = time.perf_counter()
+        outputs = JobOutputs(job, self.send)
+        self._outputs = outputs
+        try:
+            with outputs:
+                self._running = True
+                try:
+                    values = self._execute(msg, outputs)
+                finally:
+                    self._running = False
+                outputs.show_figures()
+            self._send_result(job, values, started)
+        except KeyboardInterrupt:
+            self.send(T.ERROR, error_header("JobCancelled", "the job was interrupted", job))
+        except SerializationError as exc:
+            self.send(T.ERROR, error_header(type(exc).__name__, str(exc), job, name=getattr(exc, "name", None)))
+        except GpuError as exc:
+            self.send(T.ERROR, error_header(type(exc).__name__, str(exc), job, line=getattr(exc, "line", None),
+                                            column=getattr(exc, "column", None)))
+        except BaseException as exc:  # user code may raise anything, SystemExit included
+            self.send(T.ERROR, _remote_error(exc, job, self._sources))
+        finally:
+            self._outputs = None
+
+    def _execute(self, msg: Message, outputs: JobOutputs) -> dict[str, Any]:
+        header = msg.header
+        inputs = serialization.unpack(header, msg.buffers, InputError)
+        if header.get("kind") == "call":
+            return {"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))}
+        code = str(header.get("code", ""))
+        gpu_choice = header.get("gpu")
+        if self.gpu is not None:
+            self._register_kernels(header.get("kernels") or {})
+            if gpu_choice:
+                inputs = self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice))
+        elif gpu_choice:
+            raise GpuError("this worker runs with --gpu off, so it has no GPU for this cell: "
+                           "restart it with --gpu auto or on, or drop the GPU option")
+        self._cells += 1
+        filename = f"<offload cell {self._cells}>"
+        self._remember_source(filename, code)
+        body, last = split_last_expression(code, filename)
+        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "display": outputs.display}
+        if self.gpu is not None:
+            namespace["gpu"] = self.gpu.gpu
+        namespace.update(inputs)
+        exec(body, namespace)
+        value = eval(last, namespace) if last is not None else None
+        wanted = header.get("outputs")
+        names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
+        missing = [n for n in names if n not in namespace] if wanted is not None else []
+        if missing:
+            raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
+        values = {name: namespace[name] for name in names if name in namespace}
+        if value is not None:
+            values["__value__"] = value
+        if self.gpu is not None and gpu_choice:
+            values = self.gpu.to_host(values)
+        return values
+
+    def _register_kernels(self, kernels: dict[str, str]) -> None:
+        for name, source in kernels.items():
+            if self._kernels.get(name) != source:
+                self.gpu.register_kernel(name, source)
+                self._kernels[name] = source
+
+    def _send_result(self, job: str, values: dict[str, Any], started: float) -> None:
+        packed = serialization.pack(values, OutputError)
+        header = {"job": job, **packed.header(), "duration_s": time.perf_counter() - started}
+        if self.gpu is not None:
+            header["stats"] = self.gpu.take_stats()
+        self.send(T.RESULT, header, packed.frames)
+
+    def _remember_source(self, filename: str, code: str) -> None:
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        self._sources.append(filename)
+        while len(self._sources) > _KEPT_SOURCES:
+            linecache.cache.pop(self._sources.pop(0), None)
+
+
+def _remote_error(exc: BaseException, job: str, cell_files: list[str]) -> dict[str, Any]:
+    """An ERROR header for an exception from user code, with the traceback from the cell down."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename not in cell_files:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return error_header("RemoteError", str(exc), job, remote_type=name, traceback=text)
+
+
+def _create_gpu(mode: str, adapter: str | None, backend: str | None) -> Any:
+    if mode == "off":
+        return None
+    try:
+        from .gpu import GpuRuntime
+    except ImportError as exc:
+        log.warning("GPU support is unavailable (%s); cells run on the CPU", exc)
+        return None
+    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend)
+
+
+def _exit_with_parent() -> None:
+    parent = os.getppid()
+    while True:
+        time.sleep(PARENT_CHECK_INTERVAL_S)  # a watchdog's period, not synchronisation
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m worker.executor")
+    parser.add_argument("endpoint")
+    parser.add_argument("generation", type=int)
+    parser.add_argument("--gpu", default="auto", choices=["auto", "on", "off"])
+    parser.add_argument("--adapter")
+    parser.add_argument("--backend")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("REMOTE_MAGIC_LOG_LEVEL", "WARNING"),
+                        format="executor: %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
+    threading.Thread(target=_exit_with_parent, name="parent-watchdog", daemon=True).start()
+    Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend).serve()
+
+
+if __name__ == "__main__":
+    main()

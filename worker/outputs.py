@@ -1,0 +1,146 @@
+"""What a running job shows: stdout/stderr text, display() calls and matplotlib figures.
+
+Everything is turned into STREAM and DISPLAY messages for the job's notebook, sent through a
+callback the executor provides.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import io
+import sys
+import threading
+from typing import Any, Callable
+
+from remote_magic.protocol import MessageType as T
+
+Send = Callable[[T, dict[str, Any]], None]
+
+STREAM_FLUSH_INTERVAL_S = 0.05
+"""Text printed by a job reaches the notebook within about this long."""
+
+STREAM_FLUSH_BYTES = 64 * 1024
+
+
+class ForwardedStream(io.TextIOBase):
+    """A stand-in for sys.stdout/sys.stderr that batches text into STREAM messages."""
+
+    def __init__(self, name: str, job: str, send: Send) -> None:
+        self.name = name
+        self._job = job
+        self._send = send
+        self._parts: list[str] = []
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            self._parts.append(text)
+            self._size += len(text)
+            full = self._size >= STREAM_FLUSH_BYTES
+        if full:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            text, self._parts, self._size = "".join(self._parts), [], 0
+        if text:
+            self._send(T.STREAM, {"job": self._job, "name": self.name, "text": text})
+
+
+class JobOutputs:
+    """Redirects a job's streams and display() for as long as the job runs (a context manager)."""
+
+    def __init__(self, job: str, send: Send) -> None:
+        self.job = job
+        self._send = send
+        self.stdout = ForwardedStream("stdout", job, send)
+        self.stderr = ForwardedStream("stderr", job, send)
+        self._done = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_periodically, name="stream-flusher", daemon=True)
+
+    def __enter__(self) -> "JobOutputs":
+        self._saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = self.stdout, self.stderr
+        self._flusher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._flusher.join()
+        self.flush()
+        sys.stdout, sys.stderr = self._saved
+
+    def flush(self) -> None:
+        self.stdout.flush()
+        self.stderr.flush()
+
+    def _flush_periodically(self) -> None:
+        while not self._done.wait(STREAM_FLUSH_INTERVAL_S):
+            self.flush()
+
+    def display(self, *objs: Any, raw: bool = False, metadata: dict[str, Any] | None = None,
+                include: Any = None, exclude: Any = None, **kwargs: Any) -> None:
+        """IPython's display(), sending each object's mime bundle to the notebook."""
+        self.flush()  # keep text printed before display() above it
+        for obj in objs:
+            if raw:
+                data, md = dict(obj), dict(metadata or {})
+            else:
+                data, md = _formatter().format(obj, include=include, exclude=exclude)
+                md = {**md, **(metadata or {})}
+            self.publish(data, md)
+
+    def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+        clean = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in data.items()}
+        self._send(T.DISPLAY, {"job": self.job, "data": clean, "metadata": metadata or {}})
+
+    def show_figures(self) -> None:
+        """Send every open matplotlib figure as a PNG, then close them (as the inline backend does)."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        for number in plt.get_fignums():
+            figure = plt.figure(number)
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", bbox_inches="tight")
+            self.publish({"image/png": buffer.getvalue(), "text/plain": repr(figure)})
+        plt.close("all")
+
+
+_FORMATTER: Any = None
+
+
+def _formatter() -> Any:
+    global _FORMATTER
+    if _FORMATTER is None:
+        from IPython.core.formatters import DisplayFormatter
+
+        _FORMATTER = DisplayFormatter()
+    return _FORMATTER
+
+
+def install_display(current: Callable[[], JobOutputs | None]) -> None:
+    """Make display() (builtin and IPython.display's) publish through the running job."""
+
+    def display(*objs: Any, **kwargs: Any) -> None:
+        outputs = current()
+        if outputs is None:
+            print(*objs)
+        else:
+            outputs.display(*objs, **kwargs)
+
+    builtins.display = display  # type: ignore[attr-defined]
+    import IPython.core.display_functions as display_functions
+    import IPython.display
+
+    display_functions.display = display
+    IPython.display.display = display
+    _formatter()

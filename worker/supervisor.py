@@ -1,0 +1,306 @@
+"""The worker's supervisor: joins a hub, hands jobs to an executor child process, keeps it alive.
+
+Everything runs on the hub connection's I/O thread: messages from the hub and from the executor
+arrive there, and a tick after every poll checks the executor's health, the job's timeout and an
+interrupt's grace period. User code can kill the executor in any way; the job fails with a
+clear reason and a fresh executor takes the next job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import zmq
+
+from remote_magic.connection import Connection, dial
+from remote_magic.errors import ConnectionFailed
+from remote_magic.protocol import Message, MessageType as T, Role, decode, encode, error_header, local_versions
+from remote_magic.tokens import Token
+
+from .capabilities import host_capabilities
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_START_TIMEOUT_S = 120.0
+"""Starting Python, numpy and a GPU device; lavapipe on a busy machine is the slow case."""
+
+INTERRUPT_GRACE_S = 2.0
+"""After SIGINT, how long user code has to stop before the executor is killed and replaced."""
+
+HEALTH_CHECK_INTERVAL_S = 0.05
+"""While a job runs: how often the executor's liveness and memory are checked."""
+
+
+@dataclass
+class ExecutorOptions:
+    gpu: str = "auto"
+    adapter: str | None = None
+    backend: str | None = None
+    max_memory_bytes: int | None = None
+
+
+@dataclass
+class RunningJob:
+    id: str
+    timeout: float | None
+    deadline: float | None
+    interrupted_at: float | None = None
+    reason: str = ""  # why it was interrupted: "cancel" or "timeout"
+
+
+class ExecutorProcess:
+    """One executor child and the ROUTER socket it dials; restartable."""
+
+    def __init__(self, context: zmq.Context, options: ExecutorOptions) -> None:
+        self.options = options
+        self._dir = tempfile.TemporaryDirectory(prefix="remote-magic-")
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.linger = 0
+        self.socket.router_mandatory = True
+        if zmq.has("ipc"):
+            self.socket.bind(f"ipc://{Path(self._dir.name) / 'executor'}")
+        else:
+            self.socket.bind("tcp://127.0.0.1:0")
+        self.endpoint = self.socket.last_endpoint.decode()
+        self.generation = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.ready = False
+        self.capabilities: dict[str, Any] = {}
+
+    @property
+    def identity(self) -> bytes:
+        return b"executor-%d" % self.generation
+
+    def spawn(self) -> None:
+        self.generation += 1
+        self.ready = False
+        command = [sys.executable, "-m", "worker.executor", self.endpoint, str(self.generation),
+                   "--gpu", self.options.gpu]
+        if self.options.adapter:
+            command += ["--adapter", self.options.adapter]
+        if self.options.backend:
+            command += ["--backend", self.options.backend]
+        # Its own session: a Ctrl-C in the worker's terminal is the worker's, not the job's.
+        self.process = subprocess.Popen(command, start_new_session=True)
+        log.info("started executor %d (pid %d)", self.generation, self.process.pid)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the new executor says hello (used before the hub connection exists)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready:
+            if self.died() is not None:
+                raise RuntimeError(f"the executor process exited during start-up ({self.died()}); "
+                                   "run with -v to see its output")
+            if self.socket.poll(min(0.2, max(0.0, deadline - time.monotonic())) * 1000):
+                self.on_message(self.socket.recv_multipart(copy=False))
+            elif time.monotonic() > deadline:
+                raise RuntimeError(f"the executor did not start within {timeout:g} s")
+
+    def on_message(self, frames: list[zmq.Frame]) -> Message | None:
+        """Decode a message from the current executor; HELLO marks it ready. Stale ones return None."""
+        if frames[0].bytes != self.identity:
+            return None
+        msg = decode(frames[1:])
+        if msg.type is T.HELLO:
+            self.ready = True
+            self.capabilities = msg.header.get("gpu") or {}
+            return None
+        return msg
+
+    def send(self, frames: list[Any]) -> None:
+        self.socket.send_multipart([self.identity, *frames], copy=False)
+
+    def died(self) -> str | None:
+        """None while alive, else how it ended, in words."""
+        code = self.process.poll() if self.process else None
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def memory_bytes(self) -> int:
+        try:
+            return psutil.Process(self.process.pid).memory_info().rss if self.process else 0
+        except psutil.Error:
+            return 0
+
+    def interrupt(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGINT)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def close(self) -> None:
+        self.kill()
+        self.socket.close()
+        self._dir.cleanup()
+
+
+class Supervisor:
+    """Joins the hub a worker token points at and serves jobs until ``stop``."""
+
+    def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0) -> None:
+        if token.role is not Role.WORKER:
+            raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
+                                   "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
+        self.token = token
+        self.name = name
+        self.options = options
+        self.connect_timeout = connect_timeout
+        self.job: RunningJob | None = None
+        self._pending: list[tuple[dict[str, Any], list[Any]]] = []  # jobs that came while the executor restarts
+        self._context = zmq.Context()
+        self.executor = ExecutorProcess(self._context, options)
+        self._connection: Connection | None = None
+        self.welcome: Message | None = None
+        self._next_health_check = 0.0
+
+    def start(self) -> None:
+        """Start the executor, join the hub; returns once the worker accepts jobs."""
+        self.executor.spawn()
+        self.executor.wait_ready(EXECUTOR_START_TIMEOUT_S)
+        hello = {"role": Role.WORKER.value, "name": self.name, "versions": local_versions(),
+                 "capabilities": {**host_capabilities(), "gpu": self.executor.capabilities}}
+        sock, self.welcome = dial(self._context, self.token, hello, self.connect_timeout)
+        self.name = str(self.welcome.header.get("name", self.name))
+        self._connection = Connection(
+            self._context, sock, self.welcome, hello, self._on_hub_message, self._on_hub_lost,
+            watch={self.executor.socket: self._on_executor_message}, on_tick=self._tick,
+            name="remote-worker-io")
+        log.info("worker %r joined %s", self.name, self.token.redacted())
+
+    def stop(self) -> None:
+        """Leave the hub and stop the executor."""
+        if self._connection is not None:
+            self._connection.close()
+        self.executor.close()
+        self._context.term()
+
+    # -- from the hub ----------------------------------------------------------------------
+
+    def _on_hub_message(self, msg: Message) -> None:
+        if msg.type is T.SUBMIT:
+            frames = encode(T.SUBMIT, msg.header, msg.buffers)
+            if self.job is None and self.executor.ready:
+                self._start_job(msg.header, frames)
+            else:
+                self._pending.append((msg.header, frames))
+        elif msg.type is T.CANCEL:
+            if self.job is not None and self.job.id == msg.header.get("job"):
+                self._interrupt("cancel")
+        elif msg.type is T.ERROR:
+            log.warning("the hub says: %s", msg.header.get("message"))
+
+    def _on_hub_lost(self, reason: str) -> None:
+        log.warning("%s; reconnecting", reason)
+        if self.job is not None:  # its client can't get the result; free the executor for later
+            self._interrupt("cancel")
+
+    def _start_job(self, header: dict[str, Any], frames: list[Any]) -> None:
+        timeout = header.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
+        self.job = RunningJob(str(header["job"]), timeout, time.monotonic() + timeout if timeout else None)
+        self.executor.send(frames)
+        self._send_hub(T.STARTED, {"job": self.job.id, "worker": self.name})
+
+    def _send_hub(self, msg_type: T, header: dict[str, Any]) -> None:
+        assert self._connection is not None
+        self._connection.send_now(encode(msg_type, header))
+
+    # -- from the executor -----------------------------------------------------------------
+
+    def _on_executor_message(self, frames: list[zmq.Frame]) -> None:
+        try:
+            msg = self.executor.on_message(frames)
+        except Exception as exc:  # a garbled message from user code's process must not stop the worker
+            log.warning("dropped a malformed message from the executor: %s", exc)
+            return
+        if msg is None:
+            self._start_pending()
+            return
+        if self.job is None or msg.header.get("job") != self.job.id:
+            return
+        if msg.type in (T.RESULT, T.ERROR):
+            if msg.type is T.ERROR and self.job.reason:
+                msg.header.update(self._interrupted_error(self.job))
+            self._connection.send_now(encode(msg.type, msg.header, msg.buffers))  # type: ignore[union-attr]
+            self.job = None
+            self._start_pending()
+        else:
+            self._connection.send_now(list(frames[1:]))  # type: ignore[union-attr]
+
+    def _start_pending(self) -> None:
+        if self.job is None and self.executor.ready and self._pending:
+            self._start_job(*self._pending.pop(0))
+
+    # -- health ----------------------------------------------------------------------------
+
+    def _tick(self) -> float:
+        if self.job is None:
+            if self.executor.died() is not None and self.executor.ready:
+                log.warning("the idle executor %s; starting a new one", self.executor.died())
+                self.executor.spawn()
+            return 0.5
+        now = time.monotonic()
+        if now < self._next_health_check:
+            return HEALTH_CHECK_INTERVAL_S
+        self._next_health_check = now + HEALTH_CHECK_INTERVAL_S
+        job = self.job
+        death = self.executor.died()
+        limit = self.options.max_memory_bytes
+        if death is None and limit and (used := self.executor.memory_bytes()) > limit:
+            self.executor.kill()
+            death = (f"killed by remote-worker: it used {used / 2**30:.2f} GiB, over the "
+                     f"{limit / 2**30:.2f} GiB limit (--max-memory)")
+        if death is None and job.interrupted_at is not None and now - job.interrupted_at > INTERRUPT_GRACE_S:
+            self.executor.kill()
+            self._fail_job(job, {**self._interrupted_error(job),
+                                 "message": self._interrupted_error(job)["message"] +
+                                 f" (it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its process was "
+                                 "replaced)"})
+            return HEALTH_CHECK_INTERVAL_S
+        if death is not None:
+            self._fail_job(job, {"error": "ExecutorDied", "message":
+                                 f"the job's process was {death} while running this job"
+                                 f"{' (a crash in native code?)' if 'SIG' in death else ''}. The worker "
+                                 "started a fresh process; run the cell again after fixing the cause."})
+            return HEALTH_CHECK_INTERVAL_S
+        if job.deadline is not None and now > job.deadline and job.interrupted_at is None:
+            self._interrupt("timeout")
+        return HEALTH_CHECK_INTERVAL_S
+
+    def _interrupt(self, reason: str) -> None:
+        assert self.job is not None
+        if self.job.interrupted_at is None:
+            self.job.interrupted_at = time.monotonic()
+            self.job.reason = reason
+            self.executor.interrupt()
+
+    def _interrupted_error(self, job: RunningJob) -> dict[str, Any]:
+        if job.reason == "timeout":
+            return {"error": "JobTimeout", "message": f"the job ran past its {job.timeout:g} s "
+                    "timeout and was stopped (raise it with --timeout)"}
+        return {"error": "JobCancelled", "message": "the job was interrupted"}
+
+    def _fail_job(self, job: RunningJob, error: dict[str, Any]) -> None:
+        self._send_hub(T.ERROR, error_header(error["error"], error["message"], job.id))
+        self.job = None
+        self.executor.kill()
+        self.executor.spawn()  # the next job waits in _pending until it says hello
