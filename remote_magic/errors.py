@@ -31,6 +31,10 @@ from __future__ import annotations
 class RemoteMagicError(Exception):
     """Root of every error raised by remote-magic."""
 
+    def _render_traceback_(self) -> list[str]:
+        """In IPython, show the message without the library's own stack: it says what to do."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 class ConnectionFailed(RemoteMagicError):
     """The hub could not be reached, or it refused the connection."""

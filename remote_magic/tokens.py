@@ -58,7 +58,7 @@ class Token:
             )
         body = text[len(_PREFIXES[role]):]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
             raise TokenError("the token is damaged (not valid base64): copy it again in one piece") from None
         if len(raw) <= 3 * _KEY_BYTES:

@@ -127,9 +127,9 @@ class ExecutorProcess:
             return None
         if code < 0:
             try:
-                return f"killed by {signal.Signals(-code).name}"
+                return f"was killed by {signal.Signals(-code).name}"
             except ValueError:
-                return f"killed by signal {-code}"
+                return f"was killed by signal {-code}"
         return f"exited with status {code}"
 
     def memory_bytes(self) -> int:
@@ -267,7 +267,7 @@ class Supervisor:
         limit = self.options.max_memory_bytes
         if death is None and limit and (used := self.executor.memory_bytes()) > limit:
             self.executor.kill()
-            death = (f"killed by remote-worker: it used {used / 2**30:.2f} GiB, over the "
+            death = (f"was killed by remote-worker: it used {used / 2**30:.2f} GiB, over the "
                      f"{limit / 2**30:.2f} GiB limit (--max-memory)")
         if death is None and job.interrupted_at is not None and now - job.interrupted_at > INTERRUPT_GRACE_S:
             self.executor.kill()
@@ -278,7 +278,7 @@ class Supervisor:
             return HEALTH_CHECK_INTERVAL_S
         if death is not None:
             self._fail_job(job, {"error": "ExecutorDied", "message":
-                                 f"the job's process was {death} while running this job"
+                                 f"the job's process {death} while running this job"
                                  f"{' (a crash in native code?)' if 'SIG' in death else ''}. The worker "
                                  "started a fresh process; run the cell again after fixing the cause."})
             return HEALTH_CHECK_INTERVAL_S

@@ -1,0 +1,162 @@
+"""The notebook surface: %offload_connect, %%offload, %offload_workers, %offload_disconnect.
+
+Each magic parses its line, calls the client API and shows the result; the work is in
+``client.py``. A user's mistake becomes a UsageError (a short message, no traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, output_can_be_silenced
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Float
+
+from .cellcode import names_read
+from .client import Client, connect
+from .errors import TokenError
+from .tables import WorkersTable
+
+
+def _notice(text: str) -> None:
+    print(f"remote-magic: {text}", file=sys.stderr)
+
+
+@magics_class
+class OffloadMagics(Magics):
+    """Run cells on a remote-magic worker."""
+
+    connect_timeout = Float(10.0, help="Seconds %offload_connect waits for the hub.").tag(config=True)
+    default_timeout = Float(None, allow_none=True, help="Default --timeout of %%offload, in seconds.").tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self.client: Client | None = None
+        self.kernels: dict[str, str] = {}
+
+    # -- connection ------------------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("token", nargs="?", help="the token remote-worker printed (default: $REMOTE_MAGIC_TOKEN)")
+    @argument("--timeout", type=float, default=None, help="seconds to wait for the hub")
+    @line_magic
+    def offload_connect(self, line: str) -> None:
+        """Connect this notebook to a remote-worker's hub.
+
+        Usage: %offload_connect TOKEN   (or set REMOTE_MAGIC_TOKEN and run %offload_connect)
+        """
+        args = parse_argstring(self.offload_connect, line)
+        token = args.token or os.environ.get("REMOTE_MAGIC_TOKEN")
+        if not token:
+            raise UsageError("%offload_connect needs the token remote-worker printed "
+                             "(or set REMOTE_MAGIC_TOKEN in the environment)")
+        self.offload_disconnect("")
+        try:
+            self.client = connect(token, timeout=args.timeout or self.connect_timeout)
+        except TokenError as exc:
+            raise UsageError(str(exc)) from None
+        workers = self.client.workers()
+        names = ", ".join(w["name"] for w in workers) or "none yet"
+        print(f"Connected to {self.client.token.address} — workers: {names}")
+
+    @line_magic
+    def offload_disconnect(self, line: str) -> None:
+        """Disconnect from the hub; running jobs are cancelled."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def _client(self) -> Client:
+        if self.client is None:
+            raise UsageError("not connected: run %offload_connect TOKEN first "
+                             "(the token is the line remote-worker printed)")
+        return self.client
+
+    # -- running cells ---------------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("kernels", nargs="?", default=None,
+              help="run numpy work on the worker's GPU with these kernels, e.g. matmul or matmul,softmax")
+    @argument("--gpu", action="store_true", help="run numpy work on the worker's GPU with every kernel")
+    @argument("--worker", default=None, help="run on the worker with this name")
+    @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
+    @argument("--stats", action="store_true", help="show what ran on the GPU, for how long, and bytes moved")
+    @output_can_be_silenced
+    @cell_magic
+    def offload(self, line: str, cell: str) -> Any:
+        """Run this cell on a worker; the names it assigns come back into the notebook.
+
+        Only the variables the cell reads are sent. Output streams while it runs, display()
+        and matplotlib figures appear here, and the last expression is shown as the cell's
+        value. An exception shows the worker's traceback and leaves the namespace untouched.
+
+        Usage: %%offload [matmul[,softmax...]] [--gpu] [--worker NAME] [--timeout S] [--stats]
+        """
+        args = parse_argstring(self.offload, line)
+        client = self._client()
+        try:
+            reads = names_read(cell)
+        except SyntaxError as exc:
+            raise UsageError(f"the cell has a syntax error on line {exc.lineno}: {exc.msg}. "
+                             "%%offload runs plain Python (no other magics or !commands).") from None
+        namespace = self.shell.user_ns
+        hidden = self.shell.user_ns_hidden
+        inputs = {name: namespace[name] for name in reads
+                  if name in namespace and not (name in hidden and hidden[name] is namespace[name])}
+        gpu: bool | list[str] | None = True if args.gpu else (
+            [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None)
+        result = client.execute(
+            cell, inputs, worker=args.worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
+            kernels=self.kernels or None,
+            on_module_error=lambda name, ref, exc: _notice(
+                f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"))
+        namespace.update(result.values)
+        if args.stats:
+            _notice(_format_stats(result.worker, result.stats))
+        return result.value if result.has_value else None
+
+    @magic_arguments()
+    @argument("name", help="the name the kernel is called by: gpu.NAME(...)")
+    @cell_magic
+    def offload_kernel(self, line: str, cell: str) -> None:
+        """Define a custom WGSL compute kernel, callable as gpu.NAME(...) in offloaded cells.
+
+        The worker compiles it now; a compile error shows its line and column.
+        See docs/gpu.md for the binding convention.
+        """
+        args = parse_argstring(self.offload_kernel, line)
+        if not args.name.isidentifier():
+            raise UsageError(f"{args.name!r} is not a valid Python name for gpu.{args.name}")
+        self._client().execute("pass", gpu=True, kernels={**self.kernels, args.name: cell})
+        self.kernels[args.name] = cell
+        print(f"kernel gpu.{args.name} compiled")
+
+    @line_magic
+    def offload_workers(self, line: str) -> WorkersTable:
+        """The fleet as a table: name, host, platform, Python, CPUs, memory, GPU, state, jobs done."""
+        return WorkersTable(self._client().workers())
+
+
+def _format_stats(worker: str, stats: dict[str, Any]) -> str:
+    gpu = stats or {}
+    kernels = ", ".join(f"{name}×{count}" for name, count in (gpu.get("kernels") or {}).items()) or "none"
+    return (f"ran on {worker}: GPU kernels {kernels}; GPU time {gpu.get('gpu_time_s', 0.0) * 1e3:.2f} ms; "
+            f"uploaded {gpu.get('bytes_uploaded', 0):,} B, read back {gpu.get('bytes_downloaded', 0):,} B")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    ipython.register_magics(OffloadMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    magics = ipython.magics_manager.registry.get("OffloadMagics")
+    if magics is not None:
+        magics.offload_disconnect("")
+        for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers")),
+                            ("cell", ("offload", "offload_kernel"))):
+            for name in names:
+                ipython.magics_manager.magics[kind].pop(name, None)
+        del ipython.magics_manager.registry["OffloadMagics"]

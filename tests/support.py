@@ -1,0 +1,81 @@
+"""Helpers for tests: start real remote-worker processes on 127.0.0.1, poll with deadlines."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+
+STARTUP_TIMEOUT_S = 120.0
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.02) -> object:
+    """Poll ``condition`` until it is truthy or ``timeout`` passes (then fail, saying ``what``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)  # polling period, not synchronisation: the deadline bounds it
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@dataclass
+class WorkerProcess:
+    """A running `remote-worker` and what a test needs to reach it."""
+
+    process: subprocess.Popen[str]
+    home: Path
+    token_file: Path
+    log_file: Path
+
+    @property
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    def log(self) -> str:
+        return self.log_file.read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, str] | None = None,
+                 home: Path | None = None) -> WorkerProcess:
+    """Start `remote-worker ARGS` with its own config dir; wait until it accepts jobs."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    home = home or tmp / "home"
+    token = tmp / "token"
+    log = tmp / "worker.log"
+    executable = shutil.which("remote-worker")
+    assert executable, "remote-worker is not on PATH: install the project (pip install -e .)"
+    command = [executable, *args]
+    if token_file:
+        command += ["--token-file", str(token)]
+    environment = {**os.environ, "REMOTE_MAGIC_HOME": str(home), **(env or {})}
+    handle = log.open("w")
+    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=environment, text=True)
+    handle.close()
+    worker = WorkerProcess(process, home, token, log)
+    ready_line = "is ready" if token_file else "joined"
+    try:
+        wait_for(lambda: process.poll() is not None or ready_line in log.read_text(), STARTUP_TIMEOUT_S,
+                 "remote-worker to start")
+    except AssertionError:
+        worker.stop()
+        raise
+    if process.poll() is not None:
+        raise AssertionError(f"remote-worker exited with {process.returncode}:\n{log.read_text()}")
+    return worker

@@ -1,0 +1,201 @@
+"""The client API against a real remote-worker: results, streams, errors, interrupts, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import remote_magic
+from remote_magic import (
+    ConnectionFailed,
+    ExecutorDied,
+    InputError,
+    JobTimeout,
+    NoSuchWorker,
+    OutputError,
+    RemoteError,
+    TokenError,
+)
+
+from support import wait_for
+
+
+def test_run_returns_assigned_names_and_arrays(client: remote_magic.Client) -> None:
+    a = np.random.default_rng(0).standard_normal((64, 32))
+    b = np.random.default_rng(1).standard_normal((32, 16))
+    out = client.run("import numpy as np\nc = a @ b\nn = c.shape[0]", {"a": a, "b": b})
+    assert set(out) == {"np", "c", "n"}
+    np.testing.assert_allclose(out["c"], a @ b)
+    assert out["n"] == 64
+    assert out["c"].flags.writeable  # arrays from out-of-band frames can be changed in place
+
+
+def test_run_returns_only_requested_outputs(client: remote_magic.Client) -> None:
+    assert client.run("x = 1\ny = x + 1", outputs=["y"]) == {"y": 2}
+    with pytest.raises(OutputError, match="did not assign z"):
+        client.run("x = 1", outputs=["z"])
+
+
+def test_stdout_streams_while_the_job_runs(client: remote_magic.Client, tmp_path: Path) -> None:
+    """The job prints, then waits for a file that the test creates only after seeing the text."""
+    release = tmp_path / "release"
+    seen = threading.Event()
+    texts: list[str] = []
+
+    def on_stream(header: dict) -> None:
+        texts.append(header["text"])
+        if "waiting" in header["text"]:
+            seen.set()
+            release.touch()
+
+    code = (
+        "import os, sys, time\n"
+        "print('waiting'); sys.stderr.write('on stderr\\n')\n"
+        "deadline = time.monotonic() + 20\n"
+        "while not os.path.exists(path) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "released = os.path.exists(path)\n"
+    )
+    result = client.execute(code, {"path": str(release)}, ["released"], on_stream=on_stream)
+    assert seen.is_set()
+    assert result.values == {"released": True}  # only true if the text arrived before the job ended
+    assert "on stderr\n" in "".join(texts)
+
+
+def test_remote_exception_raises_with_remote_traceback(client: remote_magic.Client) -> None:
+    with pytest.raises(RemoteError) as info:
+        client.run("def f(x):\n    return x['missing']\nf({})")
+    err = info.value
+    assert err.remote_type == "KeyError"
+    assert "line 2, in f" in err.remote_traceback
+    assert "return x['missing']" in err.remote_traceback
+    assert "executor.py" not in err.remote_traceback  # only the user's frames
+
+
+def test_submit_returns_a_future(client: remote_magic.Client) -> None:
+    def scale(x: np.ndarray, factor: float = 1.0) -> np.ndarray:
+        return x * factor
+
+    future = client.submit(scale, np.arange(5.0), factor=3.0)
+    np.testing.assert_array_equal(future.result(timeout=30), np.arange(5.0) * 3.0)
+    failing = client.submit(lambda: 1 / 0)
+    with pytest.raises(RemoteError, match="ZeroDivisionError"):
+        failing.result(timeout=30)
+
+
+def test_workers_lists_the_worker(client: remote_magic.Client) -> None:
+    [info] = [w for w in client.workers() if w["name"] == "shared"]
+    assert info["hostname"] and info["platform"] and info["python"]
+    assert info["cpu_count"] >= 1 and info["memory_bytes"] > 2**20
+    assert info["state"] in ("idle", "busy")
+    assert info["versions"]["protocol"] == "RM1"
+    before = info["jobs_done"]
+    client.run("pass")
+    [after] = [w for w in client.workers() if w["name"] == "shared"]
+    assert after["jobs_done"] == before + 1
+
+
+def test_input_that_cannot_be_pickled_names_the_variable(client: remote_magic.Client) -> None:
+    with pytest.raises(InputError, match="`lock`") as info:
+        client.run("x = 1", {"lock": threading.Lock()})
+    assert info.value.name == "lock"
+    assert client.run("x = 1") == {"x": 1}
+
+
+def test_output_that_cannot_come_back_names_the_variable(client: remote_magic.Client) -> None:
+    with pytest.raises(OutputError, match="`gen`") as info:
+        client.run("gen = (i for i in range(3))\nok = 1")
+    assert info.value.name == "gen"
+
+
+def test_timeout_stops_the_job(client: remote_magic.Client) -> None:
+    started = time.monotonic()
+    with pytest.raises(JobTimeout, match="1 s timeout"):
+        client.run("import time\ntime.sleep(60)", timeout=1)
+    assert time.monotonic() - started < 10
+    assert client.run("y = 2") == {"y": 2}
+
+
+def test_unknown_worker_is_refused_with_the_known_names(client: remote_magic.Client) -> None:
+    with pytest.raises(NoSuchWorker, match="'nope'.*shared"):
+        client.run("pass", worker="nope")
+
+
+def test_ctrl_c_stops_the_remote_job_quickly(client: remote_magic.Client) -> None:
+    """A real SIGINT to this process while run() waits: the remote sleep(60) stops."""
+    interrupted_at: list[float] = []
+
+    def on_stream(header: dict) -> None:
+        if "sleeping" in header["text"]:
+            interrupted_at.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        client.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)", on_stream=on_stream)
+    assert interrupted_at and time.monotonic() - interrupted_at[0] < 2.0
+    assert client.run("after = 'ok'") == {"after": "ok"}
+
+
+def _kill_when_pid_printed(sig: int):
+    def on_stream(header: dict) -> None:
+        for word in header["text"].split():
+            if word.startswith("pid="):
+                os.kill(int(word[4:]), sig)
+    return on_stream
+
+
+def test_sigkill_of_the_executor_fails_the_job_and_the_next_job_runs(client: remote_magic.Client) -> None:
+    started = time.monotonic()
+    with pytest.raises(ExecutorDied, match="SIGKILL") as info:
+        client.execute("import os, time\nprint(f'pid={os.getpid()}', flush=True)\ntime.sleep(60)",
+                       on_stream=_kill_when_pid_printed(signal.SIGKILL))
+    assert time.monotonic() - started < 5
+    assert "fresh process" in str(info.value)
+    assert client.run("import os\npid = os.getpid()")["pid"] > 0
+
+
+@pytest.mark.parametrize("code, reason", [
+    ("import ctypes\nctypes.string_at(0)", "SIGSEGV"),
+    ("import os\nos._exit(3)", "exited with status 3"),
+])
+def test_crashing_user_code_kills_only_the_executor(client: remote_magic.Client, code: str, reason: str) -> None:
+    with pytest.raises(ExecutorDied, match=reason):
+        client.run(code)
+    assert client.run("v = 41 + 1") == {"v": 42}
+
+
+def test_connect_to_nothing_fails_within_its_timeout(worker) -> None:
+    token = remote_magic.tokens.Token.decode(worker.token).with_address("tcp://127.0.0.1:9")
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailed, match="nothing answered at tcp://127.0.0.1:9 within 1 s"):
+        remote_magic.connect(token.encode(), timeout=1)
+    assert time.monotonic() - started < 3
+
+
+def test_wrong_credentials_are_refused(worker) -> None:
+    import zmq
+
+    real = remote_magic.tokens.Token.decode(worker.token)
+    stranger = remote_magic.tokens.Token(real.role, real.address, real.server_public, *zmq.curve_keypair())
+    with pytest.raises(ConnectionFailed, match="refused these credentials"):
+        remote_magic.connect(stranger.encode(), timeout=5)
+    wrong_server = remote_magic.tokens.Token(real.role, real.address, zmq.curve_keypair()[0], real.public, real.secret)
+    with pytest.raises(ConnectionFailed, match="doesn't match that hub"):
+        remote_magic.connect(wrong_server.encode(), timeout=2)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no token"),
+    ("hello", "not a remote-magic token"),
+    ("rmc1.abc", "truncated"),
+    ("rmc1.!!!!", "damaged"),
+])
+def test_malformed_tokens_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(TokenError, match=message):
+        remote_magic.connect(text, timeout=1)
