@@ -23,7 +23,7 @@ import zmq
 from . import errors, serialization
 from .connection import Connection, dial
 from .errors import ConnectionFailed, JobCancelled, RemoteMagicError
-from .protocol import Message, MessageType as T, Role, describe_version_mismatch, local_versions
+from .protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role, describe_version_mismatch, local_versions
 from .tokens import Token
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ class Client:
             self._context.term()
             raise
         self.hub_versions: dict[str, str] = welcome.header.get("versions", {})
+        self.max_message_bytes = int(welcome.header.get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
         for worker in welcome.header.get("workers", []):
             self._warn_versions(worker)
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost)
@@ -212,6 +213,7 @@ class Client:
     def _submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None,
                 timeout: float | None, future: "Future[Any] | None" = None) -> _Job:
         packed = serialization.pack(values, errors.InputError)
+        self._check_size(packed)
         job = _Job(uuid.uuid4().hex, future=future)
         header.update(packed.header(), job=job.id)
         if worker is not None:
@@ -222,6 +224,18 @@ class Client:
             self._jobs[job.id] = job
         self._connection.send(T.SUBMIT, header, packed.frames)
         return job
+
+    def _check_size(self, packed: serialization.Packed) -> None:
+        """Refuse here what the hub's socket would drop without a word."""
+        position = 0
+        for name, count in zip(packed.names, packed.counts):
+            largest = max(serialization.nbytes([f]) for f in packed.frames[position:position + count])
+            position += count
+            if largest > self.max_message_bytes:
+                raise errors.InputError(
+                    f"`{name}` needs a {largest / 2**20:.1f} MiB frame, over the hub's "
+                    f"{self.max_message_bytes / 2**20:.1f} MiB limit: split it, or start remote-worker "
+                    "with a larger --max-message-size", name)
 
     def _next_event(self, job: _Job) -> Message:
         while True:

@@ -255,6 +255,7 @@ class Hub:
             log.warning("version differences with %s %r: %s", role.value, name, "; ".join(notes))
         self._send(identity, T.WELCOME, {
             "name": name, "versions": ours, "heartbeat_interval": self.heartbeat_interval,
+            "max_message_bytes": self.max_message_bytes,
             "workers": [w.describe() for w in self.fleet.workers()],
         })
         self._dispatch()
