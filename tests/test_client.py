@@ -29,8 +29,8 @@ from support import wait_for
 def test_run_returns_assigned_names_and_arrays(client: remote_magic.Client) -> None:
     a = np.random.default_rng(0).standard_normal((64, 32))
     b = np.random.default_rng(1).standard_normal((32, 16))
-    out = client.run("import numpy as np\nc = a @ b\nn = c.shape[0]", {"a": a, "b": b})
-    assert set(out) == {"np", "c", "n"}
+    out = client.run("import numpy as np\nc = a @ b\nn = c.shape[0]\nnothing = None", {"a": a, "b": b})
+    assert set(out) == {"np", "c", "n", "nothing"} and out["nothing"] is None
     np.testing.assert_allclose(out["c"], a @ b)
     assert out["n"] == 64
     assert out["c"].flags.writeable  # arrays from out-of-band frames can be changed in place

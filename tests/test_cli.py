@@ -1,0 +1,69 @@
+"""The remote-worker command line: the token file, `token`, --join checks, bad options."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import remote_magic
+from support import WorkerProcess
+
+
+def _remote_worker(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["remote-worker", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "REMOTE_MAGIC_HOME": str(home)})
+
+
+def test_token_file_is_one_owner_only_line_matching_the_printed_token(worker: WorkerProcess) -> None:
+    mode = stat.S_IMODE(worker.token_file.stat().st_mode)
+    assert mode == 0o600
+    text = worker.token_file.read_text()
+    assert text.count("\n") == 1 and text.startswith("rmc1.")
+    assert f"%offload_connect {text.strip()}" in worker.log()
+    keys = worker.home / "hub-keys.json"
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o600
+
+
+def test_token_command_shows_the_same_client_token(worker: WorkerProcess) -> None:
+    shown = _remote_worker(worker.home, "token")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == worker.token
+    worker_token = _remote_worker(worker.home, "token", "--worker").stdout.strip()
+    assert worker_token.startswith("rmw1.") and worker_token != worker.token
+
+
+def test_tokens_are_never_logged_whole(worker: WorkerProcess) -> None:
+    secret_part = worker.token[5:]
+    log_without_connect_line = "\n".join(l for l in worker.log().splitlines() if "%offload_connect" not in l)
+    assert secret_part[:40] not in log_without_connect_line
+
+
+def test_join_with_a_client_token_says_which_token_to_use(worker: WorkerProcess, tmp_path: Path) -> None:
+    result = _remote_worker(tmp_path, "--join", worker.token, "--gpu", "off")
+    assert result.returncode == 1
+    assert "this is a client token" in result.stderr and "remote-worker token --worker" in result.stderr
+
+
+def test_a_worker_token_cannot_be_used_from_a_notebook(worker: WorkerProcess) -> None:
+    worker_token = _remote_worker(worker.home, "token", "--worker").stdout.strip()
+    try:
+        remote_magic.connect(worker_token, timeout=2)
+    except remote_magic.TokenError as exc:
+        assert "this is a worker token" in str(exc)
+    else:
+        raise AssertionError("a worker token connected as a client")
+
+
+def test_bad_options_are_explained(tmp_path: Path) -> None:
+    result = _remote_worker(tmp_path, "--listen", "nonsense")
+    assert result.returncode == 2 and "is not HOST:PORT" in result.stderr
+    result = _remote_worker(tmp_path, "--max-memory", "lots")
+    assert result.returncode == 2 and "is not a size like 512M" in result.stderr
+
+
+def test_a_port_in_use_is_reported(worker: WorkerProcess, tmp_path: Path) -> None:
+    port = remote_magic.tokens.Token.decode(worker.token).address.rsplit(":", 1)[1]
+    result = _remote_worker(tmp_path, "--listen", f"127.0.0.1:{port}", "--gpu", "off")
+    assert result.returncode == 1 and f"can't listen on tcp://127.0.0.1:{port}" in result.stderr

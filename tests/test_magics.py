@@ -1,0 +1,149 @@
+"""The magics in a real IPython InteractiveShell against a real remote-worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Iterator
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from support import WorkerProcess
+
+
+@pytest.fixture
+def ip(worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
+    with capture_output() as out:
+        shell.run_line_magic("offload_connect", "")  # falls back to REMOTE_MAGIC_TOKEN
+    assert "Connected to tcp://127.0.0.1" in out.stdout and "shared" in out.stdout
+    yield shell
+    shell.run_line_magic("unload_ext", "remote_magic")
+    for name in ("a", "b", "c", "x", "obj", "n", "fresh", "unused", "h", "np", "plt"):
+        shell.user_ns.pop(name, None)
+
+
+def run(ip: InteractiveShell, cell: str):
+    with capture_output() as out:
+        result = ip.run_cell(cell)
+    return result, out
+
+
+def test_cell_runs_remotely_and_its_assignments_come_back(ip: InteractiveShell) -> None:
+    a = np.arange(6.0).reshape(2, 3)
+    b = np.ones((3, 2))
+
+    class Box:
+        pass
+
+    obj = Box()
+    ip.user_ns.update(a=a, b=b, x=[1, 2, 3], obj=obj, n=10)
+    result, out = run(ip, "%%offload\nimport numpy as np\nc = a @ b\nx[0] = 99\nobj.attr = 'set'\nn += 1\n"
+                          "print(c.shape)\nc.sum()")
+    assert result.success, result.error_in_exec
+    np.testing.assert_allclose(ip.user_ns["c"], a @ b)
+    assert ip.user_ns["x"] == [99, 2, 3]
+    assert ip.user_ns["obj"].attr == "set"
+    assert ip.user_ns["n"] == 11
+    assert "(2, 2)" in out.stdout
+    assert result.result == pytest.approx((a @ b).sum())  # the last expression is the cell's value
+
+
+def test_only_names_the_cell_reads_are_sent(ip: InteractiveShell) -> None:
+    import threading
+
+    ip.user_ns.update(unused=threading.Lock(), a=np.ones(3))  # a lock can't be pickled: sending it would fail
+    result, _ = run(ip, "%%offload\nfresh = a.sum()")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["fresh"] == 3.0
+
+
+def test_an_exception_shows_the_remote_traceback_and_leaves_the_namespace_alone(ip: InteractiveShell) -> None:
+    ip.user_ns.update(x=[1, 2, 3], n=5)
+    result, out = run(ip, "%%offload\nx[0] = 'changed'\nn = 6\nfresh = 1\nraise ValueError('boom on the worker')")
+    assert isinstance(result.error_in_exec, Exception)
+    assert "ValueError: boom on the worker" in out.stdout + out.stderr
+    assert '<offload cell' in out.stdout + out.stderr
+    assert ip.user_ns["x"] == [1, 2, 3] and ip.user_ns["n"] == 5 and "fresh" not in ip.user_ns
+
+
+def test_display_and_matplotlib_figures_appear_in_the_cell(ip: InteractiveShell) -> None:
+    cell = ("%%offload\nfrom IPython.display import display, HTML\nimport matplotlib.pyplot as plt\n"
+            "display(HTML('<b>from the worker</b>'))\nplt.plot([1, 2, 3])\nh = 1")
+    result, out = run(ip, cell)
+    assert result.success, result.error_in_exec
+    html = [o.data for o in out.outputs if "text/html" in o.data]
+    assert html and "<b>from the worker</b>" in html[0]["text/html"]
+    pngs = [o.data["image/png"] for o in out.outputs if "image/png" in o.data]
+    assert len(pngs) == 1
+    import base64
+
+    assert base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+
+
+def test_ctrl_c_stops_the_remote_job_and_the_next_cell_works(ip: InteractiveShell) -> None:
+    """A real SIGINT arrives while the cell waits on the worker; the remote sleep(60) stops."""
+
+    class InterruptOnText:
+        def __init__(self) -> None:
+            self.text = ""
+            self.sent_at: float | None = None
+
+        def write(self, text: str) -> int:
+            self.text += text
+            if "sleeping" in self.text and self.sent_at is None:
+                self.sent_at = time.monotonic()
+                os.kill(os.getpid(), signal.SIGINT)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    trigger = InterruptOnText()
+    saved = sys.stdout
+    sys.stdout = trigger
+    try:
+        result = ip.run_cell("%%offload\nimport time\nprint('sleeping', flush=True)\ntime.sleep(60)\nx = 1")
+    finally:
+        sys.stdout = saved
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)
+    assert trigger.sent_at is not None and time.monotonic() - trigger.sent_at < 2.0
+    result, _ = run(ip, "%%offload\nfresh = 'next cell works'")
+    assert result.success and ip.user_ns["fresh"] == "next cell works"
+
+
+def test_offload_workers_shows_a_table(ip: InteractiveShell) -> None:
+    table = ip.run_line_magic("offload_workers", "")
+    assert "<table>" in table._repr_html_() and "<td>shared</td>" in table._repr_html_()
+    assert "shared" in repr(table) and "jobs" in repr(table)
+
+
+def test_mistakes_are_usage_errors_with_what_to_do(ip: InteractiveShell, monkeypatch) -> None:
+    with pytest.raises(UsageError, match="syntax error on line 2"):
+        ip.run_cell_magic("offload", "", "x = 1\nx = = 2")
+    with pytest.raises(UsageError):
+        ip.run_cell_magic("offload", "--no-such-flag", "x = 1")
+    ip.run_line_magic("offload_disconnect", "")
+    with pytest.raises(UsageError, match="not connected: run %offload_connect TOKEN"):
+        ip.run_cell_magic("offload", "", "x = 1")
+    monkeypatch.delenv("REMOTE_MAGIC_TOKEN")
+    with pytest.raises(UsageError, match="needs the token"):
+        ip.run_line_magic("offload_connect", "")
+    with pytest.raises(UsageError, match="not a remote-magic token"):
+        ip.run_line_magic("offload_connect", "garbage")
+
+
+def test_every_magic_has_help(ip: InteractiveShell) -> None:
+    magics = ip.magics_manager.magics
+    for kind, name, words in [("line", "offload_connect", "TOKEN"), ("cell", "offload", "--worker"),
+                              ("line", "offload_workers", "table"), ("line", "offload_disconnect", "Disconnect"),
+                              ("cell", "offload_kernel", "WGSL")]:
+        assert words in (magics[kind][name].__doc__ or ""), name

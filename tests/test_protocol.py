@@ -1,0 +1,86 @@
+"""The wire format on its own: frames, out-of-band buffers, tokens, version notes, cell analysis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from remote_magic import serialization
+from remote_magic.cellcode import names_assigned, names_read
+from remote_magic.errors import InputError, OutputError, ProtocolError
+from remote_magic.keys import HubKeys
+from remote_magic.protocol import MessageType as T, decode, describe_version_mismatch, encode
+from remote_magic.tokens import Token
+
+
+def test_messages_round_trip() -> None:
+    msg = decode(encode(T.SUBMIT, {"job": "j1", "code": "x = 1"}, [b"payload"]))
+    assert msg.type is T.SUBMIT and msg.header == {"job": "j1", "code": "x = 1"} and msg.buffers == [b"payload"]
+
+
+def test_oversized_header_is_refused_before_parsing() -> None:
+    with pytest.raises(ProtocolError, match="over the 1048576-byte limit"):
+        decode([b"RM1", b"submit", b"{" + b" " * (1 << 20) + b"}"])
+
+
+def test_numpy_buffers_travel_out_of_band_without_a_copy() -> None:
+    array = np.random.default_rng(0).standard_normal((512, 512))
+    packed = serialization.pack({"a": array, "small": np.arange(3)})
+    assert packed.names == ["a", "small"] and packed.counts == [2, 1]
+    stream, buffer, _ = packed.frames
+    assert len(stream) < 1024  # the pickle stream holds only the array's metadata
+    assert np.shares_memory(np.frombuffer(buffer, dtype=array.dtype), array)  # the frame is the array's memory
+    back = serialization.unpack(packed.header(), [bytearray(f) for f in packed.frames])
+    np.testing.assert_array_equal(back["a"], array)
+
+
+def test_unpickling_failures_name_the_variable() -> None:
+    packed = serialization.pack({"good": 1, "bad": 2})
+    frames = list(packed.frames)
+    frames[1] = b"not a pickle"
+    with pytest.raises(OutputError, match="`bad` can't be unpickled") as info:
+        serialization.unpack(packed.header(), frames)
+    assert info.value.name == "bad"
+    with pytest.raises(OutputError, match="don't match its header"):
+        serialization.unpack({"names": ["a"], "counts": [3]}, frames)
+
+
+def test_unpicklable_input_names_the_variable() -> None:
+    with pytest.raises(InputError, match="`gen` \\(generator\\) can't be pickled"):
+        serialization.pack({"gen": (i for i in range(2))})
+
+
+def test_modules_travel_by_name() -> None:
+    import json
+
+    packed = serialization.pack({"json": json})
+    assert serialization.unpack(packed.header(), packed.frames)["json"] is json
+    missing = serialization.pack({"m": serialization.ModuleRef("no_such_module_here")})
+    skipped: list[str] = []
+    assert serialization.unpack(missing.header(), missing.frames,
+                                on_module_error=lambda name, ref, exc: skipped.append(name)) == {}
+    assert skipped == ["m"]
+
+
+def test_tokens_round_trip_and_redact() -> None:
+    keys = HubKeys.generate()
+    token = keys.token(__import__("remote_magic").protocol.Role.CLIENT, "tcp://example.org:5587")
+    assert Token.decode(token.encode()) == token
+    assert Token.decode(f"%offload_connect {token.encode()}") == token
+    assert token.secret.decode() not in token.redacted() and "example.org" in token.redacted()
+
+
+def test_version_differences_are_explained_in_words() -> None:
+    ours = {"remote_magic": "0.1.0", "python": "3.11.7", "cloudpickle": "3.0.0"}
+    theirs = {"remote_magic": "0.2.0", "python": "3.12.1", "cloudpickle": "3.1.0"}
+    notes = describe_version_mismatch(ours, theirs, "worker 'box'")
+    assert len(notes) == 3
+    assert "functions and classes defined in the notebook" in notes[1]
+    assert describe_version_mismatch(ours, {**ours, "python": "3.11.9"}, "w") == []
+
+
+def test_cell_analysis() -> None:
+    cell = "import numpy as np\nc = a @ b\nx[0] = 1\ny.attr = 2\nz += 1\ndef f(q):\n    global g\n    g = q + h\n"
+    assert {"a", "b", "x", "y", "z", "h"} <= names_read(cell)
+    assert "q" not in names_read(cell)
+    assert names_assigned(cell) == ["np", "c", "x", "y", "z", "f", "g"]
