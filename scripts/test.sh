@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh Debian machine too: installs what it needs, then runs pytest.
+# GPU tests run WGSL on a real wgpu adapter; without a GPU that is Mesa's lavapipe (mesa-vulkan-drivers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then
+    echo "test: installing Mesa's lavapipe Vulkan driver (mesa-vulkan-drivers)" >&2
+    as_root apt-get update -q && as_root apt-get install -y -q mesa-vulkan-drivers
+fi
+bash scripts/setup.sh test
+export PATH="$PWD/.venv/bin:$PATH"
+# In CI a missing GPU adapter fails the GPU tests instead of skipping them.
+if [ "${CI:-}" = "true" ]; then export REMOTE_MAGIC_REQUIRE_GPU=1; fi
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+exec python -m pytest "$@"
