@@ -2,20 +2,28 @@
 
 libzmq asks this ZAP handler about every CURVE handshake before any message from the peer is
 delivered, so a peer without a valid token never gets a byte to the hub's code, let alone to
-the unpickler. The User-Id it returns is the peer's role and key, which the hub reads off each message.
+the unpickler. The User-Id it returns is the peer's role and key, which the hub reads off each
+message. An address with too many failed handshakes is refused outright for a while.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import defaultdict, deque
 
 import zmq
-from zmq.utils import z85
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 
 from .keys import HubKeys
 
 log = logging.getLogger(__name__)
+
+MAX_FAILED_HANDSHAKES = 20
+"""Failed handshakes one address may make within FAILED_HANDSHAKE_WINDOW_S before it is blocked."""
+
+FAILED_HANDSHAKE_WINDOW_S = 60.0
 
 
 class HubAuthenticator(ThreadAuthenticator):
@@ -25,13 +33,40 @@ class HubAuthenticator(ThreadAuthenticator):
         super().__init__(context, log=log)
         self.keys = keys
         self.configure_curve_callback(domain="*", credentials_provider=self)
+        self._failures: defaultdict[str, deque[float]] = defaultdict(deque)
+        self._address = ""
+
+    async def handle_zap_message(self, msg: list[bytes]) -> None:
+        # One request at a time on the auth thread: remember whose it is for callback().
+        self._address = msg[3].decode("utf-8", "replace") if len(msg) > 3 else ""
+        if self._blocked(self._address):
+            if len(msg) > 1:
+                self._send_zap_reply(msg[1], b"400", b"too many failed handshakes")
+            return
+        await super().handle_zap_message(msg)
 
     def callback(self, domain: str, client_key: bytes) -> bool:
         """Called by pyzmq's ZAP handler with the peer's Z85 public key."""
-        allowed = self.keys.role_of(client_key) is not None
-        if not allowed:
-            log.warning("refused a CURVE handshake from an unknown key")
-        return allowed
+        if self.keys.role_of(client_key) is not None:
+            return True
+        failures = self._failures[self._address]
+        failures.append(time.monotonic())
+        log.warning("refused a CURVE handshake from %s: unknown key", self._address or "an unknown address")
+        if len(failures) == MAX_FAILED_HANDSHAKES:
+            log.warning("blocking %s for %.0f s after %d failed handshakes", self._address,
+                        FAILED_HANDSHAKE_WINDOW_S, MAX_FAILED_HANDSHAKES)
+        return False
+
+    def _blocked(self, address: str) -> bool:
+        failures = self._failures.get(address)
+        if not failures:
+            return False
+        horizon = time.monotonic() - FAILED_HANDSHAKE_WINDOW_S
+        while failures and failures[0] < horizon:
+            failures.popleft()
+        if not failures:
+            del self._failures[address]
+        return len(failures) >= MAX_FAILED_HANDSHAKES
 
     def curve_user_id(self, client_public_key: bytes) -> str:
         # "role:key", so the hub can tell the role and re-check the key after a rotation.

@@ -138,6 +138,7 @@ class Connection:
         self.interval = float(welcome.header.get("heartbeat_interval", HEARTBEAT_INTERVAL_S))
         self.expiry_s = self.interval * HEARTBEAT_LIVENESS
         self.connected = True
+        self.refused: str | None = None  # set when the hub will never take us back (keys rotated)
         self._endpoint = f"inproc://remote-magic-outbox-{id(self)}"
         self._outbox_in = context.socket(zmq.PULL)
         self._outbox_in.bind(self._endpoint)
@@ -154,6 +155,8 @@ class Connection:
         with self._send_lock:
             if self._closing:
                 raise ConnectionFailed("this connection is closed: connect again")
+            if self.refused:
+                raise ConnectionFailed(self.refused)
             self._outbox.send_multipart(encode(msg_type, header, buffers), copy=False)
 
     def send_now(self, frames: list[Any]) -> None:
@@ -199,7 +202,7 @@ class Connection:
                         self.connected = True
                         log.info("the hub answers again")
                     self._receive(sock.recv_multipart(copy=False))
-                if now - last_sent >= self.interval:
+                if now - last_sent >= self.interval and not self.refused:
                     sock.send_multipart(encode(T.HEARTBEAT, self._heartbeat_header()))
                     last_sent = now
                 if self.connected and now - last_heard > self.expiry_s:
@@ -223,9 +226,12 @@ class Connection:
             return
         if msg.type is T.ERROR and msg.header.get("error") == "CredentialsRotated":
             self.connected = False
-            self._on_lost(msg.header.get("message", "credentials rotated"))
+            self.refused = str(msg.header.get("message", "the hub's keys were rotated"))
+            self._on_lost(self.refused)
             return
         if msg.type is T.ERROR and msg.header.get("error") == "NotConnected":
+            if self.refused:
+                return
             log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
             self._sock.send_multipart(encode(T.HELLO, self._hello))
             return

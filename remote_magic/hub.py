@@ -92,7 +92,7 @@ class Hub:
         endpoint = sock.last_endpoint.decode()
         self.port = int(endpoint.rsplit(":", 1)[1])
         self._socket = sock
-        wake = self._context.socket(zmq.PAIR)
+        wake = self._context.socket(zmq.PULL)
         wake.linger = 0
         wake.bind(self._wake_endpoint)
         self._thread = threading.Thread(target=self._serve, args=(wake,), name="remote-magic-hub", daemon=True)
@@ -105,12 +105,8 @@ class Hub:
         if self._thread is None:
             return
         self._stopping.set()
-        waker = self._context.socket(zmq.PAIR)
-        waker.linger = 0
-        waker.connect(self._wake_endpoint)
-        waker.send(b"stop")
+        self._call_soon("stop")
         self._thread.join(timeout)
-        waker.close()
         self._thread = None
         if self._auth is not None:
             self._auth.stop()
@@ -130,8 +126,8 @@ class Hub:
         self._call_soon("drop-stale")
 
     def _call_soon(self, command: str) -> None:
-        waker = self._context.socket(zmq.PAIR)
-        waker.linger = 0
+        waker = self._context.socket(zmq.PUSH)
+        waker.linger = 1000  # inproc delivers at once; the linger only guards a hub that is gone
         waker.connect(self._wake_endpoint)
         waker.send(command.encode())
         waker.close()

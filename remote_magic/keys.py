@@ -1,7 +1,8 @@
 """The hub's CurveZMQ keys: generated once, kept in the user's config directory.
 
 Three key pairs: the hub's own (server) pair, the pair every client token carries and the pair
-every worker token carries. ``rotate`` replaces all three, so every old token stops working.
+every worker token carries. ``rotate`` replaces the two peer pairs, so every old token stops
+working; the hub keeps its own pair, so a running hub needs no new socket.
 """
 
 from __future__ import annotations
@@ -74,7 +75,11 @@ def load_or_create(directory: Path | None = None) -> HubKeys:
 
 
 def rotate(directory: Path | None = None) -> HubKeys:
-    """Replace the stored keys; tokens made from the old ones stop working."""
+    """Replace the stored peer keys; tokens made from the old ones stop working."""
     keys = HubKeys.generate()
-    write_private(key_file(directory), keys.to_json())
+    path = key_file(directory)
+    if path.exists():
+        old = HubKeys.from_json(path.read_text())
+        keys = HubKeys(old.server_public, old.server_secret, keys.peers)
+    write_private(path, keys.to_json())
     return keys

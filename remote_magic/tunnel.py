@@ -42,7 +42,12 @@ AGENTS_URL = "https://dashboard.ngrok.com/agents"
 ERRORS_URL = "https://ngrok.com/docs/errors"
 DEFAULT_TIMEOUT_S = 15.0
 CLOSE_TIMEOUT_S = 5.0  # closing is an RPC over the session; don't let a dead network stall exit
-_JOIN_GRACE_S = 2.0  # extra wait for the helper thread after its own deadline has passed
+_JOIN_GRACE_S = CLOSE_TIMEOUT_S + 1.0  # the helper thread's wait past its deadline: cleanup
+# After a timeout cancels an SDK call, the SDK's Rust runtime still takes the GIL once to notice.
+# If the interpreter is shutting down by then (a CLI that prints the error and exits), that aborts
+# the process ("FATAL: exception not rethrown", or a pyo3 panic). A moment's pause, with the GIL
+# released, lets it finish first; the SDK offers nothing to wait on instead.
+_SDK_CANCEL_GRACE_S = 0.2
 
 # ngrok's error codes (https://ngrok.com/docs/errors), grouped by what the user does about them.
 TCP_NOT_ALLOWED_CODES = frozenset({
@@ -72,6 +77,9 @@ class Tunnel:
     ``public_address`` is ``tcp://HOST:PORT``, usable as a ZeroMQ endpoint; ``local_port`` is the
     port on 127.0.0.1 that connections to it reach.
     """
+
+    public_address: str
+    local_port: int
 
     def __init__(self, public_address: str, local_port: int, session: Any, listener: Any,
                  closing: threading.Event) -> None:
@@ -291,7 +299,11 @@ def _run_in_loop(make: Callable[[], Awaitable[T]], timeout: float) -> T:
     outcome: list[tuple[bool, Any]] = []
 
     async def main() -> T:
-        return await make()
+        try:
+            return await make()
+        except asyncio.TimeoutError:
+            await asyncio.sleep(_SDK_CANCEL_GRACE_S)
+            raise
 
     def target() -> None:
         try:

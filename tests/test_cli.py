@@ -7,6 +7,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import remote_magic
 from support import WorkerProcess
 
@@ -67,3 +69,27 @@ def test_a_port_in_use_is_reported(worker: WorkerProcess, tmp_path: Path) -> Non
     port = remote_magic.tokens.Token.decode(worker.token).address.rsplit(":", 1)[1]
     result = _remote_worker(tmp_path, "--listen", f"127.0.0.1:{port}", "--gpu", "off")
     assert result.returncode == 1 and f"can't listen on tcp://127.0.0.1:{port}" in result.stderr
+
+
+def test_rotating_keys_locks_out_old_tokens_and_drops_their_peers(tmp_path: Path) -> None:
+    from support import start_worker, wait_for
+
+    w = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--heartbeat-interval", "0.2")
+    try:
+        old = w.token
+        client = remote_magic.connect(old, timeout=5)
+        assert client.run("x = 1") == {"x": 1}
+        rotated = _remote_worker(w.home, "token", "--rotate")
+        assert rotated.returncode == 0 and rotated.stdout.strip() != old and "old tokens" in rotated.stderr
+        new = rotated.stdout.strip()
+        wait_for(lambda: w.token == new, 20, "the worker to write the new token file")
+        with pytest.raises(remote_magic.ConnectionFailed, match="rotated"):
+            client.run("x = 2")  # the connected peer with old credentials was dropped
+        client.close()
+        with pytest.raises(remote_magic.ConnectionFailed, match="refused these credentials"):
+            remote_magic.connect(old, timeout=3)
+        with remote_magic.connect(new, timeout=5) as fresh:
+            wait_for(lambda: fresh.workers(), 20, "the worker to rejoin with the new keys")
+            assert fresh.run("y = 2") == {"y": 2}
+    finally:
+        w.stop()

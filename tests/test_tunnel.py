@@ -16,6 +16,7 @@ import asyncio
 import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -224,6 +225,24 @@ def test_service_that_never_answers_times_out(silent_service: str) -> None:
     message = str(info.value)
     assert f"did not answer within {SHORT_TIMEOUT_S:g} s" in message
     assert "internet connection" in message and ADVERTISE_HINT in message
+
+
+def test_exiting_right_after_a_timeout_does_not_abort(silent_service: str) -> None:
+    """A CLI prints the error and exits at once. Without a pause after cancelling, the SDK's
+    runtime takes the GIL during interpreter shutdown and the process aborts (exit 134)."""
+    script = (
+        "import sys\n"
+        "import remote_magic.tunnel as t\n"
+        f"t._server_addr = {silent_service!r}\n"
+        "try:\n"
+        f"    t.open_tcp_tunnel(5555, authtoken={BOGUS_TOKEN!r}, timeout=0.5)\n"
+        "except t.TunnelError:\n"
+        "    sys.exit(3)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert "FATAL" not in result.stderr and "panicked" not in result.stderr
 
 
 def test_works_from_inside_a_running_event_loop(refused_service: str) -> None:

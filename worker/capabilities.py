@@ -28,12 +28,3 @@ def host_capabilities() -> dict[str, Any]:
     if battery is not None:
         caps["battery"] = {"percent": round(battery.percent), "plugged_in": bool(battery.power_plugged)}
     return caps
-
-
-def lan_address() -> str:
-    """This machine's first non-loopback IPv4 address, for tokens when listening on 0.0.0.0."""
-    for addresses in psutil.net_if_addrs().values():
-        for addr in addresses:
-            if addr.family == socket.AF_INET and not addr.address.startswith("127."):
-                return addr.address
-    return "127.0.0.1"

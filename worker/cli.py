@@ -13,12 +13,12 @@ import threading
 from pathlib import Path
 
 from remote_magic import keys as keystore
+from remote_magic.addresses import advertised_address, bind_endpoint, check_endpoint
 from remote_magic.errors import RemoteMagicError
 from remote_magic.hub import Hub
 from remote_magic.protocol import DEFAULT_MAX_MESSAGE_BYTES, HEARTBEAT_INTERVAL_S, Role
 from remote_magic.tokens import Token, write_private
 
-from .capabilities import lan_address
 from .supervisor import ExecutorOptions, Supervisor
 
 log = logging.getLogger("remote-worker")
@@ -55,8 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--join", metavar="TOKEN",
                         help="join the hub this worker token points at instead of starting a hub")
     parser.add_argument("--name", default=platform.node() or "worker", help="this worker's name in the fleet")
-    parser.add_argument("--advertise", metavar="tcp://HOST:PORT",
+    parser.add_argument("--advertise", type=_endpoint, metavar="tcp://HOST:PORT",
                         help="the address to put in the token when you forward the port yourself")
+    parser.add_argument("--ngrok", action="store_true",
+                        help="expose the hub through an ngrok TCP tunnel (needs NGROK_AUTHTOKEN); see docs/tunnel.md")
+    parser.add_argument("--ngrok-authtoken", metavar="TOKEN", help="ngrok auth token (default: $NGROK_AUTHTOKEN)")
     parser.add_argument("--gpu", choices=["auto", "on", "off"], default=os.environ.get("REMOTE_MAGIC_GPU", "auto"),
                         help="auto: GPU kernels only on a hardware adapter; on: always; off: never")
     parser.add_argument("--adapter", default=os.environ.get("REMOTE_MAGIC_ADAPTER"), metavar="SUBSTRING",
@@ -77,13 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _advertised_address(args: argparse.Namespace, port: int) -> str:
-    if args.advertise:
-        if not re.match(r"^tcp://[^:/]+:\d+$", args.advertise):
-            raise SystemExit(f"remote-worker: --advertise {args.advertise!r} must look like tcp://HOST:PORT")
-        return args.advertise
-    host = args.listen[0]
-    return f"tcp://{lan_address() if host in ('0.0.0.0', '::', '*') else host}:{port}"
+def _endpoint(text: str) -> str:
+    try:
+        return check_endpoint(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _address_file() -> Path:
@@ -104,6 +105,54 @@ def show_token(args: argparse.Namespace) -> int:
     return 0
 
 
+KEY_CHECK_INTERVAL_S = 2.0
+"""How often a running remote-worker looks for keys replaced by `remote-worker token --rotate`."""
+
+
+class LocalHub:
+    """The hub remote-worker runs by default, its tunnel, and the tokens that reach it."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.keys = keystore.load_or_create()
+        self.key_mtime = keystore.key_file().stat().st_mtime
+        host, port = args.listen
+        self.hub = Hub(self.keys, bind_endpoint(host, port), heartbeat_interval=args.heartbeat_interval,
+                       max_message_bytes=args.max_message_size).start()
+        self.tunnel = None
+        try:
+            if args.ngrok:
+                from remote_magic.tunnel import open_tcp_tunnel
+
+                self.tunnel = open_tcp_tunnel(self.hub.port, authtoken=args.ngrok_authtoken)
+                self.address = self.tunnel.public_address
+            else:
+                self.address = advertised_address(host, self.hub.port, args.advertise)
+        except BaseException:
+            self.hub.stop()
+            raise
+        write_private(_address_file(), self.address)
+
+    def token(self, role: Role) -> Token:
+        """Workers in this process dial the hub on loopback; everyone else uses the advertised address."""
+        return self.keys.token(role, f"tcp://127.0.0.1:{self.hub.port}" if role is Role.WORKER else self.address)
+
+    def reload_rotated_keys(self) -> bool:
+        """Pick up keys replaced by `remote-worker token --rotate`; True when they changed."""
+        mtime = keystore.key_file().stat().st_mtime
+        if mtime == self.key_mtime:
+            return False
+        self.key_mtime = mtime
+        self.keys = keystore.load_or_create()
+        self.hub.set_keys(self.keys)
+        log.warning("keys rotated: old tokens no longer work")
+        return True
+
+    def close(self) -> None:
+        if self.tunnel is not None:
+            self.tunnel.close()
+        self.hub.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
@@ -111,43 +160,40 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "token":
         return show_token(args)
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
-    hub: Hub | None = None
+    local: LocalHub | None = None
     try:
-        if args.join:
-            worker_token = Token.decode(args.join)
-            client_token = None
-        else:
-            keys = keystore.load_or_create()
-            host, port = args.listen
-            hub = Hub(keys, f"tcp://{host if ':' not in host else f'[{host}]'}:{port}",
-                      heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size).start()
-            address = _advertised_address(args, hub.port or port)
-            write_private(_address_file(), address)
-            worker_token = keys.token(Role.WORKER, f"tcp://127.0.0.1:{hub.port}")
-            client_token = keys.token(Role.CLIENT, address)
+        local = None if args.join else LocalHub(args)
+        worker_token = local.token(Role.WORKER) if local else Token.decode(args.join)
         supervisor = Supervisor(worker_token, args.name, options)
         supervisor.start()
     except (RemoteMagicError, OSError, RuntimeError) as exc:
-        if hub is not None:
-            hub.stop()
+        if local is not None:
+            local.close()
         print(f"remote-worker: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    if client_token is not None:
+    if local is not None:
+        client_token = local.token(Role.CLIENT).encode()
         if args.token_file:
-            write_private(args.token_file, client_token.encode() + "\n")
+            write_private(args.token_file, client_token + "\n")
         print(f"remote-worker: worker {supervisor.name!r} is ready. In your notebook run:\n", flush=True)
-        print(f"%load_ext remote_magic\n%offload_connect {client_token.encode()}\n", flush=True)
+        print(f"%load_ext remote_magic\n%offload_connect {client_token}\n", flush=True)
     else:
         print(f"remote-worker: worker {supervisor.name!r} joined {worker_token.address}", flush=True)
     try:
-        stop.wait()
+        while not stop.wait(KEY_CHECK_INTERVAL_S):
+            if local is not None and local.reload_rotated_keys():
+                supervisor.stop()  # our own worker held the old worker key: rejoin with the new one
+                supervisor = Supervisor(local.token(Role.WORKER), args.name, options)
+                supervisor.start()
+                if args.token_file:
+                    write_private(args.token_file, local.token(Role.CLIENT).encode() + "\n")
     finally:
         supervisor.stop()
-        if hub is not None:
-            hub.stop()
+        if local is not None:
+            local.close()
     return 0
 
 

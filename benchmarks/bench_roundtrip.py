@@ -1,0 +1,539 @@
+"""Round-trip benchmark for remote-magic (issue 2, item 10), beside raw pyzmq, ipyparallel and Dask.
+
+Everything is measured in one run on this machine, each peer alone (the others stopped):
+
+1. remote-magic ``Client.run("pass")`` against a local ``remote-worker`` (median, p90);
+2. an empty ``%%offload`` cell through a real ``IPython.InteractiveShell`` (and, for context,
+   a plain local ``run_cell`` of the same empty cell);
+3. a float64 array (100 MB by default) sent and returned: ``c.run("b = a", {"a": arr}, ["b"])``;
+   the rate counts both directions (200 MB moved for 100 MB) over the median time, and every
+   returned array is checked against the input;
+4. raw pyzmq DEALER/ROUTER over TCP loopback to an echo child process: a tiny message and the
+   same array (``copy=False`` on both sides); the same pair with CurveZMQ, for context, since
+   every remote-magic socket is encrypted;
+5. ipyparallel with one engine: ``view.execute("pass", block=True)`` and push+pull of the array;
+   Dask (when installed): ``client.submit(f, pure=False).result()``.
+
+The table is printed (markdown) and written into the "## Round trip (issue 2)" section of
+``benchmarks/results.md``, with the machine it ran on.
+
+Run it from the repository root (the project installed, ``pip install -e .``)::
+
+    python benchmarks/bench_roundtrip.py                     # the full run, a few minutes
+    python benchmarks/bench_roundtrip.py --iterations 200 --size-mb 10 --no-ipyparallel --no-write
+
+Optional peers: ``pip install ipyparallel "dask[distributed]"``; without them their rows say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import logging
+import os
+import platform
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import zmq
+
+log = logging.getLogger("bench_roundtrip")
+
+RESULTS_PATH = Path(__file__).resolve().parent / "results.md"
+SECTION_TITLE = "## Round trip (issue 2)"
+RESULTS_TITLE = "# Benchmark results"
+
+GOAL_RUN_PASS_S = 0.5e-3
+GOAL_OFFLOAD_CELL_S = 1e-3
+GOAL_RATE_FRACTION = 0.90
+
+WORKER_START_TIMEOUT_S = 60.0
+ECHO_START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+# -- measurements ----------------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    """Seconds per call of one measured operation; ``nbytes`` is the payload each way, if any."""
+
+    seconds: list[float]
+    nbytes: int = 0
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.seconds))
+
+    @property
+    def p90(self) -> float:
+        return float(np.percentile(self.seconds, 90))
+
+    @property
+    def rate_gbs(self) -> float:
+        """Both directions counted: 2 × nbytes over the median time, in GB/s (10^9 B)."""
+        return 2 * self.nbytes / self.median / 1e9
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    what: str
+    median: str
+    spread: str
+    goal: str = "—"
+    met: str = "—"
+
+
+def time_calls(call: Callable[[], Any], warmup: int, iterations: int,
+               check: Callable[[Any], None] | None = None) -> list[float]:
+    """Run ``call`` ``warmup`` times untimed, then ``iterations`` times timed.
+
+    ``check`` (outside the timed part) sees every result, so a wrong answer stops the run
+    instead of producing a figure.
+    """
+    for _ in range(warmup):
+        result = call()
+        if check is not None:
+            check(result)
+    seconds: list[float] = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        result = call()
+        seconds.append(time.perf_counter() - start)
+        if check is not None:
+            check(result)
+    return seconds
+
+
+def make_array(size_mb: float) -> np.ndarray:
+    """A float64 array of ``size_mb`` × 10^6 bytes with non-trivial contents."""
+    count = int(size_mb * 1e6) // 8
+    return np.random.default_rng(2).standard_normal(count)
+
+
+def equal_to(expected: np.ndarray, what: str) -> Callable[[Any], None]:
+    """A check that fails loudly when a returned array differs from what was sent."""
+    def check(value: Any) -> None:
+        if not (isinstance(value, np.ndarray) and np.array_equal(value, expected)):
+            raise AssertionError(f"{what}: the array that came back differs from the one sent")
+    return check
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` until it holds, or raise TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout:g} s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+
+
+# -- remote-magic ----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def remote_worker() -> Iterator[str]:
+    """Start ``remote-worker`` on 127.0.0.1 with a private key directory; yield its client token."""
+    executable = shutil.which("remote-worker")
+    if executable is None:
+        raise SystemExit("remote-worker is not on PATH: run `pip install -e .` in the repository root")
+    with tempfile.TemporaryDirectory(prefix="rm-bench-") as home:
+        token_file = Path(home) / "token"
+        log_path = Path(home) / "worker.log"
+        env = dict(os.environ, REMOTE_MAGIC_HOME=home)
+        with open(log_path, "wb") as worker_log:
+            # stdout carries the token: it goes nowhere; stderr is kept to explain a failed start.
+            process = subprocess.Popen(
+                [executable, "--listen", "127.0.0.1:0", "--token-file", str(token_file), "--gpu", "off"],
+                env=env, stdout=subprocess.DEVNULL, stderr=worker_log)
+            try:
+                def ready() -> bool:
+                    if process.poll() is not None:
+                        raise RuntimeError(f"remote-worker exited with {process.returncode}: "
+                                           f"{log_path.read_text(errors='replace')[-2000:]}")
+                    return token_file.exists() and token_file.read_text().strip() != ""
+                started = time.monotonic()
+                wait_until(ready, WORKER_START_TIMEOUT_S, "remote-worker did not write its token")
+                log.info("remote-worker ready in %.2f s", time.monotonic() - started)
+                yield token_file.read_text().strip()
+            finally:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    log.warning("remote-worker ignored SIGTERM for %g s; killing it", STOP_TIMEOUT_S)
+                    process.kill()
+                    process.wait()
+
+
+def bench_client_pass(token: str, warmup: int, iterations: int) -> Sample:
+    """``Client.run("pass")`` round trips."""
+    import remote_magic
+
+    with remote_magic.connect(token) as client:
+        return Sample(time_calls(lambda: client.run("pass"), warmup, iterations))
+
+
+def bench_client_array(token: str, array: np.ndarray, repeats: int) -> Sample:
+    """``Client.run("b = a", {"a": array}, ["b"])``: the array there and back."""
+    import remote_magic
+
+    check = equal_to(array, "remote-magic")
+    with remote_magic.connect(token) as client:
+        seconds = time_calls(lambda: client.run("b = a", {"a": array}, ["b"])["b"], 1, repeats, check)
+    return Sample(seconds, array.nbytes)
+
+
+def _quiet_shell() -> Any:
+    """A real IPython InteractiveShell, with history kept in memory (nothing written to ~/.ipython)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    return InteractiveShell.instance(config=config)
+
+
+def bench_offload_cell(token: str, warmup: int, iterations: int) -> tuple[Sample, Sample]:
+    """An empty ``%%offload`` cell through ``run_cell``, and a plain local empty cell beside it."""
+    main_module = sys.modules["__main__"]  # the shell puts its own namespace there; this script's comes back after
+    shell = _quiet_shell()
+    shell.run_line_magic("load_ext", "remote_magic")
+    with contextlib.redirect_stdout(io.StringIO()):  # "Connected to ..." is not the table
+        shell.run_line_magic("offload_connect", token)
+
+    def run(cell: str) -> Callable[[], None]:
+        def call() -> None:
+            result = shell.run_cell(cell)
+            if not result.success:
+                raise RuntimeError(f"run_cell({cell!r}) failed: {result.error_in_exec or result.error_before_exec}")
+        return call
+
+    try:
+        offload = Sample(time_calls(run("%%offload\npass\n"), warmup, iterations))
+        local = Sample(time_calls(run("pass\n"), warmup, iterations))
+    finally:
+        shell.run_line_magic("offload_disconnect", "")
+        sys.modules["__main__"] = main_module
+    return offload, local
+
+
+# -- raw pyzmq -------------------------------------------------------------------------------
+
+ECHO_SECRET_ENV = "BENCH_ROUNDTRIP_CURVE_SECRET"
+
+
+def echo_server() -> int:
+    """Child process: a ROUTER that sends every message back as it came, without copying.
+
+    Prints its port on stdout; CurveZMQ server when $BENCH_ROUNDTRIP_CURVE_SECRET holds a key.
+    """
+    context = zmq.Context()
+    sock = context.socket(zmq.ROUTER)
+    sock.linger = 0
+    secret = os.environ.get(ECHO_SECRET_ENV)
+    if secret:
+        sock.curve_server = True
+        sock.curve_secretkey = secret.encode()
+    print(sock.bind_to_random_port("tcp://127.0.0.1"), flush=True)
+    while True:
+        frames = sock.recv_multipart(copy=False)
+        if len(frames) == 2 and frames[1].bytes == b"stop":
+            break
+        sock.send_multipart(frames, copy=False)
+    sock.close()
+    context.term()
+    return 0
+
+
+@contextlib.contextmanager
+def echo_peer(curve: bool) -> Iterator[zmq.Socket]:
+    """An echo child process and a DEALER connected to it over TCP loopback (CurveZMQ if asked)."""
+    server_public, server_secret = zmq.curve_keypair() if curve else (b"", b"")
+    env = dict(os.environ, **{ECHO_SECRET_ENV: server_secret.decode()})
+    child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--echo-server"],
+                             env=env, stdout=subprocess.PIPE, text=True)
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    try:
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], ECHO_START_TIMEOUT_S)
+        line = child.stdout.readline() if ready else ""
+        if not line.strip().isdigit():
+            raise RuntimeError(f"the pyzmq echo process did not report its port within {ECHO_START_TIMEOUT_S:g} s "
+                               f"(exit status {child.poll()})")
+        if curve:
+            client_public, client_secret = zmq.curve_keypair()
+            sock.curve_serverkey = server_public
+            sock.curve_publickey = client_public
+            sock.curve_secretkey = client_secret
+        sock.connect(f"tcp://127.0.0.1:{int(line)}")
+        yield sock
+        sock.send(b"stop")
+    finally:
+        sock.close()
+        context.term()
+        try:
+            child.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def bench_pyzmq(array: np.ndarray, warmup: int, iterations: int, repeats: int, curve: bool) -> tuple[Sample, Sample]:
+    """Tiny-message round trips and the array echoed, DEALER/ROUTER between two processes."""
+    with echo_peer(curve) as sock:
+        def tiny() -> None:
+            sock.send(b"x")
+            sock.recv()
+
+        def big() -> np.ndarray:
+            sock.send(array, copy=False)
+            frame = sock.recv(copy=False)
+            return np.frombuffer(frame.buffer, dtype=array.dtype)
+
+        small = Sample(time_calls(tiny, warmup, iterations))
+        large = Sample(time_calls(big, 1, repeats, equal_to(array, "raw pyzmq")), array.nbytes)
+    return small, large
+
+
+# -- ipyparallel and Dask --------------------------------------------------------------------
+
+def bench_ipyparallel(array: np.ndarray, warmup: int, iterations: int, repeats: int) -> tuple[Sample, Sample]:
+    """One engine: ``execute("pass")`` and push+pull of the array."""
+    import ipyparallel
+
+    cluster = ipyparallel.Cluster(n=1, log_level=logging.WARNING)
+    started = time.monotonic()
+    rc = cluster.start_and_connect_sync()
+    try:
+        log.info("ipyparallel: 1 engine up in %.1f s", time.monotonic() - started)
+        view = rc[0]
+        execute = Sample(time_calls(lambda: view.execute("pass", block=True), warmup, iterations))
+
+        def push_pull() -> Any:
+            view.push({"a": array}, block=True)
+            return view.pull("a", block=True)
+
+        transfer = Sample(time_calls(push_pull, 1, repeats, equal_to(array, "ipyparallel")), array.nbytes)
+    finally:
+        rc.close()
+        cluster.stop_cluster_sync()
+    return execute, transfer
+
+
+def _nothing() -> None:
+    return None
+
+
+def bench_dask(warmup: int, iterations: int) -> Sample | None:
+    """``client.submit(f, pure=False).result()`` against a one-process LocalCluster; None without Dask."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        return None
+    for name in ("distributed", "tornado", "bokeh"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    started = time.monotonic()
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        log.info("dask: 1 worker up in %.1f s", time.monotonic() - started)
+        # pure=False: a fresh key each time, so no call is answered from a previous result.
+        return Sample(time_calls(lambda: client.submit(_nothing, pure=False).result(), warmup, iterations))
+
+
+# -- report ----------------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_lines(load_before: tuple[float, float, float]) -> list[str]:
+    import remote_magic
+
+    versions = [f"remote-magic {remote_magic.__version__}", f"pyzmq {zmq.__version__}",
+                f"libzmq {zmq.zmq_version()}", f"numpy {np.__version__}"]
+    for module in ("ipyparallel", "distributed"):
+        try:
+            versions.append(f"{'dask' if module == 'distributed' else module} {__import__(module).__version__}")
+        except ImportError:
+            pass
+    load_after = os.getloadavg()
+    return [
+        f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
+        f"- Python {platform.python_version()}; {', '.join(versions)}",
+        f"- Load average (1 min) before / after the run: {load_before[0]:.2f} / {load_after[0]:.2f}",
+    ]
+
+
+def ms(seconds: float) -> str:
+    value = seconds * 1e3
+    return f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms" if value < 1000 else f"{value:.0f} ms"
+
+
+def latency_row(what: str, sample: Sample, goal_s: float | None = None) -> Row:
+    if goal_s is None:
+        return Row(what, ms(sample.median), f"p90 {ms(sample.p90)}")
+    return Row(what, ms(sample.median), f"p90 {ms(sample.p90)}", f"≤ {ms(goal_s)}",
+               "yes" if sample.median <= goal_s else "no")
+
+
+def rate_row(what: str, sample: Sample, goal: str = "—", met: str = "—") -> Row:
+    return Row(what, ms(sample.median), f"{sample.rate_gbs:.2f} GB/s", goal, met)
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    lines = ["| what | median | p90 or rate | goal | met? |", "| --- | ---: | ---: | --- | --- |"]
+    lines += [f"| {r.what} | {r.median} | {r.spread} | {r.goal} | {r.met} |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_section(body: str, path: Path = RESULTS_PATH) -> None:
+    """Replace (or append) this benchmark's section of results.md; other sections stay as they are."""
+    text = path.read_text() if path.exists() else f"{RESULTS_TITLE}\n"
+    lines = text.splitlines()
+    section = [SECTION_TITLE, "", *body.rstrip("\n").splitlines(), ""]
+    try:
+        start = lines.index(SECTION_TITLE)
+    except ValueError:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        lines += ["", *section]
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section
+    while lines and not lines[-1].strip():
+        lines.pop()
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+# -- main ------------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=1000, help="timed round trips per latency figure (default 1000)")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed round trips before each latency figure (default 50)")
+    parser.add_argument("--size-mb", type=float, default=100.0, help="array size in MB, 10^6 bytes (default 100)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed transfers of the array per peer (default 10)")
+    parser.add_argument("--no-ipyparallel", action="store_true", help="leave out ipyparallel")
+    parser.add_argument("--no-dask", action="store_true", help="leave out Dask")
+    parser.add_argument("--no-write", action="store_true", help="print the table only; leave results.md alone")
+    parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)  # the raw pyzmq peer
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.echo_server:
+        return echo_server()
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    load_before = os.getloadavg()
+    array = make_array(args.size_mb)
+    size = f"{array.nbytes / 1e6:g} MB"
+    w, n, r = args.warmup, args.iterations, args.repeats
+    rows: list[Row] = []
+    notes: list[str] = []
+
+    log.info("remote-magic: starting remote-worker")
+    with remote_worker() as token:
+        log.info("remote-magic: Client.run('pass') × %d", n)
+        run_pass = bench_client_pass(token, w, n)
+        log.info("remote-magic: empty %%%%offload cell × %d", n)
+        offload_cell, local_cell = bench_offload_cell(token, w, n)
+        log.info("remote-magic: %s there and back × %d", size, r)
+        rm_array = bench_client_array(token, array, r)
+
+    log.info("raw pyzmq: tiny × %d, %s × %d", n, size, r)
+    zmq_tiny, zmq_array = bench_pyzmq(array, w, n, r, curve=False)
+    log.info("raw pyzmq + CurveZMQ: tiny × %d, %s × %d", n, size, r)
+    curve_tiny, curve_array = bench_pyzmq(array, w, n, r, curve=True)
+
+    fraction = rm_array.rate_gbs / zmq_array.rate_gbs
+    rows += [
+        latency_row('remote-magic `Client.run("pass")`', run_pass, GOAL_RUN_PASS_S),
+        latency_row("remote-magic empty `%%offload` cell (`run_cell`)", offload_cell, GOAL_OFFLOAD_CELL_S),
+        latency_row("local empty `run_cell` (context)", local_cell),
+        rate_row(f"remote-magic {size} there and back", rm_array,
+                 f"≥ {GOAL_RATE_FRACTION:.0%} of raw pyzmq ({GOAL_RATE_FRACTION * zmq_array.rate_gbs:.2f} GB/s)",
+                 f"{'yes' if fraction >= GOAL_RATE_FRACTION else 'no'} ({fraction:.0%})"),
+        latency_row("raw pyzmq DEALER/ROUTER, tiny message", zmq_tiny),
+        rate_row(f"raw pyzmq DEALER/ROUTER, {size} echo", zmq_array),
+        latency_row("raw pyzmq + CurveZMQ, tiny message (context)", curve_tiny),
+        rate_row(f"raw pyzmq + CurveZMQ, {size} echo (context)", curve_array),
+    ]
+
+    if args.no_ipyparallel:
+        notes.append("ipyparallel left out (--no-ipyparallel).")
+    else:
+        try:
+            log.info("ipyparallel: execute('pass') × %d, push+pull %s × %d", n, size, r)
+            ipp_execute, ipp_array = bench_ipyparallel(array, w, n, r)
+        except ImportError:
+            notes.append("ipyparallel is not installed: `pip install ipyparallel` for its rows.")
+        else:
+            rows += [latency_row('ipyparallel `execute("pass", block=True)`', ipp_execute),
+                     rate_row(f"ipyparallel push+pull {size}", ipp_array)]
+
+    if args.no_dask:
+        notes.append("Dask left out (--no-dask).")
+    else:
+        log.info("dask: submit().result() × %d", n)
+        dask_submit = bench_dask(w, n)
+        if dask_submit is None:
+            notes.append('Dask is not installed (`pip install "dask[distributed]"`), so it has no row.')
+        else:
+            rows.append(latency_row("Dask `client.submit(f, pure=False).result()`", dask_submit))
+
+    table = markdown_table(rows)
+    print(table)
+    summary = (f"remote-magic's {size} rate is {fraction:.0%} of raw pyzmq's in the same run "
+               f"({rm_array.rate_gbs:.2f} vs {zmq_array.rate_gbs:.2f} GB/s).")
+    print(f"\n{summary}")
+    for note in notes:
+        print(note)
+
+    if not args.no_write:
+        method = (f"Latencies: {w} warm-up calls, then the median and 90th percentile of {n} timed calls. "
+                  f"Transfers: a {size} float64 array, 1 warm-up then {r} timed round trips, every returned "
+                  "array checked with `np.array_equal`; the rate counts both directions (2 × size) over the "
+                  "median time. Each peer runs alone, over TCP loopback; remote-magic goes client → hub → "
+                  "worker → executor and back, CurveZMQ on every TCP hop. Raw pyzmq is an echo child "
+                  "process with `copy=False` on both sides. Goals from issue 2, item 10.")
+        body = "\n".join([
+            f"Measured by `python benchmarks/bench_roundtrip.py{''.join(' ' + a for a in argv)}`.",
+            "", *machine_lines(load_before), "", table, "", summary, *notes, "", method])
+        write_section(body)
+        log.info("wrote the table to %s", RESULTS_PATH)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
