@@ -26,6 +26,14 @@ def check_endpoint(text: str) -> str:
     return text
 
 
+def parse_host_port(text: str) -> tuple[str, int]:
+    """'HOST:PORT' -> (host, port); port 0 means any free port."""
+    host, sep, port = (text or "").rpartition(":")
+    if not sep or not port.isdigit() or not host or int(port) > 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 0.0.0.0:5587, or 127.0.0.1:0 for any free port)")
+    return host.strip("[]"), int(port)
+
+
 def bind_endpoint(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 

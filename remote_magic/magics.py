@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, output_can_be_silenced
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Float
 
+from .addresses import advertised_address, bind_endpoint, check_endpoint, parse_host_port
 from .cellcode import names_read
 from .client import Client, connect
 from .errors import TokenError
+from .hub import Hub
+from .keys import HubKeys
+from .protocol import Role
 from .tables import WorkersTable
+
+if TYPE_CHECKING:
+    from .tunnel import Tunnel
 
 
 def _notice(text: str) -> None:
@@ -36,6 +43,8 @@ class OffloadMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.client: Client | None = None
         self.kernels: dict[str, str] = {}
+        self.hub: Hub | None = None       # a hub this kernel serves (%offload_serve)
+        self.tunnel: Tunnel | None = None
 
     # -- connection ------------------------------------------------------------------------
 
@@ -62,12 +71,57 @@ class OffloadMagics(Magics):
         names = ", ".join(w["name"] for w in workers) or "none yet"
         print(f"Connected to {self.client.token.address} — workers: {names}")
 
+    @magic_arguments()
+    @argument("--ngrok", action="store_true", help="expose the hub through an ngrok TCP tunnel (NGROK_AUTHTOKEN)")
+    @argument("--ngrok-authtoken", default=None, help="ngrok auth token (default: $NGROK_AUTHTOKEN)")
+    @argument("--listen", default="0.0.0.0:0", help="HOST:PORT the hub binds (default 0.0.0.0:0, any free port)")
+    @argument("--advertise", default=None, help="tcp://HOST:PORT to put in the worker token (your own forwarding)")
+    @line_magic
+    def offload_serve(self, line: str) -> None:
+        """Host a hub in this kernel, so workers dial in to the notebook.
+
+        Prints the `remote-worker --join TOKEN` command to run on each worker machine; this
+        notebook is connected to its own hub at once. With --ngrok the hub is reachable through a
+        public ngrok TCP address; with --advertise, through your own forwarding.
+        """
+        args = parse_argstring(self.offload_serve, line)
+        try:
+            host, port = parse_host_port(args.listen)
+            advertise = check_endpoint(args.advertise) if args.advertise else None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        self.offload_disconnect("")
+        keys = HubKeys.generate()  # a notebook's hub lives as long as the kernel: fresh keys each time
+        self.hub = Hub(keys, bind_endpoint(host, port)).start()
+        try:
+            if args.ngrok:
+                from .tunnel import open_tcp_tunnel
+
+                self.tunnel = open_tcp_tunnel(self.hub.port, authtoken=args.ngrok_authtoken)
+                address = self.tunnel.public_address
+            else:
+                address = advertised_address(host, self.hub.port, advertise)
+            self.client = connect(keys.token(Role.CLIENT, f"tcp://127.0.0.1:{self.hub.port}"),
+                                  timeout=self.connect_timeout)
+        except BaseException:
+            self.offload_disconnect("")
+            raise
+        print(f"Serving a hub at {address}. On each worker machine run:\n\n"
+              f"    remote-worker --join {keys.token(Role.WORKER, address).encode()}\n\n"
+              "This notebook is connected to it; %offload_workers lists the workers that joined.")
+
     @line_magic
     def offload_disconnect(self, line: str) -> None:
-        """Disconnect from the hub; running jobs are cancelled."""
+        """Disconnect from the hub; running jobs are cancelled. A hub this kernel serves stops."""
         if self.client is not None:
             self.client.close()
             self.client = None
+        if self.tunnel is not None:
+            self.tunnel.close()
+            self.tunnel = None
+        if self.hub is not None:
+            self.hub.stop()
+            self.hub = None
 
     def _client(self) -> Client:
         if self.client is None:
@@ -155,7 +209,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics = ipython.magics_manager.registry.get("OffloadMagics")
     if magics is not None:
         magics.offload_disconnect("")
-        for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers")),
+        for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers", "offload_serve")),
                             ("cell", ("offload", "offload_kernel"))):
             for name in names:
                 ipython.magics_manager.magics[kind].pop(name, None)

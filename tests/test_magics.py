@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from remote_magic.tokens import Token
 from support import WorkerProcess
 
 
@@ -145,5 +146,36 @@ def test_every_magic_has_help(ip: InteractiveShell) -> None:
     magics = ip.magics_manager.magics
     for kind, name, words in [("line", "offload_connect", "TOKEN"), ("cell", "offload", "--worker"),
                               ("line", "offload_workers", "table"), ("line", "offload_disconnect", "Disconnect"),
-                              ("cell", "offload_kernel", "WGSL")]:
+                              ("cell", "offload_kernel", "WGSL"), ("line", "offload_serve", "--join")]:
         assert words in (magics[kind][name].__doc__ or ""), name
+
+
+def test_offload_serve_hosts_a_hub_that_workers_join(tmp_path, monkeypatch) -> None:
+    from support import start_worker, wait_for
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    try:
+        with capture_output() as out:
+            shell.run_line_magic("offload_serve", "--listen 127.0.0.1:0 --advertise tcp://127.0.0.1:45999")
+        command = next(line.strip() for line in out.stdout.splitlines() if "remote-worker --join" in line)
+        token = command.split()[-1]
+        advertised = Token.decode(token)
+        assert advertised.role.value == "worker" and advertised.address == "tcp://127.0.0.1:45999"
+        magics = shell.magics_manager.registry["OffloadMagics"]
+        real = advertised.with_address(f"tcp://127.0.0.1:{magics.hub.port}").encode()  # no forwarder here
+        joined = start_worker(tmp_path, "--join", real, "--gpu", "off", "--name", "dialed-in", token_file=False)
+        try:
+            wait_for(lambda: "dialed-in" in repr(shell.run_line_magic("offload_workers", "")), 20, "the worker")
+            shell.user_ns["a"] = np.arange(4.0)
+            result, _ = run(shell, "%%offload --worker dialed-in\nc = a * 2")
+            assert result.success, result.error_in_exec
+            np.testing.assert_array_equal(shell.user_ns["c"], np.arange(4.0) * 2)
+        finally:
+            joined.stop()
+        with pytest.raises(UsageError, match="is not an address like tcp://HOST:PORT"):
+            shell.run_line_magic("offload_serve", "--advertise nowhere")
+    finally:
+        shell.run_line_magic("unload_ext", "remote_magic")
+        for name in ("a", "c"):
+            shell.user_ns.pop(name, None)

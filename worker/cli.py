@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from remote_magic import keys as keystore
-from remote_magic.addresses import advertised_address, bind_endpoint, check_endpoint
+from remote_magic.addresses import advertised_address, bind_endpoint, check_endpoint, parse_host_port
 from remote_magic.errors import RemoteMagicError
 from remote_magic.hub import Hub
 from remote_magic.protocol import DEFAULT_MAX_MESSAGE_BYTES, HEARTBEAT_INTERVAL_S, Role
@@ -37,10 +37,10 @@ def parse_size(text: str) -> int:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 0.0.0.0:5587, or 127.0.0.1:0 for any free port)")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
