@@ -109,7 +109,8 @@ class Client:
         self._requests: dict[str, Future[list[dict[str, Any]]]] = {}
         self._lock = threading.Lock()
         self._context = zmq.Context()
-        hello = {"role": Role.CLIENT.value, "name": name or platform.node(), "versions": local_versions()}
+        self._versions = local_versions()
+        hello = {"role": Role.CLIENT.value, "name": name or platform.node(), "versions": self._versions}
         try:
             sock, welcome = dial(self._context, self.token, hello, timeout)
         except BaseException:
@@ -215,7 +216,7 @@ class Client:
         packed = serialization.pack(values, errors.InputError)
         self._check_size(packed)
         job = _Job(uuid.uuid4().hex, future=future)
-        header.update(packed.header(), job=job.id)
+        header.update(packed.header(), job=job.id, versions=self._versions)
         if worker is not None:
             header["worker"] = worker
         if timeout is not None:

@@ -19,14 +19,22 @@ import threading
 import time
 import traceback
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 
 from remote_magic import serialization
 from remote_magic.cellcode import names_assigned, split_last_expression
 from remote_magic.errors import GpuError, InputError, OutputError, SerializationError
-from remote_magic.protocol import Message, MessageType as T, decode, encode, error_header, local_versions
+from remote_magic.protocol import (
+    Message,
+    MessageType as T,
+    decode,
+    describe_version_mismatch,
+    encode,
+    error_header,
+    local_versions,
+)
 
 from .outputs import JobOutputs, install_display
 
@@ -107,7 +115,13 @@ class Executor:
 
     def _execute(self, msg: Message, outputs: JobOutputs) -> dict[str, Any]:
         header = msg.header
-        inputs = serialization.unpack(header, msg.buffers, InputError)
+        try:
+            inputs = serialization.unpack(header, msg.buffers, InputError)
+        except InputError as exc:
+            notes = describe_version_mismatch(local_versions(), header.get("versions") or {}, "the notebook")
+            if notes:
+                raise InputError(f"{exc} — likely because {'; '.join(notes)}", exc.name) from exc
+            raise
         if header.get("kind") == "call":
             return {"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))}
         code = str(header.get("code", ""))

@@ -171,6 +171,7 @@ class Supervisor:
         self._connection: Connection | None = None
         self.welcome: Message | None = None
         self._next_health_check = 0.0
+        self.totals: dict[str, Any] = {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0}
 
     def start(self) -> None:
         """Start the executor, join the hub; returns once the worker accepts jobs."""
@@ -182,6 +183,7 @@ class Supervisor:
         self.name = str(self.welcome.header.get("name", self.name))
         self._connection = Connection(
             self._context, sock, self.welcome, hello, self._on_hub_message, self._on_hub_lost,
+            heartbeat_header=lambda: {"stats": {"gpu": self.totals}},
             watch={self.executor.socket: self._on_executor_message}, on_tick=self._tick,
             name="remote-worker-io")
         log.info("worker %r joined %s", self.name, self.token.redacted())
@@ -240,11 +242,21 @@ class Supervisor:
         if msg.type in (T.RESULT, T.ERROR):
             if msg.type is T.ERROR and self.job.reason:
                 msg.header.update(self._interrupted_error(self.job))
+            self._count(msg.header.get("stats"))
             self._connection.send_now(encode(msg.type, msg.header, msg.buffers))  # type: ignore[union-attr]
             self.job = None
             self._start_pending()
         else:
             self._connection.send_now(list(frames[1:]))  # type: ignore[union-attr]
+
+    def _count(self, stats: Any) -> None:
+        """Add one job's GPU counters to the totals the worker listing shows."""
+        if not isinstance(stats, dict):
+            return
+        for name, count in (stats.get("kernels") or {}).items():
+            self.totals["kernels"][name] = self.totals["kernels"].get(name, 0) + int(count)
+        for key in ("gpu_time_s", "bytes_uploaded", "bytes_downloaded"):
+            self.totals[key] += stats.get(key) or 0
 
     def _start_pending(self) -> None:
         if self.job is None and self.executor.ready and self._pending:
