@@ -60,6 +60,7 @@ GOAL_RATE_FRACTION = 0.90
 
 WORKER_START_TIMEOUT_S = 60.0
 ECHO_START_TIMEOUT_S = 30.0
+ECHO_REPLY_TIMEOUT_MS = 60_000
 STOP_TIMEOUT_S = 10.0
 
 
@@ -270,6 +271,7 @@ def echo_peer(curve: bool) -> Iterator[zmq.Socket]:
     context = zmq.Context()
     sock = context.socket(zmq.DEALER)
     sock.linger = 0
+    sock.rcvtimeo = ECHO_REPLY_TIMEOUT_MS  # a broken peer raises zmq.Again instead of hanging the run
     try:
         assert child.stdout is not None
         ready, _, _ = select.select([child.stdout], [], [], ECHO_START_TIMEOUT_S)
@@ -369,6 +371,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def code_version() -> str:
+    """The commit measured, and whether the working tree had changes on top of it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "commit unknown"
+    return f"commit {commit}{' with uncommitted changes' if dirty else ''}"
+
+
 def machine_lines(load_before: tuple[float, float, float]) -> list[str]:
     import remote_magic
 
@@ -383,7 +398,7 @@ def machine_lines(load_before: tuple[float, float, float]) -> list[str]:
     return [
         f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
         f"- Machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
-        f"- Python {platform.python_version()}; {', '.join(versions)}",
+        f"- Python {platform.python_version()}; {', '.join(versions)}; {code_version()}",
         f"- Load average (1 min) before / after the run: {load_before[0]:.2f} / {load_after[0]:.2f}",
     ]
 
@@ -433,11 +448,112 @@ def write_section(body: str, path: Path = RESULTS_PATH) -> None:
 
 # -- main ------------------------------------------------------------------------------------
 
+@dataclass
+class Settings:
+    """What every peer is asked to do, from the command line."""
+
+    warmup: int
+    iterations: int
+    repeats: int
+    array: np.ndarray
+
+    @property
+    def size(self) -> str:
+        return f"{self.array.nbytes / 1e6:g} MB"
+
+
+@dataclass
+class RemoteMagicSamples:
+    run_pass: Sample
+    offload_cell: Sample
+    local_cell: Sample
+    transfer: Sample
+
+
+def remote_magic_samples(run: Settings) -> RemoteMagicSamples:
+    """remote-magic against a private remote-worker: pass, %%offload cell, local cell, array."""
+    w, n, r = run.warmup, run.iterations, run.repeats
+    log.info("remote-magic: starting remote-worker")
+    with remote_worker() as token:
+        log.info("remote-magic: Client.run('pass') × %d", n)
+        run_pass = bench_client_pass(token, w, n)
+        log.info("remote-magic: empty %%%%offload cell × %d", n)
+        offload_cell, local_cell = bench_offload_cell(token, w, n)
+        log.info("remote-magic: %s there and back × %d", run.size, r)
+        transfer = bench_client_array(token, run.array, r)
+    return RemoteMagicSamples(run_pass, offload_cell, local_cell, transfer)
+
+
+def remote_magic_rows(run: Settings, rm: RemoteMagicSamples, raw: Sample) -> list[Row]:
+    """remote-magic's rows, with the goals; the array goal compares with raw pyzmq's rate."""
+    fraction = rm.transfer.rate_gbs / raw.rate_gbs
+    return [
+        latency_row('remote-magic `Client.run("pass")`', rm.run_pass, GOAL_RUN_PASS_S),
+        latency_row("remote-magic empty `%%offload` cell (`run_cell`)", rm.offload_cell, GOAL_OFFLOAD_CELL_S),
+        latency_row("local empty `run_cell` (context)", rm.local_cell),
+        rate_row(f"remote-magic {run.size} there and back", rm.transfer,
+                 f"≥ {GOAL_RATE_FRACTION:.0%} of raw pyzmq ({GOAL_RATE_FRACTION * raw.rate_gbs:.2f} GB/s)",
+                 f"{'yes' if fraction >= GOAL_RATE_FRACTION else 'no'} ({fraction:.0%})"),
+    ]
+
+
+def pyzmq_rows(run: Settings) -> tuple[list[Row], Sample]:
+    """Raw pyzmq rows, plain and with CurveZMQ; also returns the plain array sample."""
+    rows: list[Row] = []
+    plain: Sample | None = None
+    for curve in (False, True):
+        label = "raw pyzmq + CurveZMQ" if curve else "raw pyzmq DEALER/ROUTER"
+        context = " (context)" if curve else ""
+        log.info("%s: tiny × %d, %s × %d", label, run.iterations, run.size, run.repeats)
+        tiny, transfer = bench_pyzmq(run.array, run.warmup, run.iterations, run.repeats, curve)
+        rows += [latency_row(f"{label}, tiny message{context}", tiny),
+                 rate_row(f"{label}, {run.size} echo{context}", transfer)]
+        plain = plain or transfer
+    assert plain is not None
+    return rows, plain
+
+
+def ipyparallel_rows(run: Settings, notes: list[str]) -> list[Row]:
+    """ipyparallel's rows, or a note when it isn't installed."""
+    try:
+        import ipyparallel  # noqa: F401
+    except ImportError:
+        notes.append("ipyparallel is not installed (`pip install ipyparallel`), so it has no rows.")
+        return []
+    log.info("ipyparallel: execute('pass') × %d, push+pull %s × %d", run.iterations, run.size, run.repeats)
+    execute, transfer = bench_ipyparallel(run.array, run.warmup, run.iterations, run.repeats)
+    return [latency_row('ipyparallel `execute("pass", block=True)`', execute),
+            rate_row(f"ipyparallel push+pull {run.size}", transfer)]
+
+
+def dask_rows(run: Settings, notes: list[str]) -> list[Row]:
+    """Dask's row, or a note when it isn't installed."""
+    log.info("dask: submit().result() × %d", run.iterations)
+    submit = bench_dask(run.warmup, run.iterations)
+    if submit is None:
+        notes.append('Dask is not installed (`pip install "dask[distributed]"`), so it has no row.')
+        return []
+    return [latency_row("Dask `client.submit(f, pure=False).result()`", submit)]
+
+
+def method_text(run: Settings) -> str:
+    """How the figures were taken, for results.md."""
+    return (f"Latencies: {run.warmup} warm-up calls, then the median and 90th percentile of {run.iterations} "
+            f"timed calls. Transfers: a {run.size} float64 array, 1 warm-up then {run.repeats} timed round "
+            "trips, every returned array checked with `np.array_equal`; the rate counts both directions "
+            "(2 × size) over the median time. Each peer runs alone, over TCP loopback; remote-magic goes "
+            "client → hub → worker → executor and back, with CurveZMQ on both TCP hops (client ↔ hub, "
+            "hub ↔ worker). Raw pyzmq is an echo child process with `copy=False` on both sides. "
+            "Goals from issue 2, item 10.")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=1000, help="timed round trips per latency figure (default 1000)")
-    parser.add_argument("--warmup", type=int, default=50, help="untimed round trips before each latency figure (default 50)")
+    parser.add_argument("--iterations", type=int, default=1000,
+                        help="timed round trips per latency figure (default 1000)")
+    parser.add_argument("--warmup", type=int, default=50,
+                        help="untimed round trips before each latency figure (default 50)")
     parser.add_argument("--size-mb", type=float, default=100.0, help="array size in MB, 10^6 bytes (default 100)")
     parser.add_argument("--repeats", type=int, default=10, help="timed transfers of the array per peer (default 10)")
     parser.add_argument("--no-ipyparallel", action="store_true", help="leave out ipyparallel")
@@ -449,87 +565,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(arguments)
     if args.echo_server:
         return echo_server()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     load_before = os.getloadavg()
-    array = make_array(args.size_mb)
-    size = f"{array.nbytes / 1e6:g} MB"
-    w, n, r = args.warmup, args.iterations, args.repeats
-    rows: list[Row] = []
+    run = Settings(args.warmup, args.iterations, args.repeats, make_array(args.size_mb))
     notes: list[str] = []
 
-    log.info("remote-magic: starting remote-worker")
-    with remote_worker() as token:
-        log.info("remote-magic: Client.run('pass') × %d", n)
-        run_pass = bench_client_pass(token, w, n)
-        log.info("remote-magic: empty %%%%offload cell × %d", n)
-        offload_cell, local_cell = bench_offload_cell(token, w, n)
-        log.info("remote-magic: %s there and back × %d", size, r)
-        rm_array = bench_client_array(token, array, r)
-
-    log.info("raw pyzmq: tiny × %d, %s × %d", n, size, r)
-    zmq_tiny, zmq_array = bench_pyzmq(array, w, n, r, curve=False)
-    log.info("raw pyzmq + CurveZMQ: tiny × %d, %s × %d", n, size, r)
-    curve_tiny, curve_array = bench_pyzmq(array, w, n, r, curve=True)
-
-    fraction = rm_array.rate_gbs / zmq_array.rate_gbs
-    rows += [
-        latency_row('remote-magic `Client.run("pass")`', run_pass, GOAL_RUN_PASS_S),
-        latency_row("remote-magic empty `%%offload` cell (`run_cell`)", offload_cell, GOAL_OFFLOAD_CELL_S),
-        latency_row("local empty `run_cell` (context)", local_cell),
-        rate_row(f"remote-magic {size} there and back", rm_array,
-                 f"≥ {GOAL_RATE_FRACTION:.0%} of raw pyzmq ({GOAL_RATE_FRACTION * zmq_array.rate_gbs:.2f} GB/s)",
-                 f"{'yes' if fraction >= GOAL_RATE_FRACTION else 'no'} ({fraction:.0%})"),
-        latency_row("raw pyzmq DEALER/ROUTER, tiny message", zmq_tiny),
-        rate_row(f"raw pyzmq DEALER/ROUTER, {size} echo", zmq_array),
-        latency_row("raw pyzmq + CurveZMQ, tiny message (context)", curve_tiny),
-        rate_row(f"raw pyzmq + CurveZMQ, {size} echo (context)", curve_array),
-    ]
-
+    remote = remote_magic_samples(run)
+    zmq_rows, raw = pyzmq_rows(run)
+    rows = remote_magic_rows(run, remote, raw) + zmq_rows
     if args.no_ipyparallel:
         notes.append("ipyparallel left out (--no-ipyparallel).")
     else:
-        try:
-            log.info("ipyparallel: execute('pass') × %d, push+pull %s × %d", n, size, r)
-            ipp_execute, ipp_array = bench_ipyparallel(array, w, n, r)
-        except ImportError:
-            notes.append("ipyparallel is not installed: `pip install ipyparallel` for its rows.")
-        else:
-            rows += [latency_row('ipyparallel `execute("pass", block=True)`', ipp_execute),
-                     rate_row(f"ipyparallel push+pull {size}", ipp_array)]
-
+        rows += ipyparallel_rows(run, notes)
     if args.no_dask:
         notes.append("Dask left out (--no-dask).")
     else:
-        log.info("dask: submit().result() × %d", n)
-        dask_submit = bench_dask(w, n)
-        if dask_submit is None:
-            notes.append('Dask is not installed (`pip install "dask[distributed]"`), so it has no row.')
-        else:
-            rows.append(latency_row("Dask `client.submit(f, pure=False).result()`", dask_submit))
+        rows += dask_rows(run, notes)
 
+    transfer = remote.transfer
     table = markdown_table(rows)
-    print(table)
-    summary = (f"remote-magic's {size} rate is {fraction:.0%} of raw pyzmq's in the same run "
-               f"({rm_array.rate_gbs:.2f} vs {zmq_array.rate_gbs:.2f} GB/s).")
-    print(f"\n{summary}")
-    for note in notes:
-        print(note)
-
+    summary = (f"remote-magic's {run.size} rate is {transfer.rate_gbs / raw.rate_gbs:.0%} of raw pyzmq's in "
+               f"the same run ({transfer.rate_gbs:.2f} vs {raw.rate_gbs:.2f} GB/s).")
+    print("\n".join([table, "", summary, *notes]))
     if not args.no_write:
-        method = (f"Latencies: {w} warm-up calls, then the median and 90th percentile of {n} timed calls. "
-                  f"Transfers: a {size} float64 array, 1 warm-up then {r} timed round trips, every returned "
-                  "array checked with `np.array_equal`; the rate counts both directions (2 × size) over the "
-                  "median time. Each peer runs alone, over TCP loopback; remote-magic goes client → hub → "
-                  "worker → executor and back, CurveZMQ on every TCP hop. Raw pyzmq is an echo child "
-                  "process with `copy=False` on both sides. Goals from issue 2, item 10.")
-        body = "\n".join([
-            f"Measured by `python benchmarks/bench_roundtrip.py{''.join(' ' + a for a in argv)}`.",
-            "", *machine_lines(load_before), "", table, "", summary, *notes, "", method])
+        command = " ".join(["python benchmarks/bench_roundtrip.py", *arguments])
+        body = "\n".join([f"Measured by `{command}`.", "", *machine_lines(load_before), "", table, "",
+                          summary, *notes, "", method_text(run)])
         write_section(body)
         log.info("wrote the table to %s", RESULTS_PATH)
     return 0

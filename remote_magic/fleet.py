@@ -22,6 +22,7 @@ class Peer:
     name: str
     versions: dict[str, str]
     capabilities: dict[str, Any] = field(default_factory=dict)
+    local: bool = False          # the hub's in-process worker (inproc, no CURVE keys)
     last_seen: float = field(default_factory=time.monotonic)
     last_sent: float = 0.0
     job: "Job | None" = None     # workers: the job running there

@@ -41,14 +41,16 @@ _ALLOWED = {
     Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO},
     Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO},
 }
-_JOB_EVENTS = {T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR}
+_LOCAL_KEY = b"in-process"
 
 
 class Hub:
     """A broker between clients and workers, served by a background thread.
 
     ``listen`` is a ZeroMQ TCP endpoint; port 0 picks a free port (see ``port`` after
-    ``start``). ``keys`` decides who may connect and with which role.
+    ``start``). ``keys`` decides who may connect and with which role. A worker in the same
+    process dials ``local_endpoint`` on ``context`` instead: inproc, without copies or
+    encryption, and trusted as a worker because only this process can reach it.
     """
 
     def __init__(self, keys: HubKeys, listen: str = "tcp://127.0.0.1:0", *,
@@ -61,7 +63,8 @@ class Hub:
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet()
         self.port: int | None = None
-        self._context = zmq.Context()
+        self.context = zmq.Context()
+        self.local_endpoint = f"inproc://remote-magic-hub-{id(self)}"
         self._auth: HubAuthenticator | None = None
         self._socket: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
@@ -72,9 +75,9 @@ class Hub:
 
     def start(self) -> "Hub":
         """Bind the port and start serving in a background thread."""
-        self._auth = HubAuthenticator(self._context, self.keys)
+        self._auth = HubAuthenticator(self.context, self.keys)
         self._auth.start()
-        sock = self._context.socket(zmq.ROUTER)
+        sock = self.context.socket(zmq.ROUTER)
         sock.linger = 0
         sock.curve_server = True
         sock.curve_publickey = self.keys.server_public
@@ -90,9 +93,10 @@ class Hub:
             raise OSError(f"can't listen on {self.listen}: {exc.strerror}. "
                           "Is another remote-worker running there? Pick another port with --listen.") from exc
         endpoint = sock.last_endpoint.decode()
+        sock.bind(self.local_endpoint)
         self.port = int(endpoint.rsplit(":", 1)[1])
         self._socket = sock
-        wake = self._context.socket(zmq.PULL)
+        wake = self.context.socket(zmq.PULL)
         wake.linger = 0
         wake.bind(self._wake_endpoint)
         self._thread = threading.Thread(target=self._serve, args=(wake,), name="remote-magic-hub", daemon=True)
@@ -110,7 +114,7 @@ class Hub:
         self._thread = None
         if self._auth is not None:
             self._auth.stop()
-        self._context.term()
+        self.context.term()
 
     def __enter__(self) -> "Hub":
         return self.start()
@@ -126,7 +130,7 @@ class Hub:
         self._call_soon("drop-stale")
 
     def _call_soon(self, command: str) -> None:
-        waker = self._context.socket(zmq.PUSH)
+        waker = self.context.socket(zmq.PUSH)
         waker.linger = 1000  # inproc delivers at once; the linger only guards a hub that is gone
         waker.connect(self._wake_endpoint)
         waker.send(command.encode())
@@ -180,7 +184,10 @@ class Hub:
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
         identity = frames[0].bytes
-        user_id = frames[1].get("User-Id") if len(frames) > 1 else ""
+        try:
+            user_id = frames[1].get("User-Id") if len(frames) > 1 else ""
+        except zmq.ZMQError:  # inproc carries no security metadata: the in-process worker
+            user_id = f"{Role.WORKER.value}:{_LOCAL_KEY.decode()}"
         role_name, _, key = user_id.partition(":")
         try:
             role = Role(role_name)
@@ -219,7 +226,7 @@ class Hub:
     # -- handlers --------------------------------------------------------------------------
 
     def _on_hello(self, identity: bytes, role: Role, key: bytes, msg: Message) -> None:
-        if self.keys.role_of(key) is not role:
+        if key != _LOCAL_KEY and self.keys.role_of(key) is not role:
             self._send(identity, T.ERROR, error_header(
                 "PermissionDenied", "these credentials were rotated out: get a new token with `remote-worker token`"))
             return
@@ -241,7 +248,7 @@ class Hub:
             name = self.fleet.unique_name(name, identity)
         caps = msg.header.get("capabilities") if role is Role.WORKER else {}
         peer = Peer(identity, role, name, {k: str(v) for k, v in versions.items()},
-                    caps if isinstance(caps, dict) else {})
+                    caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY)
         if old is not None:  # a reconnect: keep what it was doing
             peer.job, peer.jobs_done = old.job, old.jobs_done
         self.fleet.peers[identity] = peer
@@ -350,6 +357,8 @@ class Hub:
         # After rotation libzmq keeps established sessions; forget peers so they must HELLO
         # again, which fails the new ZAP check on their next reconnect.
         for peer in list(self.fleet.peers.values()):
+            if peer.local:
+                continue
             self._send(peer.identity, T.ERROR, error_header(
                 "CredentialsRotated", "the hub's keys were rotated: get a new token with `remote-worker token`"))
             self._forget(peer, "holds rotated-out credentials")

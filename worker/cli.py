@@ -132,9 +132,13 @@ class LocalHub:
             raise
         write_private(_address_file(), self.address)
 
-    def token(self, role: Role) -> Token:
-        """Workers in this process dial the hub on loopback; everyone else uses the advertised address."""
-        return self.keys.token(role, f"tcp://127.0.0.1:{self.hub.port}" if role is Role.WORKER else self.address)
+    def client_token(self) -> Token:
+        return self.keys.token(Role.CLIENT, self.address)
+
+    def local_worker(self, name: str, options: ExecutorOptions) -> Supervisor:
+        """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies)."""
+        token = self.keys.token(Role.WORKER, self.hub.local_endpoint)
+        return Supervisor(token, name, options, context=self.hub.context)
 
     def reload_rotated_keys(self) -> bool:
         """Pick up keys replaced by `remote-worker token --rotate`; True when they changed."""
@@ -161,35 +165,36 @@ def main(argv: list[str] | None = None) -> int:
         return show_token(args)
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
     local: LocalHub | None = None
+    supervisor: Supervisor | None = None
     try:
         local = None if args.join else LocalHub(args)
-        worker_token = local.token(Role.WORKER) if local else Token.decode(args.join)
-        supervisor = Supervisor(worker_token, args.name, options)
+        if local is not None:
+            supervisor = local.local_worker(args.name, options)
+        else:
+            supervisor = Supervisor(Token.decode(args.join), args.name, options)
         supervisor.start()
     except (RemoteMagicError, OSError, RuntimeError) as exc:
+        print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
+        if supervisor is not None:
+            supervisor.stop()
         if local is not None:
             local.close()
-        print(f"remote-worker: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     if local is not None:
-        client_token = local.token(Role.CLIENT).encode()
+        client_token = local.client_token().encode()
         if args.token_file:
             write_private(args.token_file, client_token + "\n")
         print(f"remote-worker: worker {supervisor.name!r} is ready. In your notebook run:\n", flush=True)
         print(f"%load_ext remote_magic\n%offload_connect {client_token}\n", flush=True)
     else:
-        print(f"remote-worker: worker {supervisor.name!r} joined {worker_token.address}", flush=True)
+        print(f"remote-worker: worker {supervisor.name!r} joined {supervisor.token.address}", flush=True)
     try:
         while not stop.wait(KEY_CHECK_INTERVAL_S):
-            if local is not None and local.reload_rotated_keys():
-                supervisor.stop()  # our own worker held the old worker key: rejoin with the new one
-                supervisor = Supervisor(local.token(Role.WORKER), args.name, options)
-                supervisor.start()
-                if args.token_file:
-                    write_private(args.token_file, local.token(Role.CLIENT).encode() + "\n")
+            if local is not None and local.reload_rotated_keys() and args.token_file:
+                write_private(args.token_file, local.client_token().encode() + "\n")
     finally:
         supervisor.stop()
         if local is not None:

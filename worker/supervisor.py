@@ -154,9 +154,13 @@ class ExecutorProcess:
 
 
 class Supervisor:
-    """Joins the hub a worker token points at and serves jobs until ``stop``."""
+    """Joins the hub a worker token points at and serves jobs until ``stop``.
 
-    def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0) -> None:
+    Pass the hub's ``context`` when the token's address is the hub's in-process endpoint.
+    """
+
+    def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
+                 context: zmq.Context | None = None) -> None:
         if token.role is not Role.WORKER:
             raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
                                    "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
@@ -166,7 +170,8 @@ class Supervisor:
         self.connect_timeout = connect_timeout
         self.job: RunningJob | None = None
         self._pending: list[tuple[dict[str, Any], list[Any]]] = []  # jobs that came while the executor restarts
-        self._context = zmq.Context()
+        self._own_context = context is None
+        self._context = context or zmq.Context()
         self.executor = ExecutorProcess(self._context, options)
         self._connection: Connection | None = None
         self.welcome: Message | None = None
@@ -192,8 +197,10 @@ class Supervisor:
         """Leave the hub and stop the executor."""
         if self._connection is not None:
             self._connection.close()
+            self._connection = None
         self.executor.close()
-        self._context.term()
+        if self._own_context:
+            self._context.term()
 
     # -- from the hub ----------------------------------------------------------------------
 

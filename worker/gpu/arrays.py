@@ -1,0 +1,221 @@
+"""DeviceArray: a float32 array that lives in GPU memory between operations.
+
+Operators and numpy functions on a DeviceArray run as GPU kernels and return DeviceArrays, so
+a chain of operations moves no data; values come back to the host only when asked for
+(``numpy()``, ``np.asarray``, printing, or at the end of a GPU cell). Operations without a kernel
+fall back to numpy with a one-time notice. Comparisons give boolean DeviceArrays (stored as
+0.0/1.0). DeviceArrays are immutable: there is no item assignment or in-place operator (``x +=
+1`` rebinds ``x`` to a new array).
+
+An array made from host data keeps that data (read-only) and uploads it on first use; an array
+computed on the GPU caches its values on the host after the first readback.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from remote_magic.errors import GpuError
+
+if TYPE_CHECKING:
+    from .context import DeviceContext
+    from .engine import Engine
+    from .memory import Allocation
+
+
+class DeviceArray:
+    """A float32 (or boolean) array in GPU memory; see the module docstring."""
+
+    __array_priority__ = 1000  # win over ndarray in mixed binary operators
+    __slots__ = ("_engine", "_shape", "_dtype", "_alloc", "_ctx", "_host", "_enabled")
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in numpy
+
+    def __init__(self, engine: "Engine", shape: tuple[int, ...], *, alloc: "Allocation | None" = None,
+                 ctx: "DeviceContext | None" = None, host: np.ndarray | None = None,
+                 dtype: Any = np.float32, enabled: frozenset[str] | None = None) -> None:
+        self._engine = engine
+        self._shape = tuple(int(s) for s in shape)
+        self._dtype = np.dtype(dtype)
+        self._alloc = alloc
+        self._ctx = ctx
+        self._host = host
+        self._enabled = enabled
+        if host is not None:
+            host.flags.writeable = False
+
+    # -- what it is ----------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's dimensions."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """float32, or bool for the result of a comparison."""
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the values take on the GPU (4 per element)."""
+        return 4 * self.size
+
+    @property
+    def T(self) -> "DeviceArray":
+        """The array with its axes reversed (a transpose kernel)."""
+        return self.transpose()
+
+    # -- data movement -------------------------------------------------------------------
+    def buffer(self, ctx: "DeviceContext") -> "Allocation":
+        """This array's GPU buffer on ``ctx``, uploading the host copy first if needed."""
+        if self._alloc is not None and self._ctx is ctx:
+            return self._alloc
+        if self._host is None:
+            raise GpuError("this array lived only on a GPU device that has since been lost; "
+                           "run the cell again to recompute it")
+        self._alloc = ctx.upload(self._host)
+        self._ctx = ctx
+        return self._alloc
+
+    def host(self) -> np.ndarray:
+        """The values on the host (read-only, cached after the first readback)."""
+        if self._host is None:
+            self._host = self._engine.download(self)
+            self._host.flags.writeable = False
+        return self._host
+
+    def numpy(self) -> np.ndarray:
+        """A writeable numpy copy of the values (reads back from the GPU if needed)."""
+        return np.array(self.host(), copy=True)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        data = self.host()
+        if dtype is not None and np.dtype(dtype) != data.dtype:
+            return data.astype(dtype)
+        return np.array(data, copy=True) if copy else data
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from .numpy_api import array_ufunc
+        return array_ufunc(self._engine, ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        from .numpy_api import array_function
+        return array_function(self._engine, func, args, kwargs)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickle as the numpy array it holds (read back), so results leave as plain arrays."""
+        return self.numpy().__reduce_ex__(protocol)
+
+    # -- methods -------------------------------------------------------------------------
+    def sum(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
+        """Sum over ``axis`` (an int, a tuple, or None for all)."""
+        return self._engine.reduce("sum", self, axis, keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
+        """Mean over ``axis``."""
+        return self._engine.reduce("mean", self, axis, keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
+        """Maximum over ``axis`` (NaN if any value is NaN)."""
+        return self._engine.reduce("max", self, axis, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
+        """Minimum over ``axis`` (NaN if any value is NaN)."""
+        return self._engine.reduce("min", self, axis, keepdims)
+
+    def transpose(self, *axes: Any) -> "DeviceArray":
+        """The array with axes permuted (reversed when none are given), as numpy's."""
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+            axes = axes[0] or ()
+        return self._engine.transpose(self, tuple(axes) if axes else None)
+
+    def reshape(self, *shape: Any) -> "DeviceArray":
+        """The same values with a new shape (no copy; one dimension may be -1)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return self._engine.reshape(self, shape)
+
+    def astype(self, dtype: Any) -> Any:
+        """float32 stays a DeviceArray; any other dtype reads the values back as numpy."""
+        if np.dtype(dtype) == self._dtype:
+            return self
+        return self._engine.fallback("astype", lambda x: np.asarray(x).astype(dtype), (self,), {}, notice=False)
+
+    def copy(self) -> "DeviceArray":
+        """The same values (arrays are immutable, so this is the array itself)."""
+        return self
+
+    # -- operators: all through numpy's ufuncs, which come back to __array_ufunc__ --------
+    def __add__(self, other: Any) -> Any: return np.add(self, other)
+    def __radd__(self, other: Any) -> Any: return np.add(other, self)
+    def __sub__(self, other: Any) -> Any: return np.subtract(self, other)
+    def __rsub__(self, other: Any) -> Any: return np.subtract(other, self)
+    def __mul__(self, other: Any) -> Any: return np.multiply(self, other)
+    def __rmul__(self, other: Any) -> Any: return np.multiply(other, self)
+    def __truediv__(self, other: Any) -> Any: return np.divide(self, other)
+    def __rtruediv__(self, other: Any) -> Any: return np.divide(other, self)
+    def __floordiv__(self, other: Any) -> Any: return np.floor_divide(self, other)
+    def __rfloordiv__(self, other: Any) -> Any: return np.floor_divide(other, self)
+    def __mod__(self, other: Any) -> Any: return np.remainder(self, other)
+    def __rmod__(self, other: Any) -> Any: return np.remainder(other, self)
+    def __pow__(self, other: Any) -> Any: return np.power(self, other)
+    def __rpow__(self, other: Any) -> Any: return np.power(other, self)
+    def __matmul__(self, other: Any) -> Any: return np.matmul(self, other)
+    def __rmatmul__(self, other: Any) -> Any: return np.matmul(other, self)
+    def __and__(self, other: Any) -> Any: return np.bitwise_and(self, other)
+    def __rand__(self, other: Any) -> Any: return np.bitwise_and(other, self)
+    def __or__(self, other: Any) -> Any: return np.bitwise_or(self, other)
+    def __ror__(self, other: Any) -> Any: return np.bitwise_or(other, self)
+    def __xor__(self, other: Any) -> Any: return np.bitwise_xor(self, other)
+    def __rxor__(self, other: Any) -> Any: return np.bitwise_xor(other, self)
+    def __invert__(self) -> Any: return np.invert(self)
+    def __neg__(self) -> Any: return np.negative(self)
+    def __pos__(self) -> "DeviceArray": return self
+    def __abs__(self) -> Any: return np.absolute(self)
+    def __lt__(self, other: Any) -> Any: return np.less(self, other)
+    def __le__(self, other: Any) -> Any: return np.less_equal(self, other)
+    def __gt__(self, other: Any) -> Any: return np.greater(self, other)
+    def __ge__(self, other: Any) -> Any: return np.greater_equal(self, other)
+    def __eq__(self, other: Any) -> Any: return np.equal(self, other)  # type: ignore[override]
+    def __ne__(self, other: Any) -> Any: return np.not_equal(self, other)  # type: ignore[override]
+
+    # -- host conveniences (each reads back) ---------------------------------------------
+    def __getitem__(self, index: Any) -> Any:
+        return self._engine.fallback("indexing (x[...])", lambda x: x[index], (self,), {})
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.host())
+
+    def __bool__(self) -> bool:
+        return bool(self.host())
+
+    def __float__(self) -> float:
+        return float(self.host())
+
+    def __int__(self) -> int:
+        return int(self.host())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.host()[()] if not self._shape else self.host(), spec)
+
+    def __repr__(self) -> str:
+        return f"DeviceArray({np.array2string(self.host(), separator=', ', prefix='DeviceArray(')}, dtype={self._dtype})"
+
+    def __str__(self) -> str:
+        return str(self.host())

@@ -1,0 +1,297 @@
+"""The engine: decides where each operation runs and runs it.
+
+For every operation on DeviceArrays it checks, in order: is the runtime computing on the GPU at
+all (``active``); is this kernel enabled for the arrays involved (a cell may enable only some
+kernels: the others run with numpy, silently); can the kernel handle these inputs (booleans,
+unusual dtypes, too many dimensions fall back to numpy with a one-time notice naming the
+operation). Then it converts operands to float32 (float64 with a notice, integers only when
+exact), launches the kernel and wraps the result in a new DeviceArray.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from remote_magic.errors import GpuError
+
+from . import kernels
+from .arrays import DeviceArray
+from .context import DeviceContext
+from .convert import FLOAT64_NOTICE, convertible, is_lossy_float, to_float32
+from .host_ops import HOST_OPS
+from .matmul import matmul as matmul_kernel
+from .notices import Notices
+from .stats import Stats
+
+log = logging.getLogger(__name__)
+
+try:  # numpy >= 2
+    from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import normalize_axis_index  # type: ignore[no-redef]
+    from numpy.core.numeric import normalize_axis_tuple  # type: ignore[no-redef]
+
+
+class Engine:
+    """Runs operations on the current device, or with numpy when that is the right answer."""
+
+    def __init__(self, open_context: Callable[[], DeviceContext] | None, stats: Stats, notices: Notices,
+                 *, active: bool, matmul_threads: int = 8) -> None:
+        self._open_context = open_context
+        self._ctx: DeviceContext | None = None
+        self.stats = stats
+        self.notices = notices
+        self.active = active
+        self.matmul_threads = matmul_threads
+
+    # -- the device ------------------------------------------------------------------------
+    @property
+    def ctx(self) -> DeviceContext:
+        """The live device context, made anew (with a new device) after a loss."""
+        if self._ctx is None or self._ctx.lost:
+            if self._open_context is None:
+                raise GpuError("no GPU device is available on this worker")
+            if self._ctx is not None:
+                log.warning("GPU device was lost; creating a new one")
+            self._ctx = self._open_context()
+        return self._ctx
+
+    @property
+    def current_context(self) -> DeviceContext | None:
+        """The context in use, without creating one."""
+        return self._ctx
+
+    def close(self) -> None:
+        """Release the device context."""
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
+
+    # -- values ----------------------------------------------------------------------------
+    def asarray(self, value: Any, what: str = "the array", enabled: frozenset[str] | None = None) -> Any:
+        """``value`` as a DeviceArray (float32, or bool for boolean data); numpy when inactive.
+
+        float64 data is converted with a notice; integers only when exact in float32.
+        """
+        if isinstance(value, DeviceArray):
+            return value
+        array = np.asarray(value)
+        if not self.active:
+            return array
+        if is_lossy_float(array.dtype):
+            self.notices.once("float64", FLOAT64_NOTICE)
+        host = to_float32(array, what)
+        dtype = np.bool_ if array.dtype.kind == "b" else np.float32
+        return DeviceArray(self, host.shape, host=host.astype(bool) if dtype is np.bool_ else host,
+                           dtype=dtype, enabled=enabled)
+
+    def wrap(self, alloc: Any, shape: tuple[int, ...], ctx: DeviceContext, sources: Sequence[Any],
+             dtype: Any = np.float32) -> DeviceArray:
+        """A new DeviceArray for a kernel's result, inheriting which kernels its sources enable."""
+        return DeviceArray(self, shape, alloc=alloc, ctx=ctx, dtype=dtype, enabled=_merge(sources))
+
+    def download(self, array: DeviceArray) -> np.ndarray:
+        """Read ``array`` back from its device."""
+        ctx = self.ctx
+        values = ctx.download(array.buffer(ctx), array.size).reshape(array.shape)
+        return values.astype(bool) if array.dtype == np.bool_ else values
+
+    def _operand(self, value: Any) -> DeviceArray | float | None:
+        """An operand for a kernel: a DeviceArray, a float for the uniform, or None if unsupported."""
+        if isinstance(value, DeviceArray):
+            return value
+        if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+            return float(value)
+        if isinstance(value, (list, tuple)):
+            value = np.asarray(value)
+        if not convertible(value):
+            return None
+        if np.ndim(value) == 0:
+            if is_lossy_float(value.dtype):
+                self.notices.once("float64", FLOAT64_NOTICE)
+            return float(to_float32(value, "a scalar"))
+        return self.asarray(value, "an operand")
+
+    # -- where an operation runs -------------------------------------------------------------
+    def _on_host(self, name: str, args: Sequence[Any], explicit: bool) -> bool:
+        """True when ``name`` must run with numpy without a notice (inactive, or not enabled)."""
+        if not self.active:
+            return True
+        if explicit:
+            return False
+        arrays = [a for a in args if isinstance(a, DeviceArray)]
+        enabled = _merge(arrays)
+        return enabled is not None and name not in enabled
+
+    def host_op(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run the numpy version of kernel ``name`` on host copies of the arguments, silently."""
+        if self.active:
+            self.stats.numpy[name] += 1
+        return HOST_OPS[name](*_to_host(args), **kwargs)
+
+    def fallback(self, name: str, func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+                 *, notice: bool = True) -> Any:
+        """Compute ``func`` with numpy on host copies, with a one-time notice naming ``name``."""
+        if notice and self.active:
+            self.notices.once(f"fallback:{name}", f"{name} has no GPU kernel for these inputs; "
+                              "computed with numpy on the worker (shown once)")
+        self.stats.numpy[name] += 1
+        return func(*_to_host(args), **_to_host(kwargs))
+
+    # -- operations ------------------------------------------------------------------------
+    def elementwise(self, name: str, *args: Any, explicit: bool = False) -> Any:
+        """Unary or binary elementwise kernel ``name`` (numpy broadcasting)."""
+        if self._on_host(name, args, explicit):
+            return self.host_op(name, *args)
+        operands = [self._operand(a) for a in args]
+        arrays = [op for op in operands if isinstance(op, DeviceArray)]
+        if any(op is None for op in operands) or not arrays or all(a.dtype == np.bool_ for a in arrays):
+            return self.fallback(_label(name), HOST_OPS[name], args, {})
+        out_shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
+        ctx = self.ctx
+        launch_ops = [op if isinstance(op, float) else (op.buffer(ctx), op.shape) for op in operands]
+        try:
+            alloc = kernels.elementwise(ctx, name, launch_ops, out_shape)
+        except kernels.Unsupported:
+            return self.fallback(_label(name), HOST_OPS[name], args, {})
+        dtype = np.bool_ if name in kernels.COMPARISONS else np.float32
+        return self.wrap(alloc, out_shape, ctx, arrays, dtype)
+
+    def reduce(self, name: str, x: Any, axis: Any = None, keepdims: bool = False, *, explicit: bool = False) -> Any:
+        """Reduction ``name`` (sum, mean, max, min) over ``axis`` (None: all axes)."""
+        if self._on_host(name, (x,), explicit):
+            return self.host_op(name, x, axis=axis, keepdims=keepdims)
+        x = self._operand(x)
+        if not isinstance(x, DeviceArray) or x.dtype == np.bool_:
+            return self.fallback(f"np.{name}", HOST_OPS[name], (x,), {"axis": axis, "keepdims": keepdims})
+        axes = tuple(range(x.ndim)) if axis is None else normalize_axis_tuple(axis, x.ndim)
+        if x.size == 0:  # numpy's rules for empty reductions (0, NaN or an error) are the answer
+            result = HOST_OPS[name](x.host(), axis=axis, keepdims=keepdims)
+            return self.asarray(np.asarray(result, np.float32), enabled=x._enabled)
+        ctx = self.ctx
+        alloc, shape = x.buffer(ctx), list(x.shape)
+        for first, last in reversed(_runs(sorted(axes))):
+            outer = int(np.prod(shape[:first], dtype=np.int64))
+            length = int(np.prod(shape[first:last + 1], dtype=np.int64))
+            inner = int(np.prod(shape[last + 1:], dtype=np.int64))
+            alloc = kernels.reduce(ctx, name, alloc, outer, length, inner)
+            shape[first:last + 1] = [1] * (last + 1 - first) if keepdims else []
+        return self.wrap(alloc, tuple(shape), ctx, [x])
+
+    def softmax(self, x: Any, axis: int = -1, *, explicit: bool = False) -> Any:
+        """Numerically stable softmax along ``axis``."""
+        if self._on_host("softmax", (x,), explicit):
+            return self.host_op("softmax", x, axis=axis)
+        x = self._operand(x)
+        if not isinstance(x, DeviceArray) or x.dtype == np.bool_ or x.ndim == 0:
+            return self.fallback("softmax", HOST_OPS["softmax"], (x,), {"axis": axis})
+        axis = normalize_axis_index(axis, x.ndim)
+        ctx = self.ctx
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+        alloc = kernels.softmax(ctx, x.buffer(ctx), outer, x.shape[axis], inner)
+        return self.wrap(alloc, x.shape, ctx, [x])
+
+    def transpose(self, x: Any, axes: Sequence[int] | None = None, *, explicit: bool = False) -> Any:
+        """``x`` with axes permuted (reversed by default), as a new contiguous array."""
+        if self._on_host("transpose", (x,), explicit):
+            return self.host_op("transpose", x, axes)
+        x = self._operand(x)
+        if not isinstance(x, DeviceArray):
+            return self.fallback("np.transpose", np.transpose, (x,), {"axes": axes})
+        order = tuple(reversed(range(x.ndim))) if axes is None else normalize_axis_tuple(tuple(axes), x.ndim)
+        if len(order) != x.ndim:
+            raise ValueError("axes don't match array")
+        if order == tuple(range(x.ndim)):
+            return x
+        ctx = self.ctx
+        alloc = kernels.transpose(ctx, x.buffer(ctx), x.shape, order)
+        return self.wrap(alloc, tuple(x.shape[a] for a in order), ctx, [x], x.dtype)
+
+    def reshape(self, x: DeviceArray, shape: Sequence[int]) -> DeviceArray:
+        """The same buffer (or host copy) seen with a new shape; no kernel runs."""
+        new_shape = _infer_shape(tuple(int(s) for s in shape), x.size)
+        host = x._host.reshape(new_shape) if x._host is not None else None
+        return DeviceArray(self, new_shape, alloc=x._alloc, ctx=x._ctx, host=host, dtype=x.dtype,
+                           enabled=x._enabled)
+
+    def matmul(self, a: Any, b: Any, *, explicit: bool = False) -> Any:
+        """numpy's matmul: batched, with leading dimensions broadcast and 1-D operands promoted."""
+        if self._on_host("matmul", (a, b), explicit):
+            return self.host_op("matmul", a, b)
+        ops = [self._operand(v) for v in (a, b)]
+        for i, op in enumerate(ops):
+            if isinstance(op, float) or (isinstance(op, DeviceArray) and op.ndim == 0):
+                raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
+                                 "(has 0, gufunc core with signature (n?,k),(k,m?)->(n?,m?) requires 1)")
+        x, y = ops
+        if not isinstance(x, DeviceArray) or not isinstance(y, DeviceArray) or (
+                x.dtype == np.bool_ and y.dtype == np.bool_):
+            return self.fallback("np.matmul", np.matmul, (a, b), {})
+        x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
+        y2 = y.reshape(y.shape[0], 1) if y.ndim == 1 else y
+        if x2.shape[-1] != y2.shape[-2]:
+            raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+                             f"signature (n?,k),(k,m?)->(n?,m?) (size {y2.shape[-2]} is different from {x2.shape[-1]})")
+        ctx = self.ctx
+        try:
+            alloc, shape = matmul_kernel(ctx, x2.buffer(ctx), x2.shape, y2.buffer(ctx), y2.shape,
+                                         self.matmul_threads)
+        except kernels.Unsupported:
+            return self.fallback("np.matmul", np.matmul, (a, b), {})
+        if x.ndim == 1:
+            shape = shape[:-2] + shape[-1:]
+        if y.ndim == 1:
+            shape = shape[:-1]
+        return self.wrap(alloc, shape, ctx, [x, y])
+
+
+def _label(name: str) -> str:
+    """How a notice names kernel ``name``: ``np.exp`` for numpy's functions, ``gpu.relu`` else."""
+    return f"np.{name}" if hasattr(np, name) else f"gpu.{name}"
+
+
+def _merge(arrays: Sequence[Any]) -> frozenset[str] | None:
+    """Kernels enabled for a result: all if any source enables all, else the union."""
+    sets = [a._enabled for a in arrays if isinstance(a, DeviceArray)]
+    if not sets or any(s is None for s in sets):
+        return None
+    return frozenset().union(*sets)
+
+
+def _to_host(value: Any) -> Any:
+    """DeviceArrays (also inside lists, tuples and dicts) replaced by their host values."""
+    if isinstance(value, DeviceArray):
+        return value.host()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(v) for v in value) if not hasattr(value, "_fields") else value
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
+    return value
+
+
+def _runs(axes: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted axes grouped into runs of neighbours: [0, 1, 3] -> [(0, 1), (3, 3)]."""
+    runs: list[tuple[int, int]] = []
+    for axis in axes:
+        if runs and runs[-1][1] == axis - 1:
+            runs[-1] = (runs[-1][0], axis)
+        else:
+            runs.append((axis, axis))
+    return runs
+
+
+def _infer_shape(shape: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """``shape`` with one -1 resolved so that it holds ``size`` elements, as numpy does."""
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    if len(unknown) > 1:
+        raise ValueError("can only specify one unknown dimension")
+    if unknown and known and size % known == 0:
+        shape = shape[:unknown[0]] + (size // known,) + shape[unknown[0] + 1:]
+    if int(np.prod(shape, dtype=np.int64)) != size or any(s < 0 for s in shape):
+        raise ValueError(f"cannot reshape array of size {size} into shape {shape}")
+    return shape

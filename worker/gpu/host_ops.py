@@ -1,0 +1,59 @@
+"""The numpy version of every built-in kernel, by kernel name.
+
+Used when a kernel is not enabled for a cell, when the runtime computes with numpy (``auto`` on
+a software adapter, or no adapter), and as the reference the tests check kernels against.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+
+def sigmoid(x: Any) -> np.ndarray:
+    """1 / (1 + exp(-x)), without overflow warnings for large |x|."""
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):
+        return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x))).astype(
+            np.result_type(x, np.float32))
+
+
+def relu(x: Any) -> np.ndarray:
+    """max(x, 0) elementwise, propagating NaN."""
+    return np.maximum(x, 0)
+
+
+def softmax(x: Any, axis: int = -1) -> np.ndarray:
+    """exp(x - max) / sum(exp(x - max)) along ``axis``."""
+    x = np.asarray(x)
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+UNARY: dict[str, Callable[..., Any]] = {
+    "negative": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "tanh": np.tanh, "sigmoid": sigmoid, "relu": relu,
+}
+BINARY: dict[str, Callable[..., Any]] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "power": np.power, "maximum": np.maximum, "minimum": np.minimum,
+    "greater": np.greater, "greater_equal": np.greater_equal, "less": np.less,
+    "less_equal": np.less_equal, "equal": np.equal, "not_equal": np.not_equal,
+}
+REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose}
+
+HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **REDUCTIONS, **OTHER}
+"""Every built-in kernel name, mapped to its numpy implementation."""
+
+KERNEL_NAMES: tuple[str, ...] = tuple(HOST_OPS)
+"""Names of the built-in kernels (what ``kernels=[...]`` may list, and what stats count)."""
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "elementwise": tuple(UNARY) + tuple(BINARY),
+    "reductions": tuple(REDUCTIONS),
+    "all": KERNEL_NAMES,
+}
+"""Group names accepted in a kernel list, standing for several kernels."""

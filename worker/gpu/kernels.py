@@ -1,0 +1,206 @@
+"""Launching the built-in elementwise, reduction, softmax and transpose kernels.
+
+Functions here take a :class:`DeviceContext`, buffers and shapes, and return new buffers; they
+know the uniform layouts of ``shaders/*.wgsl`` and nothing about numpy's API (see ``engine``).
+All arrays are contiguous float32; broadcasting is expressed with zero strides.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Sequence, Union
+
+from .context import DeviceContext
+from .memory import Allocation
+
+MAX_DIMS = 8
+"""Dimensions a kernel's uniform can describe (after merging dimensions that need no index)."""
+
+UNARY = {"copy": 0, "negative": 1, "abs": 2, "exp": 3, "log": 4, "sqrt": 5, "tanh": 6, "sigmoid": 7, "relu": 8}
+BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "power": 4, "maximum": 5, "minimum": 6,
+          "greater": 7, "greater_equal": 8, "less": 9, "less_equal": 10, "equal": 11, "not_equal": 12}
+COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
+REDUCTIONS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
+
+ELEMENTWISE_GROUP = 256
+THREAD_GROUP = 64
+SHORT_AXIS = 256
+"""Axes up to this long are reduced by one invocation per output rather than one workgroup."""
+CHUNK = 4096
+"""Long axes with few outputs are reduced in chunks of about this many values, then combined."""
+
+Shape = tuple[int, ...]
+Operand = Union[tuple[Allocation, Shape], float]
+"""An array operand (its buffer and shape) or a Python scalar carried in the uniform."""
+
+
+class Unsupported(Exception):
+    """The kernel cannot describe this case (too many dimensions); compute it with numpy."""
+
+
+def size_of(shape: Sequence[int]) -> int:
+    """Number of elements of ``shape``."""
+    return math.prod(shape)
+
+
+def contiguous_strides(shape: Sequence[int]) -> Shape:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def broadcast_strides(shape: Shape, out_shape: Shape) -> Shape:
+    """Strides reading a contiguous ``shape`` array as if broadcast to ``out_shape`` (0 = repeat)."""
+    own = contiguous_strides(shape)
+    pad = len(out_shape) - len(shape)
+    return tuple(0 if d < pad or shape[d - pad] == 1 else own[d - pad] for d in range(len(out_shape)))
+
+
+def collapse(shape: Shape, strides: Sequence[Shape]) -> tuple[Shape, list[Shape]]:
+    """Drop size-1 dimensions and merge neighbours that every operand walks contiguously."""
+    dims = [d for d in range(len(shape)) if shape[d] != 1]
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for d in dims:
+        mergeable = out_shape and all(s[d] * shape[d] == o[-1] for s, o in zip(strides, out_strides))
+        if mergeable:
+            out_shape[-1] *= shape[d]
+            for s, o in zip(strides, out_strides):
+                o[-1] = s[d]
+        else:
+            out_shape.append(shape[d])
+            for s, o in zip(strides, out_strides):
+                o.append(s[d])
+    return tuple(out_shape), [tuple(o) for o in out_strides]
+
+
+def vec8(values: Sequence[int]) -> bytes:
+    """Up to eight u32 values as the uniform's ``array<vec4<u32>, 2>``."""
+    if len(values) > MAX_DIMS:
+        raise Unsupported(f"more than {MAX_DIMS} dimensions")
+    return struct.pack("<8I", *values, *([0] * (MAX_DIMS - len(values))))
+
+
+def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_shape: Shape) -> Allocation:
+    """``name`` (a key of UNARY or BINARY) applied to one or two operands, broadcast to ``out_shape``."""
+    n = size_of(out_shape)
+    out = ctx.empty(4 * n)
+    if n == 0:
+        return out
+    ctx.check_binding(name, 4 * n)
+    arrays = [op for op in operands if not isinstance(op, float)]
+    for alloc, _ in arrays:
+        ctx.check_binding(name, alloc.nbytes)
+    strides = [broadcast_strides(op[1], out_shape) if not isinstance(op, float) else (0,) * len(out_shape)
+               for op in operands]
+    shape, strides = collapse(out_shape, strides)
+    flags, scalar = 0, 0.0
+    for i, op in enumerate(operands):
+        if isinstance(op, float):
+            flags |= 4 << i  # A_SCALAR / B_SCALAR
+            scalar = op
+        elif size_of(op[1]) == n:
+            flags |= 1 << i  # A_DENSE / B_DENSE
+    while len(strides) < 2:
+        strides.append((0,) * len(shape))
+    params = (struct.pack("<IIIf", n, len(shape), flags, scalar) + vec8(shape)
+              + vec8(strides[0]) + vec8(strides[1]))
+    unary = len(operands) == 1
+    pipeline = ctx.pipelines.get("elementwise", "unary" if unary else "binary",
+                                 {"OP": (UNARY if unary else BINARY)[name]})
+    buffers = [op[0] if not isinstance(op, float) else arrays[0][0] for op in operands]
+    bindings = {0: buffers[0], 2: out} if unary else {0: buffers[0], 1: buffers[1], 2: out}
+    ctx.dispatch(name, pipeline, bindings, params, 3, math.ceil(n / ELEMENTWISE_GROUP))
+    return out
+
+
+def _reduce_pass(ctx: DeviceContext, name: str, op: int, source: Allocation,
+                 outer: int, length: int, inner: int, chunks: int, scale: float) -> Allocation:
+    chunk = math.ceil(length / chunks)
+    count = outer * chunks * inner
+    out = ctx.empty(4 * count)
+    params = struct.pack("<IIIIIIfI", outer, length, inner, chunks, chunk, count, scale, 0)
+    if chunk <= SHORT_AXIS:
+        entry, groups = "threads", math.ceil(count / THREAD_GROUP)
+    else:
+        entry, groups = "groups", count
+    pipeline = ctx.pipelines.get("reduce", entry, {"OP": op})
+    ctx.dispatch(name, pipeline, {0: source, 1: out}, params, 2, groups)
+    return out
+
+
+def reduce(ctx: DeviceContext, name: str, alloc: Allocation, outer: int, length: int, inner: int) -> Allocation:
+    """Reduce the middle axis of an (outer, length, inner) array with ``name`` (sum/mean/max/min).
+
+    ``length`` must be at least 1 (empty reductions are the caller's, as numpy's rules differ).
+    """
+    ctx.check_binding(name, alloc.nbytes)
+    op = REDUCTIONS[name]
+    scale = 1.0 / length if name == "mean" else 1.0
+    chunks = 1
+    if length > 2 * CHUNK and outer * inner < 1024:
+        chunks = min(math.ceil(length / CHUNK), 4096)
+    if chunks == 1:
+        return _reduce_pass(ctx, name, op, alloc, outer, length, inner, 1, scale)
+    partial = _reduce_pass(ctx, name, op, alloc, outer, length, inner, chunks, 1.0)
+    return _reduce_pass(ctx, name, op, partial, outer, chunks, inner, 1, scale)
+
+
+def softmax(ctx: DeviceContext, alloc: Allocation, outer: int, length: int, inner: int) -> Allocation:
+    """Softmax along the middle axis of an (outer, length, inner) array."""
+    n = outer * length * inner
+    out = ctx.empty(4 * n)
+    if n == 0:
+        return out
+    ctx.check_binding("softmax", alloc.nbytes)
+    rows = outer * inner
+    params = struct.pack("<4I", outer, length, inner, rows)
+    if length <= THREAD_GROUP:
+        entry, groups = "threads", math.ceil(rows / THREAD_GROUP)
+    else:
+        entry, groups = "groups", rows
+    ctx.dispatch("softmax", ctx.pipelines.get("softmax", entry), {0: alloc, 1: out}, params, 2, groups)
+    return out
+
+
+def transpose(ctx: DeviceContext, alloc: Allocation, shape: Shape, axes: Sequence[int]) -> Allocation:
+    """A contiguous copy of the array ``shape`` with its axes permuted to ``axes``."""
+    n = size_of(shape)
+    out = ctx.empty(4 * n)
+    if n == 0:
+        return out
+    ctx.check_binding("transpose", alloc.nbytes)
+    ndim = len(shape)
+    out_shape = tuple(shape[a] for a in axes)
+    strides = contiguous_strides(shape)
+    squeezed, (permuted,) = collapse(out_shape, [tuple(strides[a] for a in axes)])
+    if len(squeezed) >= 2 and _is_swap_of_last_two(squeezed, permuted):
+        cols_out, rows_out = squeezed[-1], squeezed[-2]
+        batch = size_of(squeezed[:-2])
+        rows, cols = cols_out, rows_out  # the input's matrix is (rows, cols)
+        tiles_r, tiles_c = math.ceil(rows / 16), math.ceil(cols / 16)
+        params = struct.pack("<8I", n, ndim, rows, cols, batch, tiles_r, tiles_c, 0) + vec8([]) + vec8([])
+        ctx.dispatch("transpose", ctx.pipelines.get("transpose", "tiles"), {0: alloc, 1: out}, params, 2,
+                     tiles_r * tiles_c * batch)
+        return out
+    params = struct.pack("<8I", n, len(squeezed), 0, 0, 0, 0, 0, 0) + vec8(squeezed) + vec8(permuted)
+    ctx.dispatch("transpose", ctx.pipelines.get("transpose", "permute"), {0: alloc, 1: out}, params, 2,
+                 math.ceil(n / ELEMENTWISE_GROUP))
+    return out
+
+
+def _is_swap_of_last_two(shape: Shape, strides: Shape) -> bool:
+    """True if (shape, strides) reads a contiguous (batch, rows, cols) array as (batch, cols, rows)."""
+    rows, cols = shape[-1], shape[-2]  # output (.., cols, rows) of an input (.., rows, cols)
+    if strides[-1] != cols or strides[-2] != 1:
+        return False
+    expected = rows * cols
+    for extent, stride in zip(reversed(shape[:-2]), reversed(strides[:-2])):
+        if stride != expected:
+            return False
+        expected *= extent
+    return True

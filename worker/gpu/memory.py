@@ -1,0 +1,142 @@
+"""GPU memory: pooled storage buffers, reused uniform and staging buffers, uploads and readbacks.
+
+Buffers are rounded up to size classes (a power of two, or a quarter step between two) and
+returned to a free list when the last array using them is collected, so a loop of kernels does
+not allocate. Work on the queue runs in order, so a released buffer can be handed to the next
+kernel at once: anything that writes it is submitted after everything that read it.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+import wgpu
+
+log = logging.getLogger(__name__)
+
+STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+UNIFORM_USAGE = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+STAGING_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+
+MIN_BUFFER_BYTES = 256
+"""Smallest buffer made; a zero-size binding is invalid, so empty arrays still get one."""
+
+DEFAULT_POOL_BYTES = 1 << 30
+"""Free buffers kept for reuse (1 GiB) before the pool starts destroying released ones."""
+
+
+def size_class(nbytes: int) -> int:
+    """``nbytes`` rounded up to a pooled size: a power of two or a quarter step past one."""
+    if nbytes <= MIN_BUFFER_BYTES:
+        return MIN_BUFFER_BYTES
+    top = 1 << (nbytes - 1).bit_length()  # next power of two
+    step = top // 8  # quarter steps between top/2 and top
+    return -(-nbytes // step) * step
+
+
+class Allocation:
+    """A pooled GPU buffer holding ``nbytes`` of data; goes back to its pool when collected."""
+
+    __slots__ = ("buffer", "nbytes", "pool", "__weakref__")
+
+    def __init__(self, buffer: Any, nbytes: int, pool: "BufferPool") -> None:
+        self.buffer = buffer
+        self.nbytes = nbytes
+        self.pool = pool
+        weakref.finalize(self, pool.release, buffer)
+
+
+class BufferPool:
+    """Free lists of buffers per (usage, size class), bounded by ``max_free_bytes``."""
+
+    def __init__(self, device: Any, max_free_bytes: int = DEFAULT_POOL_BYTES) -> None:
+        self._device = device
+        self._free: dict[tuple[int, int], list[Any]] = defaultdict(list)
+        self._free_bytes = 0
+        self.max_free_bytes = max_free_bytes
+        self.closed = False
+
+    def take(self, nbytes: int, usage: int = STORAGE_USAGE) -> Any:
+        """A buffer of at least ``nbytes`` with ``usage``: a free one if any, else a new one."""
+        size = size_class(nbytes)
+        free = self._free.get((int(usage), size))
+        if free:
+            self._free_bytes -= size
+            return free.pop()
+        return self._device.create_buffer(size=size, usage=usage)
+
+    def allocate(self, nbytes: int) -> Allocation:
+        """A storage buffer for ``nbytes`` of array data, returned to the pool when collected."""
+        return Allocation(self.take(nbytes), nbytes, self)
+
+    def release(self, buffer: Any) -> None:
+        """Give ``buffer`` back for reuse, or destroy it when the pool is full or closed."""
+        if self.closed:
+            return
+        if self._free_bytes + buffer.size > self.max_free_bytes:
+            buffer.destroy()
+            return
+        self._free[(int(buffer.usage), buffer.size)].append(buffer)
+        self._free_bytes += buffer.size
+
+    def close(self) -> None:
+        """Drop every free buffer; later releases are ignored (the device is going away)."""
+        self.closed = True
+        for buffers in self._free.values():
+            for buffer in buffers:
+                buffer.destroy()
+        self._free.clear()
+        self._free_bytes = 0
+
+
+class Transfers:
+    """Uploads through the queue and readbacks through reused staging buffers."""
+
+    def __init__(self, device: Any, pool: BufferPool, count: Callable[[str, int], None]) -> None:
+        self._device = device
+        self._pool = pool
+        self._count = count  # count("up" | "down", nbytes)
+
+    def upload(self, host: np.ndarray) -> Allocation:
+        """Copy a contiguous float32 array into a new pooled buffer."""
+        data = np.ascontiguousarray(host, dtype=np.float32)
+        alloc = self._pool.allocate(data.nbytes)
+        if data.nbytes:
+            self._device.queue.write_buffer(alloc.buffer, 0, data)
+            self._count("up", data.nbytes)
+        return alloc
+
+    def write(self, buffer: Any, data: bytes | np.ndarray) -> None:
+        """Write small bookkeeping data (uniforms); not counted as user traffic."""
+        self._device.queue.write_buffer(buffer, 0, data)
+
+    def download(self, alloc: Allocation, count: int, offset_bytes: int = 0) -> np.ndarray:
+        """Read ``count`` float32 values from ``alloc`` (a copy; the staging buffer is reused)."""
+        nbytes = 4 * count
+        if nbytes == 0:
+            return np.empty(0, np.float32)
+        staging = self._pool.take(nbytes, STAGING_USAGE)
+        try:
+            encoder = self._device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(alloc.buffer, offset_bytes, staging, 0, nbytes)
+            self._device.queue.submit([encoder.finish()])
+            staging.map_sync(wgpu.MapMode.READ, 0, nbytes)  # slow: waits for the GPU
+            try:
+                data = np.frombuffer(staging.read_mapped(0, nbytes, copy=False), np.float32).copy()
+            finally:
+                staging.unmap()
+        finally:
+            self._pool.release(staging)
+        self._count("down", nbytes)
+        return data
+
+    def clear(self, alloc: Allocation) -> None:
+        """Fill ``alloc`` with zeros on the GPU."""
+        if alloc.nbytes:
+            encoder = self._device.create_command_encoder()
+            encoder.clear_buffer(alloc.buffer, 0, alloc.buffer.size)
+            self._device.queue.submit([encoder.finish()])

@@ -1,0 +1,82 @@
+"""Compiling WGSL: shader modules and compute pipelines, cached; compile errors with positions.
+
+A pipeline is keyed by (shader, entry point, override constants): shapes travel in uniforms,
+so one pipeline serves every shape and a kernel compiles once per device.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Mapping
+
+import shaders
+from remote_magic.errors import ShaderError
+
+log = logging.getLogger(__name__)
+
+_POSITION = re.compile(r"wgsl:(\d+):(\d+)")
+_NOISE = ("Validation Error", "Caused by:", "In wgpuDeviceCreateShaderModule",
+          "In wgpuDeviceCreateComputePipeline")
+
+
+def shader_error(exc: BaseException, label: str) -> ShaderError:
+    """A :class:`ShaderError` for wgpu's compile error ``exc``, with line and column if given."""
+    text = str(exc)
+    match = _POSITION.search(text)
+    line, column = (int(match.group(1)), int(match.group(2))) if match else (None, None)
+    lines = [ln.rstrip() for ln in text.splitlines()]
+    reason = next((ln.strip() for ln in lines if ln.strip() and ln.strip() not in _NOISE), type(exc).__name__)
+    reason = re.sub(r"^Shader '[^']*' ", "", reason)
+    frame = "\n".join(ln for ln in lines if ln.strip().startswith(("┌", "│", "=")) or re.match(r"^\s*\d+\s*│", ln))
+    where = f" at line {line}, column {column}" if line is not None else ""
+    message = f"WGSL of {label} failed to compile{where}: {reason}"
+    if frame:
+        message += "\n" + frame
+    return ShaderError(message, line, column)
+
+
+def compile_module(device: Any, source: str, label: str) -> Any:
+    """Compile ``source``; a compile error becomes :class:`ShaderError` with line and column."""
+    try:
+        return device.create_shader_module(label=label, code=source)
+    except Exception as exc:  # wgpu raises GPUValidationError (or a plain error on old versions)
+        raise shader_error(exc, label) from exc
+
+
+def create_pipeline(device: Any, module: Any, entry: str, label: str,
+                    constants: Mapping[str, float] | None = None, layout: Any = "auto") -> Any:
+    """A compute pipeline for ``entry`` of ``module``; errors become :class:`ShaderError`."""
+    stage: dict[str, Any] = {"module": module, "entry_point": entry}
+    if constants:
+        stage["constants"] = dict(constants)
+    try:
+        return device.create_compute_pipeline(label=label, layout=layout, compute=stage)
+    except Exception as exc:
+        raise shader_error(exc, label) from exc
+
+
+class Pipelines:
+    """The built-in kernels' compiled pipelines on one device, created on first use."""
+
+    def __init__(self, device: Any) -> None:
+        self._device = device
+        self._modules: dict[str, Any] = {}
+        self._pipelines: dict[tuple[str, str, tuple[tuple[str, float], ...]], Any] = {}
+
+    def get(self, shader: str, entry: str, constants: Mapping[str, float] | None = None) -> Any:
+        """The pipeline for ``entry`` in ``shaders/<shader>.wgsl`` with these override constants."""
+        key = (shader, entry, tuple(sorted((constants or {}).items())))
+        pipeline = self._pipelines.get(key)
+        if pipeline is None:
+            module = self._modules.get(shader)
+            if module is None:
+                module = compile_module(self._device, shaders.source(shader), f"{shader}.wgsl")
+                self._modules[shader] = module
+            pipeline = create_pipeline(self._device, module, entry, f"{shader}.wgsl:{entry}", constants)
+            self._pipelines[key] = pipeline
+            log.debug("compiled %s:%s %s", shader, entry, dict(constants or {}))
+        return pipeline
+
+    def __len__(self) -> int:
+        return len(self._pipelines)
