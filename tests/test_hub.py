@@ -47,6 +47,10 @@ def _recv(sock: zmq.Socket, timeout: float = 5.0):
     return decode(sock.recv_multipart())
 
 
+def _hello(sock: zmq.Socket, role: str) -> None:
+    sock.send_multipart(encode(T.HELLO, {"role": role, "name": role, "versions": remote_magic.protocol.local_versions()}))
+
+
 def _submit_frames(path: Path, job: str = "evil") -> list[bytes]:
     stream = pickle.dumps(CreateFileWhenUnpickled(path), protocol=5)
     return encode(T.SUBMIT, {"job": job, "kind": "code", "code": "pass", "outputs": None,
@@ -105,12 +109,10 @@ def test_a_client_token_cannot_act_as_a_worker(worker: WorkerProcess) -> None:
     context = zmq.Context()
     try:
         sock = _raw_socket(context, token, token.public, token.secret)
-        sock.send_multipart(encode(T.HELLO, {"role": "worker", "name": "fake",
-                                             "versions": remote_magic.protocol.local_versions()}))
+        _hello(sock, "worker")
         reply = _recv(sock)
         assert reply.type is T.ERROR and "this token is for a client, not a worker" in reply.header["message"]
-        sock.send_multipart(encode(T.HELLO, {"role": "client", "name": "c",
-                                             "versions": remote_magic.protocol.local_versions()}))
+        _hello(sock, "client")
         assert _recv(sock).type is T.WELCOME
         sock.send_multipart(encode(T.RESULT, {"job": "x", "names": [], "counts": []}))
         reply = _recv(sock)
@@ -204,8 +206,7 @@ def test_oversized_frames_are_refused_and_the_hub_keeps_serving(fleet) -> None:
     context = zmq.Context()
     try:
         sock = _raw_socket(context, token, token.public, token.secret)
-        sock.send_multipart(encode(T.HELLO, {"role": "client", "name": "big",
-                                             "versions": remote_magic.protocol.local_versions()}))
+        _hello(sock, "client")
         assert _recv(sock).type is T.WELCOME
         sock.send_multipart(encode(T.SUBMIT, {"job": "big", "names": ["b"], "counts": [1]}, [bytes(2 * 2**20)]))
         assert not sock.poll(1000)
