@@ -155,11 +155,9 @@ class Hub:
                         self._drop_stale_keys()
                 if sock in events:
                     for _ in range(1000):  # drain what is queued, but keep heartbeats on time
-                        try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
+                        self._handle(sock.recv_multipart(copy=False))
+                        if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                             break
-                        self._handle(frames)
                 if time.monotonic() >= next_tick:
                     self._tick()
                     next_tick = time.monotonic() + self.heartbeat_interval / 2

@@ -36,7 +36,7 @@ from remote_magic.protocol import (
     local_versions,
 )
 
-from .outputs import JobOutputs, install_display
+from .outputs import JobOutputs, flush_periodically, install_display
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class Executor:
 
     def serve(self) -> None:
         install_display(lambda: self._outputs)
+        flush_periodically(lambda: self._outputs)
         signal.signal(signal.SIGINT, self._on_sigint)
         self.send(T.HELLO, {"pid": os.getpid(), "gpu": self.gpu.capabilities() if self.gpu else {"active": False}})
         while True:

@@ -11,6 +11,7 @@ import builtins
 import io
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 from remote_magic.protocol import MessageType as T
@@ -63,28 +64,22 @@ class JobOutputs:
         self._send = send
         self.stdout = ForwardedStream("stdout", job, send)
         self.stderr = ForwardedStream("stderr", job, send)
-        self._done = threading.Event()
-        self._flusher = threading.Thread(target=self._flush_periodically, name="stream-flusher", daemon=True)
+        self._flush_lock = threading.Lock()
 
     def __enter__(self) -> "JobOutputs":
         self._saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = self.stdout, self.stderr
-        self._flusher.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._flusher.join()
         self.flush()
         sys.stdout, sys.stderr = self._saved
 
     def flush(self) -> None:
-        self.stdout.flush()
-        self.stderr.flush()
-
-    def _flush_periodically(self) -> None:
-        while not self._done.wait(STREAM_FLUSH_INTERVAL_S):
-            self.flush()
+        # One flush at a time, so text a periodic flush took is sent before a later flush returns.
+        with self._flush_lock:
+            self.stdout.flush()
+            self.stderr.flush()
 
     def display(self, *objs: Any, raw: bool = False, metadata: dict[str, Any] | None = None,
                 include: Any = None, exclude: Any = None, **kwargs: Any) -> None:
@@ -113,6 +108,19 @@ class JobOutputs:
             figure.savefig(buffer, format="png", bbox_inches="tight")
             self.publish({"image/png": buffer.getvalue(), "text/plain": repr(figure)})
         plt.close("all")
+
+
+def flush_periodically(current: Callable[[], JobOutputs | None]) -> None:
+    """Start the thread that sends the running job's buffered text every STREAM_FLUSH_INTERVAL_S."""
+
+    def run() -> None:
+        while True:
+            time.sleep(STREAM_FLUSH_INTERVAL_S)  # a flush period, not synchronisation
+            outputs = current()
+            if outputs is not None:
+                outputs.flush()
+
+    threading.Thread(target=run, name="stream-flusher", daemon=True).start()
 
 
 _FORMATTER: Any = None

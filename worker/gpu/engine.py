@@ -71,17 +71,19 @@ class Engine:
             self._ctx = None
 
     # -- values ----------------------------------------------------------------------------
-    def asarray(self, value: Any, what: str = "the array", enabled: frozenset[str] | None = None) -> Any:
+    def asarray(self, value: Any, what: str = "the array", enabled: frozenset[str] | None = None,
+                *, force: bool = False, notice: bool = True) -> Any:
         """``value`` as a DeviceArray (float32, or bool for boolean data); numpy when inactive.
 
-        float64 data is converted with a notice; integers only when exact in float32.
+        float64 data is converted with a notice; integers only when exact in float32. ``force``
+        makes a DeviceArray even when the engine computes with numpy (for custom kernels).
         """
         if isinstance(value, DeviceArray):
             return value
         array = np.asarray(value)
-        if not self.active:
+        if not self.active and not force:
             return array
-        if is_lossy_float(array.dtype):
+        if notice and is_lossy_float(array.dtype):
             self.notices.once("float64", FLOAT64_NOTICE)
         host = to_float32(array, what)
         dtype = np.bool_ if array.dtype.kind == "b" else np.float32
@@ -114,6 +116,16 @@ class Engine:
                 self.notices.once("float64", FLOAT64_NOTICE)
             return float(to_float32(value, "a scalar"))
         return self.asarray(value, "an operand")
+
+    def _array_operand(self, value: Any) -> DeviceArray | None:
+        """A single array argument (0-d included) as a DeviceArray, or None if unsupported."""
+        if isinstance(value, DeviceArray):
+            return value
+        if isinstance(value, (bool, int, float, list, tuple)) and not isinstance(value, np.generic):
+            value = np.asarray(value)
+        if not convertible(value):
+            return None
+        return self.asarray(value, "the argument")
 
     # -- where an operation runs -------------------------------------------------------------
     def _on_host(self, name: str, args: Sequence[Any], explicit: bool) -> bool:
@@ -164,7 +176,7 @@ class Engine:
         """Reduction ``name`` (sum, mean, max, min) over ``axis`` (None: all axes)."""
         if self._on_host(name, (x,), explicit):
             return self.host_op(name, x, axis=axis, keepdims=keepdims)
-        x = self._operand(x)
+        x = _first(self._array_operand(x), x)
         if not isinstance(x, DeviceArray) or x.dtype == np.bool_:
             return self.fallback(f"np.{name}", HOST_OPS[name], (x,), {"axis": axis, "keepdims": keepdims})
         axes = tuple(range(x.ndim)) if axis is None else normalize_axis_tuple(axis, x.ndim)
@@ -185,7 +197,7 @@ class Engine:
         """Numerically stable softmax along ``axis``."""
         if self._on_host("softmax", (x,), explicit):
             return self.host_op("softmax", x, axis=axis)
-        x = self._operand(x)
+        x = _first(self._array_operand(x), x)
         if not isinstance(x, DeviceArray) or x.dtype == np.bool_ or x.ndim == 0:
             return self.fallback("softmax", HOST_OPS["softmax"], (x,), {"axis": axis})
         axis = normalize_axis_index(axis, x.ndim)
@@ -199,7 +211,7 @@ class Engine:
         """``x`` with axes permuted (reversed by default), as a new contiguous array."""
         if self._on_host("transpose", (x,), explicit):
             return self.host_op("transpose", x, axes)
-        x = self._operand(x)
+        x = _first(self._array_operand(x), x)
         if not isinstance(x, DeviceArray):
             return self.fallback("np.transpose", np.transpose, (x,), {"axes": axes})
         order = tuple(reversed(range(x.ndim))) if axes is None else normalize_axis_tuple(tuple(axes), x.ndim)
@@ -247,6 +259,11 @@ class Engine:
         if y.ndim == 1:
             shape = shape[:-1]
         return self.wrap(alloc, shape, ctx, [x, y])
+
+
+def _first(converted: Any, original: Any) -> Any:
+    """``converted`` unless it is None (no ``or``: a DeviceArray's truth value reads it back)."""
+    return original if converted is None else converted
 
 
 def _label(name: str) -> str:

@@ -16,8 +16,7 @@ from remote_magic.errors import ShaderError
 log = logging.getLogger(__name__)
 
 _POSITION = re.compile(r"wgsl:(\d+):(\d+)")
-_NOISE = ("Validation Error", "Caused by:", "In wgpuDeviceCreateShaderModule",
-          "In wgpuDeviceCreateComputePipeline")
+_NOISE = ("Validation Error", "Caused by:")
 
 
 def shader_error(exc: BaseException, label: str) -> ShaderError:
@@ -26,7 +25,9 @@ def shader_error(exc: BaseException, label: str) -> ShaderError:
     match = _POSITION.search(text)
     line, column = (int(match.group(1)), int(match.group(2))) if match else (None, None)
     lines = [ln.rstrip() for ln in text.splitlines()]
-    reason = next((ln.strip() for ln in lines if ln.strip() and ln.strip() not in _NOISE), type(exc).__name__)
+    meaningful = [ln.strip() for ln in lines
+                  if ln.strip() and ln.strip() not in _NOISE and not ln.strip().startswith("In wgpu")]
+    reason = next((ln for ln in meaningful if "error" in ln.lower()), meaningful[0] if meaningful else type(exc).__name__)
     reason = re.sub(r"^Shader '[^']*' ", "", reason)
     frame = "\n".join(ln for ln in lines if ln.strip().startswith(("┌", "│", "=")) or re.match(r"^\s*\d+\s*│", ln))
     where = f" at line {line}, column {column}" if line is not None else ""

@@ -40,6 +40,16 @@ class Stats:
                 "bytes_uploaded": self.bytes_uploaded, "bytes_downloaded": self.bytes_downloaded,
                 "numpy": dict(self.numpy)}
 
+    def take(self) -> "Stats":
+        """A copy of the counters, resetting these to zero (in place: others hold this object)."""
+        taken = Stats(Counter(self.kernels), Counter(self.numpy), self.gpu_time_s,
+                      self.bytes_uploaded, self.bytes_downloaded)
+        self.kernels.clear()
+        self.numpy.clear()
+        self.gpu_time_s = 0.0
+        self.bytes_uploaded = self.bytes_downloaded = 0
+        return taken
+
     def add(self, other: "Stats") -> None:
         """Add ``other``'s counts to these."""
         self.kernels.update(other.kernels)

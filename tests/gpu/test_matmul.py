@@ -1,0 +1,126 @@
+"""Matmul against numpy: odd shapes, vectors, batches with broadcasting, empties, specials, splits."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from conftest import make_runtime
+from gpu_checks import MATMUL_TOL, rel_err, same_specials
+from worker.gpu import DeviceArray, GpuRuntime
+
+pytestmark = pytest.mark.gpu
+
+
+def operands(rng: np.random.Generator, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    return (rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32))
+
+
+def check(gpu: Any, a: np.ndarray, b: np.ndarray) -> DeviceArray:
+    out = gpu.matmul(a, b)
+    expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert isinstance(out, DeviceArray) and out.shape == expected.shape and out.dtype == np.float32
+    assert rel_err(out.numpy(), expected) < MATMUL_TOL
+    return out
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (64, 64, 64), (63, 65, 67), (130, 17, 1), (1, 300, 200),
+                                   (200, 300, 1), (129, 257, 65), (8, 1, 8), (3, 1000, 5)], ids=str)
+def test_matrix_shapes_not_multiples_of_the_tile(gpu: Any, rng: np.random.Generator, m: int, k: int, n: int) -> None:
+    check(gpu, *operands(rng, (m, k), (k, n)))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((50,), (50, 7)), ((7, 50), (50,)), ((50,), (50,)),
+                                             ((3, 4, 50), (50,)), ((50,), (3, 50, 4))], ids=str)
+def test_vectors_are_promoted_like_numpy(gpu: Any, rng: np.random.Generator,
+                                         a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    check(gpu, *operands(rng, a_shape, b_shape))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((3, 40, 30), (30, 20)), ((40, 30), (3, 30, 20)),
+                                             ((2, 1, 40, 30), (1, 4, 30, 20)), ((5, 33, 17), (5, 17, 9)),
+                                             ((2, 3, 1, 9, 10), (3, 4, 10, 11))], ids=str)
+def test_batched_with_broadcast_leading_dims(gpu: Any, rng: np.random.Generator,
+                                             a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    check(gpu, *operands(rng, a_shape, b_shape))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((0, 5), (5, 3)), ((4, 5), (5, 0)), ((4, 0), (0, 3)),
+                                             ((2, 0, 3, 4), (4, 5))], ids=str)
+def test_zero_size(gpu: Any, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    a, b = np.ones(a_shape, np.float32), np.ones(b_shape, np.float32)
+    out = gpu.matmul(a, b).numpy()
+    np.testing.assert_array_equal(out, np.matmul(a, b))  # includes the all-zero result when k == 0
+
+
+def test_nan_and_inf_propagate(gpu: Any, rng: np.random.Generator) -> None:
+    a, b = operands(rng, (70, 40), (40, 33))
+    b[np.abs(b) < 1e-3] = 1.0  # no exact zeros: inf * 0 would be NaN on either side
+    a[3, 5] = np.nan
+    a[7, 2] = np.inf
+    b[9, 30] = -np.inf
+    with np.errstate(invalid="ignore"):
+        expected = a @ b
+    out = gpu.matmul(a, b).numpy()
+    same_specials(out, expected)
+    finite = np.isfinite(expected)
+    assert rel_err(out[finite], expected[finite]) < MATMUL_TOL
+
+
+def test_operator_and_numpy_function_with_mixed_operands(gpu: Any, rng: np.random.Generator) -> None:
+    a, b = operands(rng, (31, 29), (29, 23))
+    x = gpu.array(a)
+    for out in (x @ b, a @ gpu.array(b), x.T.T @ b, np.matmul(x, b), np.dot(x, b)):
+        assert isinstance(out, DeviceArray)
+        assert rel_err(out.numpy(), a.astype(np.float64) @ b) < MATMUL_TOL
+
+
+def test_shape_errors_are_numpys(gpu: Any) -> None:
+    with pytest.raises(ValueError, match="mismatch in its core dimension"):
+        gpu.matmul(np.ones((3, 4), np.float32), np.ones((5, 6), np.float32))
+    with pytest.raises(ValueError, match="not have enough dimensions"):
+        gpu.matmul(np.float32(2.0), np.ones((2, 2), np.float32))
+    with pytest.raises(ValueError):
+        gpu.matmul(np.ones((2, 3, 4), np.float32), np.ones((5, 4, 6), np.float32))
+
+
+def test_more_workgroups_than_one_dimension_allows(gpu: Any, runtime: GpuRuntime, rng: np.random.Generator) -> None:
+    a, b = operands(rng, (70_000, 1, 2), (70_000, 2, 1))  # one workgroup per batch entry: folded into y
+    assert runtime.engine.ctx.max_groups < 70_000
+    check(gpu, a, b)
+
+
+@pytest.fixture(scope="module")
+def wide_runtime() -> Iterator[GpuRuntime]:
+    """A runtime with the 16x16-invocation (128x128 tile) matmul meant for hardware GPUs."""
+    rt = make_runtime(matmul_threads=16)
+    yield rt
+    rt.close()
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((130, 70), (70, 257)), ((3, 129, 31), (31, 140))], ids=str)
+def test_wide_tiles(wide_runtime: GpuRuntime, rng: np.random.Generator,
+                    a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    check(wide_runtime.gpu, *operands(rng, a_shape, b_shape))
+
+
+@pytest.fixture(scope="module")
+def small_binding() -> Iterator[GpuRuntime]:
+    """A runtime whose bindings hold at most 64 KiB, so modest products must be split."""
+    rt = make_runtime(max_binding_bytes=64 * 1024)
+    yield rt
+    rt.close()
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((200, 130), (130, 150)), ((20, 40, 50), (20, 50, 30)),
+                                             ((20, 40, 50), (50, 30)), ((3, 20_000), (20_000, 2)),
+                                             ((2, 3, 90, 100), (3, 100, 80))], ids=str)
+def test_matmul_past_the_binding_limit_is_split(small_binding: GpuRuntime, rng: np.random.Generator,
+                                                a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    small_binding.take_stats()
+    a, b = operands(rng, a_shape, b_shape)
+    assert max(a.nbytes, b.nbytes, 4 * np.matmul(a, b).size) > 64 * 1024
+    check(small_binding.gpu, a, b)
+    assert small_binding.take_stats()["kernels"]["matmul"] > 1

@@ -1,0 +1,111 @@
+"""numpy's protocols for DeviceArray: which ufuncs and functions have kernels, and the rest.
+
+``np.exp(x)``, ``np.maximum(x, 0)``, ``np.matmul(a, b)``, ``np.add.reduce(x)``, ``np.sum(x, axis=1)``,
+``np.transpose(x)``... run as kernels; anything else (or these with options the kernels do
+not take, such as ``out=`` or ``dtype=``) is computed with numpy on host copies, with a one-time
+notice naming the function.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from .arrays import DeviceArray
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+UFUNC_KERNELS = {
+    "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide", "true_divide": "divide",
+    "power": "power", "maximum": "maximum", "minimum": "minimum", "negative": "negative", "absolute": "abs",
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "greater": "greater",
+    "greater_equal": "greater_equal", "less": "less", "less_equal": "less_equal", "equal": "equal",
+    "not_equal": "not_equal", "matmul": "matmul",
+}
+"""numpy ufunc name -> kernel name."""
+
+REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min"}
+"""``np.<ufunc>.reduce`` with a kernel."""
+
+
+def array_ufunc(engine: "Engine", ufunc: np.ufunc, method: str, inputs: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+    """``DeviceArray.__array_ufunc__``: a kernel when there is one, else numpy with a notice."""
+    out = kwargs.get("out")
+    if out is not None and any(isinstance(o, DeviceArray) for o in (out if isinstance(out, tuple) else (out,))):
+        raise TypeError("DeviceArrays are immutable, so out= cannot be one; assign the result instead")
+    name = ufunc.__name__
+    if method == "__call__" and not kwargs and name in UFUNC_KERNELS and len(inputs) == ufunc.nin:
+        kernel = UFUNC_KERNELS[name]
+        if kernel == "matmul":
+            return engine.matmul(*inputs)
+        return engine.elementwise(kernel, *inputs)
+    if method == "reduce" and name in REDUCE_KERNELS and len(inputs) == 1 and set(kwargs) <= {"axis", "keepdims"}:
+        return engine.reduce(REDUCE_KERNELS[name], inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims", False))
+    label = f"np.{name}" if method == "__call__" else f"np.{name}.{method}"
+    return engine.fallback(label, getattr(ufunc, method), inputs, kwargs)
+
+
+def _reduction(kernel: str) -> Callable[..., Any]:
+    def handler(engine: "Engine", a: Any, axis: Any = None, *rest: Any, keepdims: bool = False, **options: Any) -> Any:
+        if rest or options:
+            raise _Unhandled
+        return engine.reduce(kernel, a, axis, keepdims)
+    return handler
+
+
+def _transpose(engine: "Engine", a: Any, axes: Any = None) -> Any:
+    return engine.transpose(a, None if axes is None else tuple(axes))
+
+
+def _dot(engine: "Engine", a: Any, b: Any) -> Any:
+    if all(isinstance(v, (DeviceArray, np.ndarray)) and 1 <= v.ndim <= 2 and v.dtype.kind in "fiub" for v in (a, b)):
+        return engine.matmul(a, b)  # numpy's dot and matmul agree on 1-D and 2-D operands
+    raise _Unhandled
+
+
+def _reshape(engine: "Engine", a: Any, shape: Any = None, order: str = "C", **options: Any) -> Any:
+    shape = options.pop("newshape", shape)
+    if order != "C" or options or not isinstance(a, DeviceArray) or shape is None:
+        raise _Unhandled
+    return a.reshape(shape)
+
+
+def _shape(engine: "Engine", a: Any) -> Any:
+    return a.shape
+
+
+def _ndim(engine: "Engine", a: Any) -> Any:
+    return a.ndim
+
+
+def _size(engine: "Engine", a: Any, axis: int | None = None) -> Any:
+    return a.size if axis is None else a.shape[axis]
+
+
+class _Unhandled(Exception):
+    """A handled function was called with options its kernel does not take."""
+
+
+FUNCTIONS: dict[Any, Callable[..., Any]] = {
+    np.sum: _reduction("sum"), np.mean: _reduction("mean"),
+    np.max: _reduction("max"), np.min: _reduction("min"),
+    np.transpose: _transpose, np.dot: _dot, np.reshape: _reshape,
+    np.shape: _shape, np.ndim: _ndim, np.size: _size,
+}
+for _alias, _kernel in (("amax", "max"), ("amin", "min")):
+    if hasattr(np, _alias):
+        FUNCTIONS.setdefault(getattr(np, _alias), _reduction(_kernel))
+
+
+def array_function(engine: "Engine", func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``DeviceArray.__array_function__``: a kernel when there is one, else numpy with a notice."""
+    handler = FUNCTIONS.get(func)
+    if handler is not None:
+        try:
+            return handler(engine, *args, **kwargs)
+        except _Unhandled:
+            pass
+    return engine.fallback(f"np.{getattr(func, '__name__', 'function')}", func, args, kwargs)

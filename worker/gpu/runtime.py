@@ -1,0 +1,238 @@
+"""GpuRuntime: the executor's handle on the GPU, created once when the executor starts.
+
+Modes:
+
+* ``off``: never touches wgpu; ``capabilities()`` says so and the ``gpu`` object computes with
+  numpy.
+* ``on``: kernels always run on the adapter, software or not; no adapter is an error.
+* ``auto``: kernels run on the GPU only when the adapter is hardware. On a software adapter
+  (lavapipe, ~100x slower than numpy on the same CPU) or without any adapter, operations
+  compute with numpy and a one-time notice says so. Custom kernels still run on a software
+  adapter, as they have no numpy version.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from remote_magic.errors import GpuError
+
+from . import custom
+from .arrays import DeviceArray
+from .context import DeviceContext
+from .convert import is_lossy_float
+from .device import GpuDevice, open_device
+from .engine import Engine
+from .host_ops import GROUPS, KERNEL_NAMES
+from .namespace import BUILTIN_NAMES, GpuNamespace
+from .notices import Notices
+from .stats import Stats
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "on", "off")
+MIN_BINDING_BYTES = 1024
+"""Smallest ``max_binding_bytes`` accepted (tests lower the limit to force split matmuls)."""
+
+
+class GpuRuntime:
+    """The GPU of one executor process; see the module docstring. Make one with :meth:`create`."""
+
+    def __init__(self, mode: str, device: GpuDevice | None, *, adapter: str | None = None,
+                 backend: str | None = None, max_binding_bytes: int | None = None,
+                 matmul_threads: int | None = None, reason: str = "") -> None:
+        self.mode = mode
+        self._adapter = adapter
+        self._backend = backend
+        self._max_binding_bytes = max_binding_bytes
+        self._device = device
+        self._reason = reason
+        self.notices = Notices()
+        self._stats = Stats()
+        self._totals = Stats()
+        self.custom_kernels: dict[str, custom.KernelSpec] = {}
+        software = device is not None and device.info.adapter_type == "software"
+        self.active = device is not None and (mode == "on" or not software)
+        if mode == "auto" and software:
+            self._reason = (f"the GPU adapter is a software renderer ({device.info.name}), slower than numpy "  # type: ignore[union-attr]
+                            "on the same CPU, so array operations compute with numpy (use --gpu on to force it)")
+        threads = matmul_threads or (8 if software or device is None else 16)
+        self.engine = Engine(self._open_context if device is not None else None, self._stats, self.notices,
+                             active=self.active, matmul_threads=threads)
+        self.gpu = GpuNamespace(self)
+        self._closed = False
+        if device is not None:
+            self.engine.ctx  # noqa: B018 - make the device context now, not in the first cell
+
+    @classmethod
+    def create(cls, mode: str = "auto", adapter: str | None = None, backend: str | None = None, *,
+               max_binding_bytes: int | None = None, matmul_threads: int | None = None) -> "GpuRuntime":
+        """Open the GPU for ``mode`` (auto/on/off), choosing the adapter by name substring and backend.
+
+        ``max_binding_bytes`` lowers the per-binding limit below the device's (for tests);
+        ``matmul_threads`` (8 or 16) overrides the matmul workgroup side chosen for the adapter.
+        Raises :class:`GpuError` in mode ``on`` when no adapter can be had.
+        """
+        if mode not in MODES:
+            raise GpuError(f"unknown GPU mode {mode!r}; choose auto, on or off")
+        if max_binding_bytes is not None and max_binding_bytes < MIN_BINDING_BYTES:
+            raise GpuError(f"max_binding_bytes must be at least {MIN_BINDING_BYTES}")
+        if matmul_threads not in (None, 8, 16):
+            raise GpuError("matmul_threads must be 8 or 16")
+        options: dict[str, Any] = {"adapter": adapter, "backend": backend,
+                                   "max_binding_bytes": max_binding_bytes, "matmul_threads": matmul_threads}
+        if mode == "off":
+            return cls(mode, None, **options, reason="the worker runs with --gpu off")
+        try:
+            device = open_device(adapter, backend)
+        except GpuError as exc:
+            if mode == "on":
+                raise GpuError(f"--gpu on, but {exc}") from exc
+            log.warning("no GPU: %s", exc)
+            return cls(mode, None, **options, reason=f"no GPU adapter is usable ({exc})")
+        return cls(mode, device, **options)
+
+    # -- device ----------------------------------------------------------------------------
+    def _open_context(self) -> DeviceContext:
+        if self._closed:
+            raise GpuError("the GPU runtime is closed")
+        device = self._device
+        if device is None or device.lost:
+            device = self._device = open_device(self._adapter, self._backend)
+        return DeviceContext(device, self._stats, self._max_binding_bytes)
+
+    @property
+    def device(self) -> GpuDevice | None:
+        """The current wgpu device wrapper (None in mode off or without an adapter)."""
+        ctx = self.engine.current_context
+        return ctx.device if ctx is not None else self._device
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the worker announces: mode, whether kernels run on the GPU, adapter and limits."""
+        if self._device is None:
+            caps: dict[str, Any] = {"mode": self.mode, "active": False}
+            if self.mode != "off":
+                caps["reason"] = self._reason
+            return caps
+        device = self.device or self._device
+        caps = {"mode": self.mode, "active": self.active, **device.info.as_dict(),
+                "limits": {**device.info.limits, **{k: v for k, v in device.limits.items()
+                                                   if k in device.info.limits}},
+                "timestamp_query": device.timestamps}
+        if self._max_binding_bytes:
+            caps["max_binding_bytes"] = self._max_binding_bytes
+        if not self.active:
+            caps["reason"] = self._reason
+        return caps
+
+    def _notice_numpy(self) -> None:
+        if not self.active and self.mode != "off":
+            self.notices.once("inactive", f"GPU cell computed with numpy: {self._reason}")
+
+    # -- values in and out of a GPU cell -------------------------------------------------
+    def to_device(self, values: dict[str, Any], kernels: list[str] | None = None) -> dict[str, Any]:
+        """The cell's inputs with numeric numpy arrays as DeviceArrays; other values untouched.
+
+        ``kernels`` None enables every built-in kernel; a list enables only those (names from
+        :data:`KERNEL_NAMES`, or ``elementwise``/``reductions``/``all``), and every other
+        operation on these arrays computes with numpy, silently.
+        """
+        enabled = self._enabled(kernels)
+        self._notice_numpy()
+        if not self.active:
+            return dict(values)
+        converted, lossy = {}, []
+        for name, value in values.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
+                if is_lossy_float(value.dtype):
+                    lossy.append(name)
+                value = self.engine.asarray(value, name, enabled, notice=False)
+            converted[name] = value
+        if lossy:
+            self.notices.say(f"{', '.join(lossy)} {'is' if len(lossy) == 1 else 'are'} float64; the GPU computes "
+                             "in float32 (WebGPU has no float64), so results are float32")
+        return converted
+
+    def _enabled(self, kernels: list[str] | None) -> frozenset[str] | None:
+        if kernels is None:
+            return None
+        names: set[str] = set()
+        for kernel in kernels:
+            if kernel in GROUPS:
+                names.update(GROUPS[kernel])
+            elif kernel in KERNEL_NAMES or kernel in self.custom_kernels:
+                names.add(kernel)
+            else:
+                raise GpuError(f"unknown kernel {kernel!r}; built-in kernels are {', '.join(KERNEL_NAMES)} "
+                               f"(or the groups {', '.join(GROUPS)})")
+        return frozenset(names)
+
+    def to_host(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The cell's outputs with DeviceArrays (also inside lists, tuples, dicts) as numpy arrays."""
+        return {name: _host_value(value) for name, value in values.items()}
+
+    # -- custom kernels --------------------------------------------------------------------
+    def register_kernel(self, name: str, source: str) -> None:
+        """Compile WGSL ``source`` as ``gpu.NAME``; a compile error raises ShaderError(line, column)."""
+        custom.check_name(name, sorted(BUILTIN_NAMES))
+        if self._device is None:
+            raise GpuError(f"kernel {name} cannot be compiled: {self._reason}")
+        spec = custom.parse(name, source)
+        custom.compile_spec(self.engine.ctx, spec)
+        self.custom_kernels[name] = spec
+        log.info("registered GPU kernel %s (%d inputs, %d outputs)", name, spec.inputs, spec.outputs)
+
+    # -- counters --------------------------------------------------------------------------
+    def _flush(self) -> None:
+        ctx = self.engine.current_context
+        if ctx is not None and not ctx.lost:
+            try:
+                ctx.flush_timer()
+            except GpuError as exc:  # a lost device has no timestamps to give; say so in the log
+                log.warning("GPU timestamps lost: %s", exc)
+
+    def take_stats(self) -> dict[str, Any]:
+        """Counters since the last call: kernel dispatches, GPU time, bytes moved, numpy fallbacks."""
+        self._flush()
+        taken = self._stats.take()
+        self._totals.add(taken)
+        return taken.as_dict()
+
+    def totals(self) -> dict[str, Any]:
+        """The same counters since the runtime started."""
+        self._flush()
+        total = Stats()
+        total.add(self._totals)
+        total.add(self._stats)
+        return total.as_dict()
+
+    def close(self) -> None:
+        """Release the device; the runtime cannot be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        self.engine.close()
+        if self._device is not None:
+            self._device.close()
+
+    def __enter__(self) -> "GpuRuntime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _host_value(value: Any) -> Any:
+    if isinstance(value, DeviceArray):
+        data = value.numpy()
+        return data[()] if data.ndim == 0 else data
+    if isinstance(value, list):
+        return [_host_value(v) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_host_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _host_value(v) for k, v in value.items()}
+    return value
