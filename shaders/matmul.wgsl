@@ -15,7 +15,6 @@
 override WX: u32 = 8u;  // invocations per workgroup along N (8 or 16)
 override WY: u32 = 8u;  // invocations per workgroup along M (8 or 16)
 const BK: u32 = 16u;    // K step through workgroup memory
-const MAX_SIDE: u32 = 16u;  // the tiles below are sized for WX, WY <= 16: 16 KiB in all
 
 struct Params {
     M: u32, N: u32, K: u32, batch: u32,
@@ -32,11 +31,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-// A tile stored K-major (BK rows of 8*WY values), B tile stored K-major (BK rows of 8*WX values).
-// Sized with constants, not the overrides: override-sized workgroup arrays compile to slower code
-// on some drivers (lavapipe: about 1.5x slower).
-var<workgroup> As: array<vec4<f32>, BK * 2u * MAX_SIDE>;
-var<workgroup> Bs: array<vec4<f32>, BK * 2u * MAX_SIDE>;
+// A tile stored K-major (BK rows of 8*WY values), B tile stored K-major (BK rows of 8*WX values):
+// 8 KiB in all for 8x8 invocations, 16 KiB (WebGPU's guaranteed minimum) for 16x16.
+var<workgroup> As: array<vec4<f32>, BK * 2u * WY>;
+var<workgroup> Bs: array<vec4<f32>, BK * 2u * WX>;
 
 fn get4(v: array<vec4<u32>, 2>, d: u32) -> u32 {
     return v[d / 4u][d % 4u];

@@ -227,3 +227,21 @@ def test_runaway_memory_kills_only_the_executor(tmp_path: Path) -> None:
             assert client.run("fine = True") == {"fine": True}
     finally:
         w.stop()
+
+
+def test_an_address_with_many_failed_handshakes_is_blocked(tmp_path: Path) -> None:
+    from remote_magic.auth import MAX_FAILED_HANDSHAKES
+
+    w = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
+    try:
+        real = Token.decode(w.token)
+        for _ in range(MAX_FAILED_HANDSHAKES):
+            stranger = Token(real.role, real.address, real.server_public, *zmq.curve_keypair())
+            with pytest.raises(remote_magic.ConnectionFailed, match="refused these credentials"):
+                remote_magic.connect(stranger.encode(), timeout=5)
+        # 127.0.0.1 is now blocked for a while: even the real token is refused there.
+        with pytest.raises(remote_magic.ConnectionFailed, match="refused"):
+            remote_magic.connect(w.token, timeout=5)
+        assert "blocking 127.0.0.1" in w.log() and w.process.poll() is None
+    finally:
+        w.stop()
