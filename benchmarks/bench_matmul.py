@@ -25,8 +25,8 @@ import logging
 import math
 import os
 import platform
+import random
 import re
-import statistics
 import struct
 import subprocess
 import sys
@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from worker.gpu import GpuRuntime  # noqa: E402
+from worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
 from worker.gpu.pipelines import compile_module, create_pipeline  # noqa: E402
 
 log = logging.getLogger("bench_matmul")
@@ -76,22 +77,30 @@ def gflops(n: int, seconds: float) -> float:
     return 2 * n ** 3 / seconds / 1e9
 
 
-def timed(run: Callable[[], float], repeat: int, budget_s: float) -> float:
-    """Median of up to ``repeat`` timings of ``run`` (which returns seconds), within ``budget_s``."""
-    times: list[float] = []
+def interleaved(runs: dict[str, Callable[[], float]], repeat: int, budget_s: float,
+                rng: random.Random) -> dict[str, float]:
+    """Best of up to ``repeat`` rounds; each round runs every measurement once, in a random order.
+
+    Interleaving keeps slow drifts of a shared machine from favouring one column; the best time
+    is the least disturbed one. Stops early once ``budget_s`` has passed (after one round).
+    """
+    times: dict[str, list[float]] = {name: [] for name in runs}
     started = time.perf_counter()
-    while len(times) < repeat and (not times or time.perf_counter() - started < budget_s):
-        times.append(run())
-    return statistics.median(times)
+    for _ in range(repeat):
+        order = list(runs)
+        rng.shuffle(order)
+        for name in order:
+            times[name].append(runs[name]())
+        if time.perf_counter() - started > budget_s:
+            break
+    return {name: min(values) for name, values in times.items()}
 
 
 class Bench:
-    """Runs the measurements for one size on one runtime."""
+    """The measurements of one size on one runtime; each returns seconds for one product."""
 
-    def __init__(self, rt: GpuRuntime, repeat: int, budget_s: float) -> None:
+    def __init__(self, rt: GpuRuntime) -> None:
         self.rt = rt
-        self.repeat = repeat
-        self.budget_s = budget_s
         self.ctx = rt.engine.ctx
         self.timestamps = self.ctx.timer.timestamps
         module = compile_module(self.ctx.handle, NAIVE_WGSL, "naive matmul")
@@ -106,47 +115,40 @@ class Bench:
         gpu_time = self.rt.take_stats()["gpu_time_s"]
         return gpu_time if self.timestamps and gpu_time > 0 else wall
 
-    def numpy(self, a: np.ndarray, b: np.ndarray) -> float:
-        a @ b  # warm-up
-        def run() -> float:
-            start = time.perf_counter()
-            a @ b
-            return time.perf_counter() - start
-        return timed(run, self.repeat, self.budget_s)
-
-    def tiled_kernel(self, a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-        gpu = self.rt.gpu
-        x, y = gpu.array(a), gpu.array(b)
-        out = gpu.matmul(x, y)  # uploads, compiles on first use
-        reference = a.astype(np.float64) @ b
-        err = float(np.linalg.norm(out.numpy() - reference) / np.linalg.norm(reference))
-        return timed(lambda: self._kernel_time(lambda: gpu.matmul(x, y)), self.repeat, self.budget_s), err
-
-    def tiled_round_trip(self, a: np.ndarray, b: np.ndarray) -> float:
-        gpu = self.rt.gpu
-        def run() -> float:
-            start = time.perf_counter()
-            gpu.matmul(a, b).numpy()
-            return time.perf_counter() - start
-        return timed(run, self.repeat, self.budget_s)
-
-    def naive_kernel(self, a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    def runs(self, a: np.ndarray, b: np.ndarray) -> tuple[dict[str, Callable[[], float]], float]:
+        """The timed callables for ``a @ b``, after one warm-up each; and the largest relative error."""
         n = a.shape[0]
-        ctx = self.ctx
-        x, y = self.rt.gpu.array(a), self.rt.gpu.array(b)
+        gpu, ctx = self.rt.gpu, self.ctx
+        x, y = gpu.array(a), gpu.array(b)
         c = ctx.empty(4 * n * n)
         params = struct.pack("<4I", n, n, n, 0)
         groups = (math.ceil(n / 16), math.ceil(n / 16), 1)
-        def launch() -> None:
+
+        def naive() -> None:
             ctx.dispatch("naive_matmul", self.naive, {0: x.buffer(ctx), 1: y.buffer(ctx), 2: c}, params, 3, groups)
-        seconds = timed(lambda: self._kernel_time(launch), self.repeat, self.budget_s)
+
+        def trip() -> float:
+            start = time.perf_counter()
+            gpu.matmul(a, b).numpy()
+            return time.perf_counter() - start
+
+        def host() -> float:
+            start = time.perf_counter()
+            a @ b
+            return time.perf_counter() - start
+
         reference = a.astype(np.float64) @ b
-        out = ctx.download(c, n * n).reshape(n, n)
-        return seconds, float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
+        naive()
+        errors = [ctx.download(c, n * n).reshape(n, n) - reference, gpu.matmul(x, y).numpy() - reference]
+        trip()
+        host()
+        runs = {"numpy": host, "naive": lambda: self._kernel_time(naive),
+                "tiled": lambda: self._kernel_time(lambda: gpu.matmul(x, y)), "trip": trip}
+        return runs, max(float(np.linalg.norm(e) / np.linalg.norm(reference)) for e in errors)
 
 
 def torch_seconds(n: int, repeat: int) -> float | None:
-    """Median seconds of torch.matmul on CUDA in float32 with TF32 off, or None without CUDA."""
+    """Best seconds of torch.matmul on CUDA in float32 with TF32 off, or None without CUDA."""
     try:
         import torch
     except ImportError:
@@ -168,7 +170,7 @@ def torch_seconds(n: int, repeat: int) -> float | None:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    return float(min(times))
 
 
 def cpu_model() -> str:
@@ -196,9 +198,9 @@ def git_commit() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs per measurement (default 5)")
-    parser.add_argument("--budget", type=float, default=10.0,
-                        help="stop repeating a measurement after this many seconds (default 10)")
+    parser.add_argument("--repeat", type=int, default=7, help="timed rounds per size (default 7)")
+    parser.add_argument("--budget", type=float, default=20.0,
+                        help="stop adding rounds for a size after this many seconds (default 20)")
     parser.add_argument("--adapter", help="GPU adapter name substring")
     parser.add_argument("--backend", choices=["vulkan", "metal", "d3d12"])
     parser.add_argument("--threads", type=int, choices=[8, 16], help="matmul workgroup side (default: by adapter)")
@@ -210,18 +212,17 @@ def main(argv: list[str] | None = None) -> int:
 
     rt = GpuRuntime.create(mode="on", adapter=args.adapter, backend=args.backend, matmul_threads=args.threads)
     caps = rt.capabilities()
-    bench = Bench(rt, args.repeat, args.budget)
+    bench = Bench(rt)
     rng = np.random.default_rng(0)
+    order_rng = random.Random(0)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows = []
     for n in args.sizes:
         a = rng.standard_normal((n, n)).astype(np.float32)
         b = rng.standard_normal((n, n)).astype(np.float32)
-        row: dict[str, Any] = {"n": n, "numpy": gflops(n, bench.numpy(a, b))}
-        naive_s, naive_err = bench.naive_kernel(a, b)
-        tiled_s, tiled_err = bench.tiled_kernel(a, b)
-        row.update(naive=gflops(n, naive_s), tiled=gflops(n, tiled_s), trip=gflops(n, bench.tiled_round_trip(a, b)),
-                   err=max(naive_err, tiled_err))
+        runs, err = bench.runs(a, b)
+        best = interleaved(runs, args.repeat, args.budget, order_rng)
+        row: dict[str, Any] = {"n": n, **{name: gflops(n, seconds) for name, seconds in best.items()}, "err": err}
         if args.torch:
             seconds = torch_seconds(n, args.repeat)
             row["torch"] = gflops(n, seconds) if seconds else None
@@ -270,7 +271,8 @@ def render(rows: list[dict[str, Any]], caps: dict[str, Any], timestamps: bool, a
         f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}; "
         f"{caps.get('description')})",
         f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; "
-        f"matmul workgroup {rows and 'side ' + str(args.threads or ('8' if software else '16'))}; commit {git_commit()}",
+        f"matmul workgroup {args.threads or DEFAULT_MATMUL_THREADS}×{args.threads or DEFAULT_MATMUL_THREADS} invocations; "
+        f"commit {git_commit()}",
         f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
         "",
         "GFLOP/s (2n³ flops per product, square float32 matrices; higher is better):",
@@ -279,11 +281,12 @@ def render(rows: list[dict[str, Any]], caps: dict[str, Any], timestamps: bool, a
         "",
         goal,
         "",
-        f"Kernel columns: {method}; median of up to {args.repeat} runs after a warm-up (fewer when one "
-        f"measurement passed {args.budget:g} s). Upload + readback: host arrays in, host array out, wall time. "
+        f"Kernel columns: {method}. Upload + readback: host arrays in, host array out, wall time. Each figure "
+        f"is the best of up to {args.repeat} rounds after a warm-up (fewer once a size passed {args.budget:g} s); "
+        "each round runs every column once in a random order, so load from other processes hits all columns alike. "
         f"Every result checked against numpy in float64: largest relative error {max(r['err'] for r in rows):.1e}. "
         "The naive kernel is one invocation per output element (benchmarks/bench_matmul.py, not shipped); "
-        "the tiled kernel is shaders/matmul.wgsl (8×8 outputs per invocation, workgroup-memory tiles).",
+        "the tiled kernel is shaders/matmul.wgsl (8×8 outputs per invocation in registers, tiles in workgroup memory).",
         "",
     ])
 

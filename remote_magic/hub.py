@@ -155,7 +155,11 @@ class Hub:
                         self._drop_stale_keys()
                 if sock in events:
                     for _ in range(1000):  # drain what is queued, but keep heartbeats on time
-                        self._handle(sock.recv_multipart(copy=False))
+                        frames = sock.recv_multipart(copy=False)
+                        try:
+                            self._handle(frames)
+                        except Exception:  # a bug must cost one message, not the hub: log it whole
+                            log.exception("dropped a message the hub failed to handle")
                         if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                             break
                 if time.monotonic() >= next_tick:
@@ -172,7 +176,12 @@ class Hub:
     def _send_frames(self, identity: bytes, frames: list[Any]) -> None:
         assert self._socket is not None
         try:
-            self._socket.send_multipart([identity, *frames], copy=False)
+            # Never block: a peer that stops reading must not stall the hub for everyone else.
+            self._socket.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            log.warning("dropped a message to %r: it is not reading what the hub sends (%d messages "
+                        "wait for it)", identity, self._socket.sndhwm)
+            return
         except zmq.ZMQError as exc:  # EHOSTUNREACH: the peer is gone; heartbeats will tidy up
             log.debug("could not send to %r: %s", identity, exc)
             return
@@ -280,7 +289,8 @@ class Hub:
             self._send(peer.identity, T.ERROR, error_header("ProtocolError", "duplicate job id", job_id))
             return
         wanted = msg.header.get("worker")
-        if wanted is not None and self.fleet.worker_named(str(wanted)) is None:
+        wanted = None if wanted is None else str(wanted)  # as the fleet will compare it with names
+        if wanted is not None and self.fleet.worker_named(wanted) is None:
             known = ", ".join(sorted(w.name for w in self.fleet.workers())) or "none connected"
             self._send(peer.identity, T.ERROR, error_header(
                 "NoSuchWorker", f"no worker is named {wanted!r} (workers: {known}); "

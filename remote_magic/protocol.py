@@ -34,6 +34,10 @@ HEARTBEAT_LIVENESS = 5
 MAX_HEADER_BYTES = 1 << 20
 """Headers are small JSON objects; anything larger is refused before parsing."""
 
+MAX_HEADER_DEPTH = 100
+"""How deeply a header's lists and objects may nest: far more than any real header needs, far
+less than Python's recursion limit, so every peer can re-encode what it accepted."""
+
 DEFAULT_MAX_MESSAGE_BYTES = 2 << 30
 """Default cap on one frame, enforced by libzmq (ZMQ_MAXMSGSIZE) on the hub's socket."""
 
@@ -113,9 +117,25 @@ def decode(frames: Sequence[Any]) -> Message:
         header = json.loads(_as_bytes(raw_header))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
+    except RecursionError:  # "[[[[...": json recurses once per level and gives up deep inside
+        raise ProtocolError(f"header nests more than {MAX_HEADER_DEPTH} levels deep") from None
     if not isinstance(header, dict):
         raise ProtocolError(f"header must be a JSON object, got {type(header).__name__}")
+    if _nesting(header) > MAX_HEADER_DEPTH:
+        raise ProtocolError(f"header nests more than {MAX_HEADER_DEPTH} levels deep")
     return Message(msg_type, header, list(frames[3:]))
+
+
+def _nesting(value: Any) -> int:
+    """How many levels of lists and objects a decoded JSON value has; iterative, never recursive."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def error_header(error: str, message: str, job: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -224,7 +224,8 @@ class Supervisor:
 
     def _start_job(self, header: dict[str, Any], frames: list[Any]) -> None:
         timeout = header.get("timeout")
-        timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
+        valid = isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max  # not NaN, inf, 10**400
+        timeout = float(timeout) if valid else None
         self.job = RunningJob(str(header["job"]), timeout, time.monotonic() + timeout if timeout else None)
         self.executor.send(frames)
         self._send_hub(T.STARTED, {"job": self.job.id, "worker": self.name})

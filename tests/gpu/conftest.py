@@ -5,25 +5,14 @@ Without an adapter the GPU tests skip, unless REMOTE_MAGIC_REQUIRE_GPU=1 (CI), w
 
 from __future__ import annotations
 
-import os
 import secrets
 from typing import Iterator
 
 import numpy as np
 import pytest
 
-from remote_magic.errors import GpuError
-from worker.gpu import GpuRuntime
-
-
-def make_runtime(**options: object) -> GpuRuntime:
-    """A runtime in mode 'on'; skips (or fails under REMOTE_MAGIC_REQUIRE_GPU=1) without an adapter."""
-    try:
-        return GpuRuntime.create(mode="on", **options)  # type: ignore[arg-type]
-    except GpuError as exc:
-        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
-            pytest.fail(f"REMOTE_MAGIC_REQUIRE_GPU=1 but no GPU adapter: {exc}")
-        pytest.skip(f"no GPU adapter: {exc}")
+from gpu_checks import make_runtime
+from worker.gpu import GpuNamespace, GpuRuntime
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +24,7 @@ def runtime() -> Iterator[GpuRuntime]:
 
 
 @pytest.fixture
-def gpu(runtime: GpuRuntime):
+def gpu(runtime: GpuRuntime) -> GpuNamespace:
     """The ``gpu`` object cells see; stats are reset so each test counts its own work."""
     runtime.take_stats()
     return runtime.gpu

@@ -1,8 +1,14 @@
-"""Comparisons for GPU tests: relative error against a float64 reference, special values."""
+"""Helpers for GPU tests: making a runtime, relative error against a float64 reference, specials."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import pytest
+
+from remote_magic.errors import GpuError
+from worker.gpu import GpuRuntime
 
 ELEMENTWISE_TOL = 1e-5
 """‖out − ref‖/‖ref‖ allowed for elementwise kernels, reductions, softmax and transpose."""
@@ -26,3 +32,13 @@ def same_specials(out: object, ref: object) -> None:
     np.testing.assert_array_equal(np.isnan(out_a), np.isnan(ref_a))
     inf = np.isinf(ref_a)
     np.testing.assert_array_equal(out_a[inf], ref_a[inf])
+
+
+def make_runtime(**options: object) -> GpuRuntime:
+    """A runtime in mode 'on'; skips (or fails under REMOTE_MAGIC_REQUIRE_GPU=1) without an adapter."""
+    try:
+        return GpuRuntime.create(mode="on", **options)  # type: ignore[arg-type]
+    except GpuError as exc:
+        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
+            pytest.fail(f"REMOTE_MAGIC_REQUIRE_GPU=1 but no GPU adapter: {exc}")
+        pytest.skip(f"no GPU adapter: {exc}")

@@ -7,8 +7,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from conftest import make_runtime
-from gpu_checks import MATMUL_TOL, rel_err, same_specials
+from gpu_checks import MATMUL_TOL, make_runtime, rel_err, same_specials
 from worker.gpu import DeviceArray, GpuRuntime
 
 pytestmark = pytest.mark.gpu
@@ -86,24 +85,25 @@ def test_shape_errors_are_numpys(gpu: Any) -> None:
         gpu.matmul(np.ones((2, 3, 4), np.float32), np.ones((5, 4, 6), np.float32))
 
 
-def test_more_workgroups_than_one_dimension_allows(gpu: Any, runtime: GpuRuntime, rng: np.random.Generator) -> None:
-    a, b = operands(rng, (70_000, 1, 2), (70_000, 2, 1))  # one workgroup per batch entry: folded into y
-    assert runtime.engine.ctx.max_groups < 70_000
-    check(gpu, a, b)
-
-
 @pytest.fixture(scope="module")
-def wide_runtime() -> Iterator[GpuRuntime]:
-    """A runtime with the 16x16-invocation (128x128 tile) matmul meant for hardware GPUs."""
-    rt = make_runtime(matmul_threads=16)
+def narrow_runtime() -> Iterator[GpuRuntime]:
+    """A runtime with the 8x8-invocation (64x64 tile) matmul workgroup."""
+    rt = make_runtime(matmul_threads=8)
     yield rt
     rt.close()
 
 
-@pytest.mark.parametrize("a_shape,b_shape", [((130, 70), (70, 257)), ((3, 129, 31), (31, 140))], ids=str)
-def test_wide_tiles(wide_runtime: GpuRuntime, rng: np.random.Generator,
-                    a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
-    check(wide_runtime.gpu, *operands(rng, a_shape, b_shape))
+def test_more_workgroups_than_one_dimension_allows(narrow_runtime: GpuRuntime, rng: np.random.Generator) -> None:
+    a, b = operands(rng, (70_000, 1, 2), (70_000, 2, 1))  # one workgroup per batch entry: folded into y
+    assert narrow_runtime.engine.ctx.max_groups < 70_000
+    check(narrow_runtime.gpu, a, b)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((130, 70), (70, 257)), ((3, 65, 31), (31, 140)), ((1, 5), (5, 1))],
+                         ids=str)
+def test_narrow_tiles(narrow_runtime: GpuRuntime, rng: np.random.Generator,
+                      a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    check(narrow_runtime.gpu, *operands(rng, a_shape, b_shape))
 
 
 @pytest.fixture(scope="module")

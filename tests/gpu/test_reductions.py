@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from worker.gpu.host_ops import softmax as softmax_reference
 
 pytestmark = pytest.mark.gpu
 
-REDUCTIONS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 AXES = [None, 0, 1, 2, -1, (0, 2), (0, 1), (1, 2), (0, 1, 2)]
 
 

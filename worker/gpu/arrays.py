@@ -42,8 +42,9 @@ class DeviceArray:
         self._ctx = ctx
         self._host = host
         self._enabled = enabled
-        if host is not None:
-            host.flags.writeable = False
+        if host is not None:  # a read-only view: the caller's array keeps its own flags
+            self._host = host.view()
+            self._host.flags.writeable = False
 
     # -- what it is ----------------------------------------------------------------------
     @property
@@ -52,9 +53,10 @@ class DeviceArray:
         return self._shape
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype[Any]:
         """float32, or bool for the result of a comparison."""
-        return self._dtype
+        dtype: np.dtype[Any] = self._dtype
+        return dtype
 
     @property
     def ndim(self) -> int:
@@ -72,7 +74,7 @@ class DeviceArray:
         return 4 * self.size
 
     @property
-    def T(self) -> "DeviceArray":
+    def T(self) -> Any:
         """The array with its axes reversed (a transpose kernel)."""
         return self.transpose()
 
@@ -118,27 +120,27 @@ class DeviceArray:
         return self.numpy().__reduce_ex__(protocol)
 
     # -- methods -------------------------------------------------------------------------
-    def sum(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
-        """Sum over ``axis`` (an int, a tuple, or None for all)."""
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
+        """Sum over ``axis`` (an int, a tuple, or None for all): a DeviceArray, or numpy's result
+        when the cell did not enable this kernel."""
         return self._engine.reduce("sum", self, axis, keepdims)
 
-    def mean(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
         """Mean over ``axis``."""
         return self._engine.reduce("mean", self, axis, keepdims)
 
-    def max(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
+    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
         """Maximum over ``axis`` (NaN if any value is NaN)."""
         return self._engine.reduce("max", self, axis, keepdims)
 
-    def min(self, axis: Any = None, keepdims: bool = False) -> "DeviceArray":
+    def min(self, axis: Any = None, keepdims: bool = False) -> Any:
         """Minimum over ``axis`` (NaN if any value is NaN)."""
         return self._engine.reduce("min", self, axis, keepdims)
 
-    def transpose(self, *axes: Any) -> "DeviceArray":
+    def transpose(self, *axes: Any) -> Any:
         """The array with axes permuted (reversed when none are given), as numpy's."""
-        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
-            axes = axes[0] or ()
-        return self._engine.transpose(self, tuple(axes) if axes else None)
+        order = tuple(axes[0] or ()) if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))) else axes
+        return self._engine.transpose(self, order or None)
 
     def reshape(self, *shape: Any) -> "DeviceArray":
         """The same values with a new shape (no copy; one dimension may be -1)."""
@@ -187,8 +189,8 @@ class DeviceArray:
     def __le__(self, other: Any) -> Any: return np.less_equal(self, other)
     def __gt__(self, other: Any) -> Any: return np.greater(self, other)
     def __ge__(self, other: Any) -> Any: return np.greater_equal(self, other)
-    def __eq__(self, other: Any) -> Any: return np.equal(self, other)  # type: ignore[override]
-    def __ne__(self, other: Any) -> Any: return np.not_equal(self, other)  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any: return np.equal(self, other)
+    def __ne__(self, other: Any) -> Any: return np.not_equal(self, other)
 
     # -- host conveniences (each reads back) ---------------------------------------------
     def __getitem__(self, index: Any) -> Any:

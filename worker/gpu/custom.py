@@ -144,14 +144,15 @@ def pack_params(params: Sequence[Any]) -> bytes:
         if isinstance(value, (bool, np.bool_)):
             out += struct.pack("<I", int(value))
         elif isinstance(value, (np.floating, float)):
-            out += struct.pack("<f", float(value))
+            with np.errstate(over="ignore"):
+                out += np.float32(value).tobytes()
         elif isinstance(value, np.signedinteger) or (isinstance(value, int) and value < 0):
             out += struct.pack("<i", int(value))
         elif isinstance(value, (int, np.unsignedinteger)):
             out += struct.pack("<I", int(value))
         else:
             raise TypeError(f"params must be numbers (float -> f32, int -> u32/i32), not {type(value).__name__}")
-    out += bytes(-len(out) % 16 or (16 if not out else 0))
+    out += bytes(-len(out) % 16 if out else 16)  # uniforms are bound in 16-byte units
     return bytes(out)
 
 
@@ -159,13 +160,13 @@ def workgroups_for(ctx: DeviceContext, spec: KernelSpec, count: int,
                    workgroups: Sequence[int] | None) -> int | tuple[int, int, int]:
     """The dispatch size: explicit ``workgroups``, or one invocation per output element."""
     if workgroups is not None:
-        sizes = tuple(int(w) for w in workgroups) + (1,) * (3 - len(workgroups))
-        if len(sizes) != 3 or any(s < 0 for s in sizes):
+        counts = [int(w) for w in workgroups] + [1] * (3 - len(workgroups))
+        if len(counts) != 3 or any(c < 0 for c in counts):
             raise GpuError(f"workgroups must be up to three non-negative counts, not {workgroups!r}")
-        if max(sizes) > ctx.max_groups:
-            raise GpuLimitError(f"workgroups={sizes} exceeds this GPU's {ctx.max_groups:,} per dimension "
+        if max(counts) > ctx.max_groups:
+            raise GpuLimitError(f"workgroups={tuple(counts)} exceeds this GPU's {ctx.max_groups:,} per dimension "
                                 "(max_compute_workgroups_per_dimension)")
-        return sizes  # type: ignore[return-value]
+        return (counts[0], counts[1], counts[2])
     per_group = math.prod(spec.workgroup_size)
     if per_group == 0:
         raise GpuError(f"kernel {spec.name}: its @workgroup_size is not a literal, so pass workgroups=(x, y, z)")

@@ -112,6 +112,9 @@ def select_adapter(substring: str | None = None, backend: str | None = None) -> 
         raise GpuError(f"no GPU adapter could be listed ({exc}); install a Vulkan, Metal or D3D12 "
                        "driver (on Linux without a GPU: mesa-vulkan-drivers), or run with --gpu off") from exc
     found = [(a, _info(a)) for a in adapters]
+    if not found:
+        raise GpuError("no GPU adapter found: no Vulkan, Metal or D3D12 driver is usable. Install one "
+                       "(on Linux without a GPU: mesa-vulkan-drivers for lavapipe), or run with --gpu off")
     matches = found
     if backend is not None:
         wanted = BACKENDS[backend.lower()]
@@ -121,9 +124,9 @@ def select_adapter(substring: str | None = None, backend: str | None = None) -> 
         matches = [m for m in matches
                    if needle in f"{m[1].name} {m[1].description} {m[1].vendor}".lower()]
     if not matches:
-        seen = "; ".join(f"{i.name} ({i.adapter_type}, {i.backend})" for _, i in found) or "none"
+        seen = "; ".join(f"{i.name} ({i.adapter_type}, {i.backend})" for _, i in found)
         wanted_text = " ".join(filter(None, [f"matching {substring!r}" if substring else "",
-                                             f"on {backend}" if backend else ""])) or "at all"
+                                             f"on {backend}" if backend else ""]))
         raise GpuError(f"no GPU adapter {wanted_text}; adapters found: {seen}. "
                        "Change --adapter/--backend, or run with --gpu off")
     matches.sort(key=lambda m: PREFERENCE.index(m[1].adapter_type))

@@ -39,13 +39,15 @@ class Engine:
     """Runs operations on the current device, or with numpy when that is the right answer."""
 
     def __init__(self, open_context: Callable[[], DeviceContext] | None, stats: Stats, notices: Notices,
-                 *, active: bool, matmul_threads: int = 8) -> None:
+                 *, active: bool, matmul_threads: int = 16) -> None:
         self._open_context = open_context
         self._ctx: DeviceContext | None = None
         self.stats = stats
         self.notices = notices
         self.active = active
         self.matmul_threads = matmul_threads
+        self.inactive_notice: str | None = None
+        """Said once when an operation computes with numpy because the engine is inactive."""
 
     # -- the device ------------------------------------------------------------------------
     @property
@@ -56,6 +58,8 @@ class Engine:
                 raise GpuError("no GPU device is available on this worker")
             if self._ctx is not None:
                 log.warning("GPU device was lost; creating a new one")
+                self._ctx.close()  # frees its pool; later releases of its buffers are ignored
+                self._ctx = None
             self._ctx = self._open_context()
         return self._ctx
 
@@ -72,11 +76,12 @@ class Engine:
 
     # -- values ----------------------------------------------------------------------------
     def asarray(self, value: Any, what: str = "the array", enabled: frozenset[str] | None = None,
-                *, force: bool = False, notice: bool = True) -> Any:
+                *, force: bool = False, notice: bool = True, copy: bool = False) -> Any:
         """``value`` as a DeviceArray (float32, or bool for boolean data); numpy when inactive.
 
         float64 data is converted with a notice; integers only when exact in float32. ``force``
-        makes a DeviceArray even when the engine computes with numpy (for custom kernels).
+        makes a DeviceArray even when the engine computes with numpy (for custom kernels);
+        ``copy`` detaches it from ``value``'s memory (for arrays handed back to user code).
         """
         if isinstance(value, DeviceArray):
             return value
@@ -86,6 +91,8 @@ class Engine:
         if notice and is_lossy_float(array.dtype):
             self.notices.once("float64", FLOAT64_NOTICE)
         host = to_float32(array, what)
+        if copy and np.may_share_memory(host, array):
+            host = host.copy()
         dtype = np.bool_ if array.dtype.kind == "b" else np.float32
         return DeviceArray(self, host.shape, host=host.astype(bool) if dtype is np.bool_ else host,
                            dtype=dtype, enabled=enabled)
@@ -106,7 +113,8 @@ class Engine:
         if isinstance(value, DeviceArray):
             return value
         if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
-            return float(value)
+            with np.errstate(over="ignore"):  # beyond float32's range is ±inf, as numpy casts it
+                return float(np.float32(float(value)))
         if isinstance(value, (list, tuple)):
             value = np.asarray(value)
         if not convertible(value):
@@ -115,7 +123,8 @@ class Engine:
             if is_lossy_float(value.dtype):
                 self.notices.once("float64", FLOAT64_NOTICE)
             return float(to_float32(value, "a scalar"))
-        return self.asarray(value, "an operand")
+        array: DeviceArray = self.asarray(value, "an operand")
+        return array
 
     def _array_operand(self, value: Any) -> DeviceArray | None:
         """A single array argument (0-d included) as a DeviceArray, or None if unsupported."""
@@ -125,12 +134,19 @@ class Engine:
             value = np.asarray(value)
         if not convertible(value):
             return None
-        return self.asarray(value, "the argument")
+        array: DeviceArray = self.asarray(value, "the argument")
+        return array
 
     # -- where an operation runs -------------------------------------------------------------
+    def notice_inactive(self) -> None:
+        """Say (once) why operations compute with numpy, if the runtime gave a reason."""
+        if self.inactive_notice:
+            self.notices.once("inactive", self.inactive_notice)
+
     def _on_host(self, name: str, args: Sequence[Any], explicit: bool) -> bool:
-        """True when ``name`` must run with numpy without a notice (inactive, or not enabled)."""
+        """True when ``name`` must run with numpy without a kernel notice (inactive, or not enabled)."""
         if not self.active:
+            self.notice_inactive()
             return True
         if explicit:
             return False
@@ -164,7 +180,8 @@ class Engine:
             return self.fallback(_label(name), HOST_OPS[name], args, {})
         out_shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
         ctx = self.ctx
-        launch_ops = [op if isinstance(op, float) else (op.buffer(ctx), op.shape) for op in operands]
+        launch_ops: list[kernels.Operand] = [op if isinstance(op, float) else (op.buffer(ctx), op.shape)
+                                             for op in operands if op is not None]
         try:
             alloc = kernels.elementwise(ctx, name, launch_ops, out_shape)
         except kernels.Unsupported:
@@ -274,9 +291,12 @@ def _label(name: str) -> str:
 def _merge(arrays: Sequence[Any]) -> frozenset[str] | None:
     """Kernels enabled for a result: all if any source enables all, else the union."""
     sets = [a._enabled for a in arrays if isinstance(a, DeviceArray)]
-    if not sets or any(s is None for s in sets):
-        return None
-    return frozenset().union(*sets)
+    merged: frozenset[str] = frozenset()
+    for enabled in sets:
+        if enabled is None:
+            return None
+        merged |= enabled
+    return merged if sets else None
 
 
 def _to_host(value: Any) -> Any:

@@ -14,14 +14,15 @@ import numpy as np
 def sigmoid(x: Any) -> np.ndarray:
     """1 / (1 + exp(-x)), without overflow warnings for large |x|."""
     x = np.asarray(x)
-    with np.errstate(over="ignore"):
-        return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x))).astype(
-            np.result_type(x, np.float32))
+    with np.errstate(over="ignore", invalid="ignore"):
+        result: np.ndarray = np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
+    return result.astype(np.result_type(x, np.float32))
 
 
 def relu(x: Any) -> np.ndarray:
     """max(x, 0) elementwise, propagating NaN."""
-    return np.maximum(x, 0)
+    result: np.ndarray = np.maximum(x, 0)
+    return result
 
 
 def softmax(x: Any, axis: int = -1) -> np.ndarray:
@@ -29,7 +30,8 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
     x = np.asarray(x)
     shifted = x - np.max(x, axis=axis, keepdims=True)
     e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
+    result: np.ndarray = e / np.sum(e, axis=axis, keepdims=True)
+    return result
 
 
 UNARY: dict[str, Callable[..., Any]] = {

@@ -27,7 +27,7 @@ TILE_PER_THREAD = 8
 
 
 def matmul(ctx: DeviceContext, a: Allocation, a_shape: Shape, b: Allocation, b_shape: Shape,
-           threads: int = 8) -> tuple[Allocation, Shape]:
+           threads: int = 16) -> tuple[Allocation, Shape]:
     """C = A @ B for contiguous arrays of at least two dimensions, batch dimensions broadcast.
 
     ``threads`` is the workgroup's side (8: 64 invocations and 64x64 tiles; 16: 256 and

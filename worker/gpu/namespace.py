@@ -32,8 +32,8 @@ class GpuNamespace:
         return self._runtime.engine
 
     def array(self, x: Any) -> Any:
-        """``x`` as a DeviceArray (float32; float64 with a notice, integers only when exact)."""
-        return self._engine.asarray(x, "gpu.array's argument")
+        """``x`` copied to a DeviceArray (float32; float64 with a notice, integers only when exact)."""
+        return self._engine.asarray(x, "gpu.array's argument", copy=True)
 
     def asnumpy(self, x: Any) -> np.ndarray:
         """``x`` as a numpy array, read back from the GPU if it is a DeviceArray."""

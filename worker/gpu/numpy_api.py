@@ -108,4 +108,13 @@ def array_function(engine: "Engine", func: Any, args: tuple[Any, ...], kwargs: d
             return handler(engine, *args, **kwargs)
         except _Unhandled:
             pass
-    return engine.fallback(f"np.{getattr(func, '__name__', 'function')}", func, args, kwargs)
+    return engine.fallback(_qualified(func), func, args, kwargs)
+
+
+def _qualified(func: Any) -> str:
+    """``np.linalg.norm`` for numpy.linalg.norm, ``np.cumsum`` for numpy.cumsum (private modules dropped)."""
+    name = getattr(func, "__name__", "function")
+    module = getattr(func, "__module__", None) or "numpy"
+    if module.startswith("numpy") and "._" not in module and not module.startswith("numpy._"):
+        return "np" + module[len("numpy"):] + "." + name
+    return f"np.{name}" if module.startswith("numpy") else f"{module}.{name}"
