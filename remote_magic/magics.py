@@ -195,10 +195,12 @@ class OffloadMagics(Magics):
 
 
 def _format_stats(worker: str, stats: dict[str, Any]) -> str:
-    gpu = stats or {}
-    kernels = ", ".join(f"{name}×{count}" for name, count in (gpu.get("kernels") or {}).items()) or "none"
-    return (f"ran on {worker}: GPU kernels {kernels}; GPU time {gpu.get('gpu_time_s', 0.0) * 1e3:.2f} ms; "
-            f"uploaded {gpu.get('bytes_uploaded', 0):,} B, read back {gpu.get('bytes_downloaded', 0):,} B")
+    def counts(key: str) -> str:
+        return ", ".join(f"{name}×{count}" for name, count in (stats.get(key) or {}).items()) or "none"
+
+    return (f"ran on {worker}: GPU kernels {counts('kernels')}; with numpy {counts('numpy')}; "
+            f"GPU time {stats.get('gpu_time_s', 0.0) * 1e3:.2f} ms; "
+            f"uploaded {stats.get('bytes_uploaded', 0):,} B, read back {stats.get('bytes_downloaded', 0):,} B")
 
 
 def load_ipython_extension(ipython: Any) -> None:

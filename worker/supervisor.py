@@ -90,8 +90,10 @@ class ExecutorProcess:
             command += ["--adapter", self.options.adapter]
         if self.options.backend:
             command += ["--backend", self.options.backend]
+        # Vulkan loaders complain on headless machines without it; a private one is enough.
+        env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR") or self._dir.name}
         # Its own session: a Ctrl-C in the worker's terminal is the worker's, not the job's.
-        self.process = subprocess.Popen(command, start_new_session=True)
+        self.process = subprocess.Popen(command, start_new_session=True, env=env)
         log.info("started executor %d (pid %d)", self.generation, self.process.pid)
 
     def wait_ready(self, timeout: float) -> None:

@@ -1,0 +1,119 @@
+"""GPU cells end to end: %%offload matmul, --stats, %%offload_kernel and the fleet table,
+through a real remote-worker running WGSL on a real adapter (lavapipe without a GPU)."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import remote_magic
+from remote_magic import ShaderError
+from support import WorkerProcess, start_worker
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    w = start_worker(tmp_path_factory.mktemp("gpu-worker"), "--listen", "127.0.0.1:0", "--gpu", "on",
+                     "--name", "gpu")
+    with remote_magic.connect(w.token) as client:
+        [info] = client.workers()
+    if not info["gpu"].get("active"):
+        w.stop()
+        message = f"no wgpu adapter on this machine: {info['gpu']}"
+        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def ip(gpu_worker: WorkerProcess) -> Iterator[InteractiveShell]:
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    with capture_output():
+        shell.run_line_magic("offload_connect", gpu_worker.token)
+    yield shell
+    shell.run_line_magic("unload_ext", "remote_magic")
+    for name in ("A", "B", "C", "H", "X", "Y", "Z", "np"):
+        shell.user_ns.pop(name, None)
+
+
+def _relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+def test_matmul_cell_runs_on_the_gpu_and_says_what_ran(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng()
+    A, B = rng.standard_normal((70, 45)), rng.standard_normal((45, 33))  # not multiples of a tile
+    ip.user_ns.update(A=A, B=B, np=np)  # the notebook imported numpy as np
+    with capture_output() as out:
+        result = ip.run_cell("%%offload matmul --stats\nC = A @ B\nH = np.maximum(C, 0).sum(axis=1)")
+    assert result.success, result.error_in_exec
+    C, H = ip.user_ns["C"], ip.user_ns["H"]
+    assert isinstance(C, np.ndarray) and C.dtype == np.float32  # WebGPU has no float64
+    assert _relative_error(C, A @ B) < 1e-4
+    assert _relative_error(np.asarray(H, dtype=np.float64), np.maximum(A @ B, 0).sum(axis=1)) < 1e-4
+    assert "float64" in out.stderr and "float32" in out.stderr  # the one-line notice
+    assert "GPU kernels matmul×1; with numpy maximum×1" in out.stderr  # --stats
+
+
+def test_custom_kernel_compiles_runs_and_reports_errors_with_position(ip: InteractiveShell) -> None:
+    with capture_output() as out:
+        ip.run_cell_magic("offload_kernel", "scale_shift", SCALE_SHIFT)
+    assert "kernel gpu.scale_shift compiled" in out.stdout
+    X = np.linspace(-1, 1, 100_000, dtype=np.float32)
+    ip.user_ns["X"] = X
+    result = ip.run_cell("%%offload --gpu\nY = gpu.scale_shift(X, params=[2.5, -1.0])")
+    assert result.success, result.error_in_exec
+    np.testing.assert_allclose(ip.user_ns["Y"], X * 2.5 - 1.0, rtol=1e-6)
+    broken = SCALE_SHIFT.replace("x[i] * p.scale", "x[i] * p.scale * undefined_name")
+    with pytest.raises(ShaderError) as info:
+        ip.run_cell_magic("offload_kernel", "broken", broken)
+    line = next(n for n, text in enumerate(broken.splitlines(), 1) if "undefined_name" in text)
+    assert info.value.line == line and info.value.column is not None
+    assert "undefined_name" in str(info.value)
+
+
+def test_the_fleet_table_shows_the_adapter_and_gpu_counters(ip: InteractiveShell) -> None:
+    ip.user_ns.update(A=np.ones((16, 16), np.float32), B=np.ones((16, 16), np.float32))
+    assert ip.run_cell("%%offload matmul\nC = A @ B").success
+    table = ip.run_line_magic("offload_workers", "")
+    [worker] = table.workers
+    assert worker["gpu"]["active"] and worker["gpu"]["adapter"]
+    assert worker["gpu"]["adapter"] in repr(table)
+    assert worker["gpu"]["adapter_type"] in repr(table)
+
+
+def test_client_api_takes_the_gpu_choice(gpu_worker: WorkerProcess) -> None:
+    x = np.random.default_rng().standard_normal((8, 40)).astype(np.float32)
+    with remote_magic.connect(gpu_worker.token) as client:
+        result = client.execute("s = np.exp(x).sum(axis=1)\nimport numpy as np", {"x": x, "np": np}, ["s"],
+                                gpu=True)
+    np.testing.assert_allclose(result.values["s"], np.exp(x).sum(axis=1), rtol=1e-5)
+    assert result.stats["kernels"].get("exp") == 1
+
+
+SCALE_SHIFT = """\
+struct Params { scale: f32, shift: f32 }
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 64u;
+    if (i >= arrayLength(&y)) {
+        return;
+    }
+    y[i] = x[i] * p.scale + p.shift;
+}
+"""
