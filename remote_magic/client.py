@@ -9,6 +9,7 @@ The magics are built on this; scripts and tests use it directly.
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import queue
 import sys
@@ -336,8 +337,6 @@ def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNEC
     Raises ConnectionFailed within ``timeout`` seconds with what to check when the hub can't
     be reached or refuses the token. The Client is a context manager.
     """
-    import os
-
     token = token or os.environ.get("REMOTE_MAGIC_TOKEN")
     if not token:
         raise errors.TokenError("no token: pass the line remote-worker printed, or set REMOTE_MAGIC_TOKEN")

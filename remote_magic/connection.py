@@ -102,13 +102,13 @@ def dial(context: zmq.Context, token: Token, hello: dict[str, Any], timeout: flo
                     break
         message = _explain_failure(token, timeout, events, refusal)
         error = VersionMismatch if refusal and refusal.header.get("error") == "VersionMismatch" else ConnectionFailed
-        sock.close()
         raise error(message)
     except BaseException:
         sock.close()
         raise
     finally:
-        sock.disable_monitor() if not sock.closed else None
+        if not sock.closed:
+            sock.disable_monitor()
         monitor.close()
 
 
@@ -138,7 +138,8 @@ class Connection:
         self.interval = float(welcome.header.get("heartbeat_interval", HEARTBEAT_INTERVAL_S))
         self.expiry_s = self.interval * HEARTBEAT_LIVENESS
         self.connected = True
-        self.refused: str | None = None  # set when the hub will never take us back (keys rotated)
+        self.lost = ""  # why the hub is out of reach, while it is
+        self.refused: str | None = None  # set when this can't work again (keys rotated, I/O thread died)
         self._endpoint = f"inproc://remote-magic-outbox-{id(self)}"
         self._outbox_in = context.socket(zmq.PULL)
         self._outbox_in.bind(self._endpoint)
@@ -157,6 +158,9 @@ class Connection:
                 raise ConnectionFailed("this connection is closed: connect again")
             if self.refused:
                 raise ConnectionFailed(self.refused)
+            if not self.connected:  # it would wait unseen until the hub is back: say so now
+                raise ConnectionFailed(f"{self.lost}, so nothing was sent. This connection keeps trying; "
+                                       "run it again once the hub (or the tunnel in front of it) is back")
             self._outbox.send_multipart(encode(msg_type, header, buffers), copy=False)
 
     def send_now(self, frames: list[Any]) -> None:
@@ -206,12 +210,15 @@ class Connection:
                     sock.send_multipart(encode(T.HEARTBEAT, self._heartbeat_header()))
                     last_sent = now
                 if self.connected and now - last_heard > self.expiry_s:
+                    self.lost = f"the hub stopped answering for {self.expiry_s:.0f} s"
                     self.connected = False
-                    self._on_lost(f"the hub stopped answering for {self.expiry_s:.0f} s")
+                    self._on_lost(self.lost)
                 wait_s = min(self.interval / 2, self._on_tick()) if self._on_tick else self.interval / 2
         except Exception:  # the I/O thread must say why it died; everything waiting on it is failed
             log.exception("the connection's I/O thread failed")
-            self._on_lost("the connection's I/O thread failed; see the log")
+            self.connected = False
+            self.refused = "the connection's I/O thread failed (see the log): connect again"
+            self._on_lost(self.refused)
         finally:
             outbox.close()
             sock.close()

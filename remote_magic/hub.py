@@ -69,6 +69,7 @@ class Hub:
         self._socket: zmq.Socket | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._not_reading: set[bytes] = set()  # peers whose queue was full at the last send
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -179,12 +180,15 @@ class Hub:
             # Never block: a peer that stops reading must not stall the hub for everyone else.
             self._socket.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
         except zmq.Again:
-            log.warning("dropped a message to %r: it is not reading what the hub sends (%d messages "
-                        "wait for it)", identity, self._socket.sndhwm)
+            if identity not in self._not_reading:  # say it once, not once per message
+                self._not_reading.add(identity)
+                log.warning("dropping messages to %r: it is not reading what the hub sends (%d messages "
+                            "wait for it)", identity, self._socket.sndhwm)
             return
         except zmq.ZMQError as exc:  # EHOSTUNREACH: the peer is gone; heartbeats will tidy up
             log.debug("could not send to %r: %s", identity, exc)
             return
+        self._not_reading.discard(identity)
         peer = self.fleet.peers.get(identity)
         if peer is not None:
             peer.last_sent = time.monotonic()

@@ -85,9 +85,8 @@ def write_private(path: Path, text: str) -> None:
     """Write text atomically with owner-only permissions (the file never exists half-written)."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mkstemp makes it 0600
     try:
-        os.fchmod(fd, 0o600) if hasattr(os, "fchmod") else None
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)

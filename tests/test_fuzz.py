@@ -525,9 +525,11 @@ def test_a_peer_that_never_reads_cannot_stall_the_hub(fleet: tuple[WorkerProcess
     context = zmq.Context()
     try:
         flooder = _fuzzer(context, token).welcomed("client", "flooder").sock
-        for _ in range(20_000):  # each one earns an ERROR reply that the flooder never reads
+        flooder.rcvhwm, flooder.rcvbuf = 1, 4096  # fill the hub's queue to it sooner
+        hello = encode(T.HELLO, {"role": "client", "name": "flooder", "versions": local_versions()})
+        for _ in range(40_000):  # each earns a WELCOME that the flooder never reads
             assert flooder.poll(5000, zmq.POLLOUT), "the hub stopped reading"
-            flooder.send_multipart([PROTOCOL_VERSION, b"bogus", b"{}"], zmq.NOBLOCK)
+            flooder.send_multipart(hello, zmq.NOBLOCK)
         with remote_magic.connect(fleet[0].token, timeout=10) as client:
             assert client.run("x = 6 * 7") == {"x": 42}
     finally:
