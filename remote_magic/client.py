@@ -23,7 +23,7 @@ import zmq
 
 from . import errors, serialization
 from .connection import Connection, dial
-from .errors import ConnectionFailed, JobCancelled, RemoteMagicError
+from .errors import ConnectionFailed, RemoteMagicError
 from .protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role, describe_version_mismatch, local_versions
 from .tokens import Token
 
@@ -67,7 +67,6 @@ class JobResult:
     has_value: bool = False
     value: Any = None      # the code's last expression, when it ends with one
     stats: dict[str, Any] = field(default_factory=dict)
-    notices: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -254,7 +253,7 @@ class Client:
         has_value = "__value__" in values
         value = values.pop("__value__", None)
         return JobResult(values, str(msg.header.get("worker", job.worker)), has_value, value,
-                         msg.header.get("stats") or {}, msg.header.get("notices") or [])
+                         msg.header.get("stats") or {})
 
     def _cancel(self, job_id: str) -> None:
         try:

@@ -26,7 +26,6 @@ from .protocol import (
     MessageType as T,
     decode,
     encode,
-    local_versions,
 )
 from .tokens import Token
 

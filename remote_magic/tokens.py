@@ -18,7 +18,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import zmq
 from zmq.utils import z85
 
 from .errors import TokenError

@@ -23,7 +23,6 @@ from remote_magic import (
     TokenError,
 )
 
-from support import wait_for
 
 
 def test_run_returns_assigned_names_and_arrays(client: remote_magic.Client) -> None:

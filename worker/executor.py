@@ -14,7 +14,6 @@ import linecache
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
