@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import symtable
+from types import CodeType
 
 
 def _walk_tables(table: symtable.SymbolTable):
@@ -71,16 +72,18 @@ def names_assigned(code: str) -> list[str]:
     for node in ast.walk(tree):
         name = (node.id if isinstance(node, ast.Name) else node.name if isinstance(node, _SCOPES[:2] + _SCOPES[3:])
                 else (node.asname or node.name).split(".")[0] if isinstance(node, ast.alias) else None)
-        if name in names and hasattr(node, "lineno"):
-            first[name] = min(first.get(name, (node.lineno, node.col_offset)), (node.lineno, node.col_offset))
+        if name in names:
+            where = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+            first[name] = min(first.get(name, where), where)
     return sorted(names, key=lambda n: first.get(n, (0, 0)))
 
 
-def split_last_expression(code: str, filename: str) -> tuple[object, object | None]:
+def split_last_expression(code: str, filename: str) -> tuple[CodeType, CodeType | None]:
     """Compile code into (body, last expression): the value of a trailing expression is shown."""
     tree = ast.parse(code, filename)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+        last = ast.Expression(tree.body[-1].value)
+        tree.body.pop()
     body = compile(tree, filename, "exec")
     return body, (compile(last, filename, "eval") if last is not None else None)

@@ -62,7 +62,7 @@ class Hub:
         self.expiry_s = heartbeat_interval * HEARTBEAT_LIVENESS
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet()
-        self.port: int | None = None
+        self.port = 0  # the bound TCP port, once started
         self.context = zmq.Context()
         self.local_endpoint = f"inproc://remote-magic-hub-{id(self)}"
         self._auth: HubAuthenticator | None = None

@@ -156,6 +156,7 @@ class OffloadMagics(Magics):
         except SyntaxError as exc:
             raise UsageError(f"the cell has a syntax error on line {exc.lineno}: {exc.msg}. "
                              "%%offload runs plain Python (no other magics or !commands).") from None
+        assert self.shell is not None  # IPython registers magics with their shell
         namespace = self.shell.user_ns
         hidden = self.shell.user_ns_hidden
         inputs = {name: namespace[name] for name in reads

@@ -83,6 +83,7 @@ _scalars = (st.none() | st.booleans() | st.integers(min_value=-2, max_value=2 **
 # Two levels at most, so it is cheap to draw; deep nesting is a header shape of its own below.
 _json = _scalars | st.lists(_scalars, max_size=3) | st.dictionaries(st.text(max_size=6), _scalars, max_size=3)
 _names = st.text(alphabet="abcxyz_", min_size=1, max_size=4)
+_sometimes = st.sampled_from([False] * 7 + [True])
 
 # Code the workers run: harmless however the fuzzer combines it (no files, no sleeps, no exits
 # that bypass the executor's handlers).
@@ -315,7 +316,10 @@ def _wait_for_answers(fuzzer: Fuzzer, jobs: set[str]) -> set[str]:
     """Drain until every job got its RESULT or ERROR, failing if answers stop for STALL_S."""
     answered: set[str] = set()
     seen, progress = 0, time.monotonic()
+    beat = itertools.count()
     while not jobs <= answered:
+        if next(beat) % 10 == 0:  # a silent client is forgotten, and its answers with it
+            fuzzer.send_frames(encode(T.HEARTBEAT))
         fuzzer.drain(0.05)
         for reply in fuzzer.replies[seen:]:
             if reply.type in (T.RESULT, T.ERROR) and reply.header.get("job") in jobs:
@@ -376,7 +380,7 @@ def _fuzz_as_client(context: zmq.Context, token: Token, examples: int) -> int:
     fuzzer = _fuzzer(context, token).welcomed("client", "fuzz-client")
 
     @_fuzz(examples)
-    @given(st.booleans(), messages())
+    @given(_sometimes, messages())
     def run(hello_first: bool, draft: Draft) -> None:
         if hello_first:  # a fuzzed BYE makes the hub forget us: say hello again now and then
             fuzzer.hello("client", "fuzz-client")
@@ -396,7 +400,7 @@ def _fuzz_as_worker(context: zmq.Context, token: Token, worker_token: Token, exa
     counter = itertools.count()
 
     @_fuzz(examples)
-    @given(st.booleans(), st.data())
+    @given(_sometimes, st.data())
     def run(hello_first: bool, data: st.DataObject) -> None:
         nonlocal seen
         n = next(counter)
@@ -475,8 +479,9 @@ def _fuzz_the_workers(context: zmq.Context, token: Token, examples: int) -> int:
 
     @_fuzz(examples)
     @given(st.sampled_from([None, *WORKER_NAMES]), _headers(_SUBMIT_FIELDS), st.lists(_payloads, max_size=3),
-           st.booleans())
-    def run(worker: str | None, header: dict[str, Any], payloads: list[bytes], coherent: bool) -> None:
+           st.booleans(), _sometimes)
+    def run(worker: str | None, header: dict[str, Any], payloads: list[bytes], coherent: bool,
+            cancel: bool) -> None:
         job = f"fuzz-{next(counter)}"
         if worker is not None:
             header["worker"] = worker
@@ -485,6 +490,8 @@ def _fuzz_the_workers(context: zmq.Context, token: Token, examples: int) -> int:
             header["counts"] = [1] * len(payloads)
         jobs.add(job)
         fuzzer.send(Draft(encode(T.SUBMIT, {**header, "job": job}, payloads)))
+        if cancel:  # queued, running or done by now: whichever, the job still gets exactly one answer
+            fuzzer.send_frames(encode(T.CANCEL, {"job": job, "reason": "fuzz"}))
 
     run()
     _wait_for_answers(fuzzer, jobs)
