@@ -223,7 +223,12 @@ class Client:
             header["timeout"] = float(timeout)
         with self._lock:
             self._jobs[job.id] = job
-        self._connection.send(T.SUBMIT, header, packed.frames)
+        try:
+            self._connection.send(T.SUBMIT, header, packed.frames)
+        except ConnectionFailed:
+            with self._lock:
+                self._jobs.pop(job.id, None)
+            raise
         return job
 
     def _check_size(self, packed: serialization.Packed) -> None:

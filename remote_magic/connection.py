@@ -83,7 +83,7 @@ def dial(context: zmq.Context, token: Token, hello: dict[str, Any], timeout: flo
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
         while (remaining := deadline - time.monotonic()) > 0:
-            ready = dict(poller.poll(remaining * 1000))
+            ready = dict(poller.poll(int(remaining * 1000)))
             if monitor in ready:
                 events.add(recv_monitor_message(monitor)["event"])
                 if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
@@ -147,6 +147,7 @@ class Connection:
         self._outbox.connect(self._endpoint)
         self._send_lock = threading.Lock()
         self._closing = False
+        self._last_hello = 0.0
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -164,7 +165,7 @@ class Connection:
 
     def send_now(self, frames: list[Any]) -> None:
         """Send already-encoded frames to the hub; only from the I/O thread (watch/tick callbacks)."""
-        self._sock.send_multipart(frames, copy=False)
+        self._send_or_drop(frames)
 
     def close(self, timeout: float = 2.0) -> None:
         """Say goodbye, stop the I/O thread and close the socket; idempotent."""
@@ -187,17 +188,17 @@ class Connection:
         wait_s = self.interval / 2
         try:
             while True:
-                ready = dict(poller.poll(wait_s * 1000))
+                ready = dict(poller.poll(int(wait_s * 1000)))
                 now = time.monotonic()
                 for extra, handler in self._watched.items():
                     if extra in ready:
-                        handler(extra.recv_multipart(copy=False))
+                        self._guarded(handler, extra.recv_multipart(copy=False))
                 if outbox in ready:
                     frames = outbox.recv_multipart(copy=False)
                     if len(frames) == 1 and frames[0].bytes == b"close":
                         sock.send_multipart(encode(T.BYE))
                         return
-                    sock.send_multipart(frames, copy=False)
+                    self._send_or_drop(frames)
                     last_sent = now
                 if sock in ready:
                     last_heard = now
@@ -206,7 +207,7 @@ class Connection:
                         log.info("the hub answers again")
                     self._receive(sock.recv_multipart(copy=False))
                 if now - last_sent >= self.interval and not self.refused:
-                    sock.send_multipart(encode(T.HEARTBEAT, self._heartbeat_header()))
+                    self._send_or_drop(encode(T.HEARTBEAT, self._heartbeat_header()))
                     last_sent = now
                 if self.connected and now - last_heard > self.expiry_s:
                     self.lost = f"the hub stopped answering for {self.expiry_s:.0f} s"
@@ -221,6 +222,19 @@ class Connection:
         finally:
             outbox.close()
             sock.close()
+
+    def _send_or_drop(self, frames: list[Any]) -> None:
+        # Never block the I/O thread: after a long outage the queue to the hub can be full.
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            log.debug("the queue to the hub is full; dropped a message")
+
+    def _guarded(self, handler: Callable[[Any], None], argument: Any) -> None:
+        try:
+            handler(argument)
+        except Exception:  # one bad message must not end the connection: log it whole
+            log.exception("failed to handle a message; dropped it")
 
     def _receive(self, frames: list[zmq.Frame]) -> None:
         try:
@@ -238,7 +252,10 @@ class Connection:
         if msg.type is T.ERROR and msg.header.get("error") == "NotConnected":
             if self.refused:
                 return
-            log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
-            self._sock.send_multipart(encode(T.HELLO, self._hello))
+            now = time.monotonic()
+            if now - self._last_hello >= self.interval:  # one hello per interval, however many replies
+                self._last_hello = now
+                log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
+                self._send_or_drop(encode(T.HELLO, self._hello))
             return
-        self._on_message(msg)
+        self._guarded(self._on_message, msg)

@@ -93,7 +93,7 @@ class Hub:
             self._auth.stop()
             raise OSError(f"can't listen on {self.listen}: {exc.strerror}. "
                           "Is another remote-worker running there? Pick another port with --listen.") from exc
-        endpoint = sock.last_endpoint.decode()
+        endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         sock.bind(self.local_endpoint)
         self.port = int(endpoint.rsplit(":", 1)[1])
         self._socket = sock
@@ -148,7 +148,7 @@ class Hub:
         next_tick = time.monotonic()
         try:
             while not self._stopping.is_set():
-                timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
+                timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
                 events = dict(poller.poll(timeout_ms))
                 if wake in events:
                     command = wake.recv()
@@ -161,7 +161,7 @@ class Hub:
                             self._handle(frames)
                         except Exception:  # a bug must cost one message, not the hub: log it whole
                             log.exception("dropped a message the hub failed to handle")
-                        if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                        if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                             break
                 if time.monotonic() >= next_tick:
                     self._tick()
@@ -196,7 +196,7 @@ class Hub:
     def _handle(self, frames: list[zmq.Frame]) -> None:
         identity = frames[0].bytes
         try:
-            user_id = frames[1].get("User-Id") if len(frames) > 1 else ""
+            user_id = str(frames[1].get("User-Id")) if len(frames) > 1 else ""
         except zmq.ZMQError:  # inproc carries no security metadata: the in-process worker
             user_id = f"{Role.WORKER.value}:{_LOCAL_KEY.decode()}"
         role_name, _, key = user_id.partition(":")

@@ -149,7 +149,8 @@ class Executor:
         if missing:
             raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
         # What the worker put in scope (display, gpu) stays here: the notebook has its own.
-        provided = {id(v) for v in (builtins.display, outputs.display, namespace.get("gpu")) if v is not None}
+        provided = {id(v) for v in (getattr(builtins, "display", None), outputs.display, namespace.get("gpu"))
+                    if v is not None}
         values = {name: namespace[name] for name in names if name in namespace and id(namespace[name]) not in provided}
         if value is not None:
             values["__value__"] = value

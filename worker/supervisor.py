@@ -225,9 +225,9 @@ class Supervisor:
             self._interrupt("cancel")
 
     def _start_job(self, header: dict[str, Any], frames: list[Any]) -> None:
-        timeout = header.get("timeout")
-        valid = isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max  # not NaN, inf, 10**400
-        timeout = float(timeout) if valid else None
+        asked = header.get("timeout")
+        valid = isinstance(asked, (int, float)) and 0 < asked <= sys.float_info.max  # not NaN, inf, 10**400
+        timeout = float(asked) if valid else None  # type: ignore[arg-type]
         self.job = RunningJob(str(header["job"]), timeout, time.monotonic() + timeout if timeout else None)
         self.executor.send(frames)
         self._send_hub(T.STARTED, {"job": self.job.id, "worker": self.name})
