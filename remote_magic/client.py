@@ -116,10 +116,10 @@ class Client:
         except BaseException:
             self._context.term()
             raise
-        self.hub_versions: dict[str, str] = welcome.header.get("versions", {})
         self.max_message_bytes = int(welcome.header.get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
         for worker in welcome.header.get("workers", []):
-            self._warn_versions(worker)
+            for note in self.differences_with(worker):
+                log.warning("%s", note)
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost)
         log.info("connected to %s", self.token.redacted())
 
@@ -327,11 +327,10 @@ class Client:
                                         "message": f"{reason}; the job's result is lost"})
             self._deliver(job, failure)
 
-    def _warn_versions(self, worker: Mapping[str, Any]) -> None:
-        notes = describe_version_mismatch(local_versions(), worker.get("versions") or {},
-                                          f"worker {worker.get('name')!r}")
-        for note in notes:
-            log.warning("%s", note)
+    def differences_with(self, worker: Mapping[str, Any]) -> list[str]:
+        """Versions that differ between this notebook and a worker (from ``workers()``), in words."""
+        return describe_version_mismatch(self._versions, worker.get("versions") or {},
+                                         f"worker {worker.get('name')!r}")
 
 
 def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
