@@ -111,11 +111,14 @@ class Hub:
             return
         self._stopping.set()
         self._call_soon("stop")
-        self._thread.join(timeout)
-        self._thread = None
+        thread, self._thread = self._thread, None
+        thread.join(timeout)
         if self._auth is not None:
             self._auth.stop()
-        self.context.term()
+        if thread.is_alive():  # terminating the context would wait for its sockets forever
+            log.warning("the hub's thread did not stop within %g s; leaving it to process exit", timeout)
+        else:
+            self.context.term()
 
     def __enter__(self) -> "Hub":
         return self.start()
