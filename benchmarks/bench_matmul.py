@@ -26,9 +26,7 @@ import math
 import os
 import platform
 import random
-import re
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,6 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from report import RESULTS_PATH, code_version, machine, write_section  # noqa: E402
 from worker.gpu import GpuRuntime  # noqa: E402
 from worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
 from worker.gpu.pipelines import compile_module, create_pipeline  # noqa: E402
@@ -46,7 +45,7 @@ from worker.gpu.pipelines import compile_module, create_pipeline  # noqa: E402
 log = logging.getLogger("bench_matmul")
 
 SECTION = "## GPU matmul (issue 3)"
-RESULTS = REPO / "benchmarks" / "results.md"
+RESULTS = RESULTS_PATH
 
 NAIVE_WGSL = """
 // One invocation per element of C; every operand value comes from global memory. Benchmark only.
@@ -173,28 +172,6 @@ def torch_seconds(n: int, repeat: int) -> float | None:
     return float(min(times))
 
 
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo or the platform module."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def git_commit() -> str:
-    """Short commit, marked when the tree has uncommitted changes."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
-        return commit + (" with uncommitted changes" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024, 2048])
@@ -234,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     table = render(rows, caps, bench.timestamps, args, (load_before, load_after))
     print(table)
     if not args.no_write:
-        write_section(args.results, table)
+        write_section(SECTION, table.split("\n", 1)[1], args.results)
     return 0
 
 
@@ -267,12 +244,12 @@ def render(rows: list[dict[str, Any]], caps: dict[str, Any], timestamps: bool, a
         f"Measured by `python benchmarks/bench_matmul.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`.",
         "",
         f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
+        f"- Machine: {machine()}",
         f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}; "
         f"{caps.get('description')})",
         f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; "
         f"matmul workgroup {args.threads or DEFAULT_MATMUL_THREADS}×{args.threads or DEFAULT_MATMUL_THREADS} invocations; "
-        f"commit {git_commit()}",
+        f"{code_version()}",
         f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
         "",
         "GFLOP/s (2n³ flops per product, square float32 matrices; higher is better):",
@@ -289,17 +266,6 @@ def render(rows: list[dict[str, Any]], caps: dict[str, Any], timestamps: bool, a
         "the tiled kernel is shaders/matmul.wgsl (8×8 outputs per invocation in registers, tiles in workgroup memory).",
         "",
     ])
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this benchmark's section of the results file, leaving the others."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.MULTILINE | re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
 
 
 if __name__ == "__main__":

@@ -48,11 +48,11 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import zmq
 
+from report import RESULTS_PATH, code_version, machine, write_section
+
 log = logging.getLogger("bench_roundtrip")
 
-RESULTS_PATH = Path(__file__).resolve().parent / "results.md"
 SECTION_TITLE = "## Round trip (issue 2)"
-RESULTS_TITLE = "# Benchmark results"
 
 GOAL_RUN_PASS_S = 0.5e-3
 GOAL_OFFLOAD_CELL_S = 1e-3
@@ -361,29 +361,6 @@ def bench_dask(warmup: int, iterations: int) -> Sample | None:
 
 # -- report ----------------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def code_version() -> str:
-    """The commit measured, and whether the working tree had changes on top of it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                                text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "commit unknown"
-    return f"commit {commit}{' with uncommitted changes' if dirty else ''}"
-
-
 def machine_lines(load_before: tuple[float, float, float]) -> list[str]:
     import remote_magic
 
@@ -397,7 +374,7 @@ def machine_lines(load_before: tuple[float, float, float]) -> list[str]:
     load_after = os.getloadavg()
     return [
         f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
+        f"- Machine: {machine()}",
         f"- Python {platform.python_version()}; {', '.join(versions)}; {code_version()}",
         f"- Load average (1 min) before / after the run: {load_before[0]:.2f} / {load_after[0]:.2f}",
     ]
@@ -423,27 +400,6 @@ def markdown_table(rows: Sequence[Row]) -> str:
     lines = ["| what | median | p90 or rate | goal | met? |", "| --- | ---: | ---: | --- | --- |"]
     lines += [f"| {r.what} | {r.median} | {r.spread} | {r.goal} | {r.met} |" for r in rows]
     return "\n".join(lines)
-
-
-def write_section(body: str, path: Path = RESULTS_PATH) -> None:
-    """Replace (or append) this benchmark's section of results.md; other sections stay as they are."""
-    text = path.read_text() if path.exists() else f"{RESULTS_TITLE}\n"
-    lines = text.splitlines()
-    section = [SECTION_TITLE, "", *body.rstrip("\n").splitlines(), ""]
-    try:
-        start = lines.index(SECTION_TITLE)
-    except ValueError:
-        while lines and not lines[-1].strip():
-            lines.pop()
-        lines += ["", *section]
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = section
-    while lines and not lines[-1].strip():
-        lines.pop()
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, path)
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -598,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = " ".join(["python benchmarks/bench_roundtrip.py", *arguments])
         body = "\n".join([f"Measured by `{command}`.", "", *machine_lines(load_before), "", table, "",
                           summary, *notes, "", method_text(run)])
-        write_section(body)
+        write_section(SECTION_TITLE, body)
         log.info("wrote the table to %s", RESULTS_PATH)
     return 0
 

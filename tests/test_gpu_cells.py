@@ -4,6 +4,7 @@ through a real remote-worker running WGSL on a real adapter (lavapipe without a 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -16,6 +17,8 @@ from remote_magic import ShaderError
 from support import WorkerProcess, start_worker
 
 pytestmark = pytest.mark.gpu
+
+SCALE_SHIFT = (Path(__file__).parent.parent / "examples" / "scale_shift.wgsl").read_text()  # the docs example
 
 
 @pytest.fixture(scope="module")
@@ -100,20 +103,3 @@ def test_client_api_takes_the_gpu_choice(gpu_worker: WorkerProcess) -> None:
     np.testing.assert_allclose(result.values["s"], np.exp(x).sum(axis=1), rtol=1e-5)
     assert result.stats["kernels"].get("exp") == 1
 
-
-SCALE_SHIFT = """\
-struct Params { scale: f32, shift: f32 }
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 64u;
-    if (i >= arrayLength(&y)) {
-        return;
-    }
-    y[i] = x[i] * p.scale + p.shift;
-}
-"""

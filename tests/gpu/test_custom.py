@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pathlib import Path
+
 import pytest
 
 from gpu_checks import ELEMENTWISE_TOL, rel_err
@@ -13,23 +15,7 @@ from worker.gpu import DeviceArray, GpuRuntime
 
 pytestmark = pytest.mark.gpu
 
-SCALE_SHIFT = """\
-// y = x * scale + shift
-struct Params { scale: f32, shift: f32 }
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 64u;
-    if (i >= arrayLength(&y)) {
-        return;
-    }
-    y[i] = x[i] * p.scale + p.shift;
-}
-"""
+SCALE_SHIFT = (Path(__file__).parents[2] / "examples" / "scale_shift.wgsl").read_text()  # the docs example
 
 SUM_AND_DIFF = """\
 @binding(0) @group(0) var<storage, read> a: array<f32>;

@@ -1,0 +1,62 @@
+"""What every benchmark writes beside its table: the machine, the code measured, and its section
+of results.md (replaced in place; other benchmarks' sections stay as they are)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_PATH = REPO / "benchmarks" / "results.md"
+RESULTS_TITLE = "# Benchmark results"
+
+
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo or the platform module."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """One line: CPU model, cores, OS."""
+    return f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+
+
+def code_version() -> str:
+    """The commit measured, and whether the working tree had changes on top of it."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "commit unknown"
+    return f"commit {commit}{' with uncommitted changes' if dirty else ''}"
+
+
+def write_section(title: str, body: str, path: Path = RESULTS_PATH) -> None:
+    """Replace (or append) the section headed ``title`` in results.md, atomically."""
+    text = path.read_text() if path.exists() else f"{RESULTS_TITLE}\n"
+    lines = text.splitlines()
+    section = [title, "", *body.strip("\n").splitlines(), ""]
+    try:
+        start = lines.index(title)
+    except ValueError:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        lines += ["", *section]
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section
+    while lines and not lines[-1].strip():
+        lines.pop()
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)
