@@ -214,3 +214,19 @@ def test_an_input_the_worker_cannot_load_names_it_and_the_version_difference(
         client.run("y = f", {"f": FailsToLoad()})
     assert "3.8.10 on the notebook" in str(info.value) and "functions and classes defined in the notebook" in str(info.value)
     assert info.value.name == "f"
+
+
+def test_an_interrupted_import_gets_a_fresh_executor(client: remote_magic.Client, tmp_path: Path) -> None:
+    """An extension module whose import was cut short can't be imported again in that process."""
+    (tmp_path / "slow_to_import.py").write_text("import time\nprint('importing', flush=True)\ntime.sleep(60)\n")
+    before = client.run("import os\npid = os.getpid()")["pid"]
+
+    def interrupt_while_importing(header: dict) -> None:
+        if "importing" in header["text"]:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        client.execute(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport slow_to_import",
+                       on_stream=interrupt_while_importing)
+    after = client.run("import os, numpy\npid = os.getpid()")["pid"]
+    assert after != before

@@ -101,8 +101,11 @@ class Executor:
                     self._running = False
                 outputs.show_figures()
             self._send_result(job, values, started)
-        except KeyboardInterrupt:
-            self.send(T.ERROR, error_header("JobCancelled", "the job was interrupted", job))
+        except KeyboardInterrupt as exc:
+            # A C extension whose import was cut short can never be imported again in this
+            # process ("cannot load module more than once"): ask for a fresh executor.
+            self.send(T.ERROR, error_header("JobCancelled", "the job was interrupted", job,
+                                            replace_executor=_interrupted_an_import(exc, self._sources)))
         except SerializationError as exc:
             self.send(T.ERROR, error_header(type(exc).__name__, str(exc), job, name=getattr(exc, "name", None)))
         except GpuError as exc:
@@ -189,6 +192,17 @@ def _remote_error(exc: BaseException, job: str, cell_files: list[str]) -> dict[s
     return error_header("RemoteError", str(exc), job, remote_type=name, traceback=text)
 
 
+def _interrupted_an_import(exc: BaseException, cell_files: list[str]) -> bool:
+    """Did the exception cut through a module's top-level code, i.e. an import in progress?"""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "<module>" and code.co_filename not in cell_files:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _create_gpu(mode: str, adapter: str | None, backend: str | None) -> Any:
     if mode == "off":
         return None
@@ -221,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     threading.Thread(target=_exit_with_parent, name="parent-watchdog", daemon=True).start()
+    import numpy  # noqa: F401  (most jobs unpickle arrays; an import cut short by Ctrl-C poisons the process)
     Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend).serve()
 
 

@@ -253,8 +253,13 @@ class Supervisor:
             if msg.type is T.ERROR and self.job.reason:
                 msg.header.update(self._interrupted_error(self.job))
             self._count(msg.header.get("stats"))
+            replace = bool(msg.header.pop("replace_executor", False))
             self._connection.send_now(encode(msg.type, msg.header, msg.buffers))  # type: ignore[union-attr]
             self.job = None
+            if replace:
+                log.info("replacing the executor: a job was interrupted in the middle of an import")
+                self.executor.kill()
+                self.executor.spawn()  # the next job waits in _pending until it says hello
             self._start_pending()
         else:
             self._connection.send_now(list(frames[1:]))  # type: ignore[union-attr]
@@ -277,7 +282,7 @@ class Supervisor:
     def _tick(self) -> float:
         if self.job is None:
             if self.executor.died() is not None and self.executor.ready:
-                log.warning("the idle executor %s; starting a new one", self.executor.died())
+                log.info("the idle executor %s; starting a new one", self.executor.died())
                 self.executor.spawn()
             return 0.5
         now = time.monotonic()
