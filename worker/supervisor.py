@@ -258,8 +258,7 @@ class Supervisor:
             self.job = None
             if replace:
                 log.info("replacing the executor: a job was interrupted in the middle of an import")
-                self.executor.kill()
-                self.executor.spawn()  # the next job waits in _pending until it says hello
+                self._replace_executor()
             self._start_pending()
         else:
             self._connection.send_now(list(frames[1:]))  # type: ignore[union-attr]
@@ -329,5 +328,8 @@ class Supervisor:
     def _fail_job(self, job: RunningJob, error: dict[str, Any]) -> None:
         self._send_hub(T.ERROR, error_header(error["error"], error["message"], job.id))
         self.job = None
+        self._replace_executor()
+
+    def _replace_executor(self) -> None:
         self.executor.kill()
         self.executor.spawn()  # the next job waits in _pending until it says hello
