@@ -233,10 +233,8 @@ class Client:
 
     def _check_size(self, packed: serialization.Packed) -> None:
         """Refuse here what the hub's socket would drop without a word."""
-        position = 0
-        for name, count in zip(packed.names, packed.counts):
-            largest = max(serialization.nbytes([f]) for f in packed.frames[position:position + count])
-            position += count
+        for name, frames in serialization.per_name(packed.names, packed.counts, packed.frames):
+            largest = max(serialization.nbytes([f]) for f in frames)
             if largest > self.max_message_bytes:
                 raise errors.InputError(
                     f"`{name}` needs a {largest / 2**20:.1f} MiB frame, over the hub's "

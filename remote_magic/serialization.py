@@ -11,7 +11,7 @@ from __future__ import annotations
 import pickle
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import cloudpickle
 
@@ -34,6 +34,14 @@ class Packed:
     def header(self) -> dict[str, Any]:
         """The part of a message header that describes the frames."""
         return {"names": self.names, "counts": self.counts}
+
+
+def per_name(names: Sequence[str], counts: Sequence[int], frames: Sequence[Any]) -> Iterator[tuple[str, Sequence[Any]]]:
+    """Each name with its frames: the pickle stream first, then its out-of-band buffers."""
+    position = 0
+    for name, count in zip(names, counts):
+        yield name, frames[position:position + count]
+        position += count
 
 
 @dataclass(frozen=True)
@@ -100,10 +108,7 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
             or not all(isinstance(c, int) and c >= 1 for c in counts) or sum(counts) != len(frames)):
         raise error(f"the message's frames don't match its header ({len(frames)} frames for counts {counts!r:.80})")
     values: dict[str, Any] = {}
-    position = 0
-    for name, count in zip(names, counts):
-        stream, *buffers = frames[position:position + count]
-        position += count
+    for name, (stream, *buffers) in per_name(names, counts, frames):
         try:
             value = pickle.loads(_writable(stream), buffers=[_writable(b) for b in buffers])
         except Exception as exc:  # unpickling runs arbitrary code; any failure names the variable

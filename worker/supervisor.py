@@ -292,15 +292,13 @@ class Supervisor:
         death = self.executor.died()
         limit = self.options.max_memory_bytes
         if death is None and limit and (used := self.executor.memory_bytes()) > limit:
-            self.executor.kill()
             death = (f"was killed by remote-worker: it used {used / 2**30:.2f} GiB, over the "
-                     f"{limit / 2**30:.2f} GiB limit (--max-memory)")
+                     f"{limit / 2**30:.2f} GiB limit (--max-memory)")  # _fail_job kills it
         if death is None and job.interrupted_at is not None and now - job.interrupted_at > INTERRUPT_GRACE_S:
-            self.executor.kill()
-            self._fail_job(job, {**self._interrupted_error(job),
-                                 "message": self._interrupted_error(job)["message"] +
-                                 f" (it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its process was "
-                                 "replaced)"})
+            error = self._interrupted_error(job)
+            error["message"] += (f" (it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its process "
+                                 "was replaced)")
+            self._fail_job(job, error)
             return HEALTH_CHECK_INTERVAL_S
         if death is not None:
             self._fail_job(job, {"error": "ExecutorDied", "message":
