@@ -33,6 +33,7 @@ from .protocol import (
     error_header,
     local_versions,
 )
+from .throttle import WarningThrottle
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class Hub:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._not_reading: set[bytes] = set()  # peers whose queue was full at the last send
+        # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
+        self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -206,12 +209,12 @@ class Hub:
         try:
             role = Role(role_name)
         except ValueError:
-            log.warning("dropped a message from a peer with no role")
+            self._peer_warnings.warning(user_id, "dropped a message from a peer with no role")
             return
         try:
             msg = decode(frames[1:])
         except ProtocolError as exc:
-            log.warning("malformed message from a %s: %s", role.value, exc)
+            self._peer_warnings.warning(user_id, "malformed message from a %s: %s", role.value, exc)
             self._send(identity, T.ERROR, error_header("ProtocolError", str(exc)))
             return
         peer = self.fleet.peers.get(identity)
@@ -233,7 +236,7 @@ class Hub:
             handler = getattr(self, f"_on_{msg.type.value}")
             handler(peer, msg, frames[1:])
         except (KeyError, TypeError, ValueError) as exc:
-            log.warning("bad %s from %s: %s", msg.type.value, peer.name, exc)
+            self._peer_warnings.warning(user_id, "bad %s from %s: %s", msg.type.value, peer.name, exc)
             self._send(identity, T.ERROR, error_header(
                 "ProtocolError", f"bad {msg.type.value} message: {exc}", _job_id(msg)))
 

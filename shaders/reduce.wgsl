@@ -10,45 +10,88 @@
 // and workgroups are numbered linearly, folded by the host over x and y.
 //
 // OP: 0 sum, 1 max, 2 min. max and min propagate NaN as numpy does.
+//
+// Sums are carried as unevaluated pairs hi + lo (float-float, built on Knuth's TwoSum), so a
+// sum whose terms cancel is still within float32 rounding of the exact result. A first pass
+// writes the pairs (lo after the `count` his) and the second pass reads them back: `lo_in` is
+// the element offset of the input's lo values, 0 when the input is plain float32.
 
 override OP: u32 = 0u;
 const WG: u32 = 256u;
 
 struct Params {
     outer: u32, len: u32, inner: u32, chunks: u32,
-    chunk: u32, count: u32, scale: f32, _pad: u32,
+    chunk: u32, count: u32, scale: f32, lo_in: u32,
+    lo_out: u32, one: f32, _pad1: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<uniform> p: Params;
 
-var<workgroup> part: array<f32, WG>;
+var<workgroup> part_hi: array<f32, WG>;
+var<workgroup> part_lo: array<f32, WG>;
+
+// A running result: hi + lo for sums, hi alone (lo = 0) for max and min.
+struct Acc {
+    hi: f32,
+    lo: f32,
+}
 
 fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
-fn identity() -> f32 {
+fn is_finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+fn identity() -> Acc {
     switch OP {
-        case 1u: { return bitcast<f32>(0xff800000u); }  // -inf
-        case 2u: { return bitcast<f32>(0x7f800000u); }  // +inf
-        default: { return 0.0; }
+        case 1u: { return Acc(bitcast<f32>(0xff800000u), 0.0); }  // -inf
+        case 2u: { return Acc(bitcast<f32>(0x7f800000u), 0.0); }  // +inf
+        default: { return Acc(0.0, 0.0); }
     }
 }
 
-fn combine(u: f32, v: f32) -> f32 {
+// `v` unchanged, in a way no compiler can see through: `p.one` is 1.0, but only at run time.
+// Without it, optimisers that treat float addition as associative (Mesa's, Metal's fast math)
+// rewrite (a + b) - a as b, which is exactly the rounding error TwoSum exists to capture.
+fn opaque(v: f32) -> f32 {
+    return v * p.one;
+}
+
+// (u.hi + u.lo) + (v.hi + v.lo) as a float-float pair. Infinities and NaN pass through as hi.
+fn add(u: Acc, v: Acc) -> Acc {
+    let s = opaque(u.hi + v.hi);
+    if (!is_finite(s)) {
+        return Acc(s, 0.0);
+    }
+    let bb = opaque(s - u.hi);
+    let err = (u.hi - (s - bb)) + (v.hi - bb) + u.lo + v.lo;
+    let hi = opaque(s + err);
+    return Acc(hi, err - (hi - s));
+}
+
+fn combine(u: Acc, v: Acc) -> Acc {
     switch OP {
         case 1u: {
-            if (is_nan(u) || is_nan(v)) { return bitcast<f32>(0x7fc00000u); }
-            return max(u, v);
+            if (is_nan(u.hi) || is_nan(v.hi)) { return Acc(bitcast<f32>(0x7fc00000u), 0.0); }
+            return Acc(max(u.hi, v.hi), 0.0);
         }
         case 2u: {
-            if (is_nan(u) || is_nan(v)) { return bitcast<f32>(0x7fc00000u); }
-            return min(u, v);
+            if (is_nan(u.hi) || is_nan(v.hi)) { return Acc(bitcast<f32>(0x7fc00000u), 0.0); }
+            return Acc(min(u.hi, v.hi), 0.0);
         }
-        default: { return u + v; }
+        default: { return add(u, v); }
     }
+}
+
+fn load(i: u32) -> Acc {
+    if (p.lo_in == 0u) {
+        return Acc(x[i], 0.0);
+    }
+    return Acc(x[i], x[p.lo_in + i]);
 }
 
 struct Span {
@@ -67,11 +110,15 @@ fn span(o: u32) -> Span {
     return Span((outer_i * p.len + begin) * p.inner + inner_i, end - begin);
 }
 
-fn finish(v: f32) -> f32 {
-    if (OP == 0u) {
-        return v * p.scale;
+fn store(o: u32, v: Acc) {
+    if (p.lo_out != 0u) {
+        out[o] = v.hi;
+        out[p.lo_out + o] = v.lo;
+    } else if (OP == 0u) {
+        out[o] = v.hi * p.scale;
+    } else {
+        out[o] = v.hi;
     }
-    return v;
 }
 
 @compute @workgroup_size(WG)
@@ -85,18 +132,21 @@ fn groups(@builtin(workgroup_id) wg: vec3<u32>,
     let s = span(o);
     var acc = identity();
     for (var j = li; j < s.count; j += WG) {
-        acc = combine(acc, x[s.first + j * p.inner]);
+        acc = combine(acc, load(s.first + j * p.inner));
     }
-    part[li] = acc;
+    part_hi[li] = acc.hi;
+    part_lo[li] = acc.lo;
     workgroupBarrier();
     for (var half = WG / 2u; half > 0u; half = half / 2u) {
         if (li < half) {
-            part[li] = combine(part[li], part[li + half]);
+            let v = combine(Acc(part_hi[li], part_lo[li]), Acc(part_hi[li + half], part_lo[li + half]));
+            part_hi[li] = v.hi;
+            part_lo[li] = v.lo;
         }
         workgroupBarrier();
     }
     if (li == 0u) {
-        out[o] = finish(part[0]);
+        store(o, Acc(part_hi[0], part_lo[0]));
     }
 }
 
@@ -110,7 +160,7 @@ fn threads(@builtin(global_invocation_id) gid: vec3<u32>,
     let s = span(o);
     var acc = identity();
     for (var j = 0u; j < s.count; j++) {
-        acc = combine(acc, x[s.first + j * p.inner]);
+        acc = combine(acc, load(s.first + j * p.inner));
     }
-    out[o] = finish(acc);
+    store(o, acc);
 }

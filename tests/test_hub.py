@@ -104,6 +104,24 @@ def test_malformed_messages_get_an_error_and_the_hub_keeps_serving(
     assert client.run("still = 'serving'") == {"still": "serving"}
 
 
+def test_a_flood_of_malformed_messages_gets_every_reply_but_few_log_lines(tmp_path: Path) -> None:
+    worker = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
+    token = Token.decode(worker.token)
+    context = zmq.Context()
+    try:
+        sock = _raw_socket(context, token, token.public, token.secret)
+        for _ in range(50):
+            sock.send_multipart([PROTOCOL_VERSION, b"launch", b"{}"])
+        replies = [_recv(sock) for _ in range(50)]
+        assert all(r.type is T.ERROR and "unknown message type" in r.header["message"] for r in replies)
+        with remote_magic.connect(worker.token, timeout=10) as client:
+            assert client.run("ok = 1") == {"ok": 1}  # and the log has caught up with the flood
+        assert worker.log().count("malformed message from a client") == 5
+    finally:
+        context.destroy(linger=0)
+        worker.stop()
+
+
 def test_a_client_token_cannot_act_as_a_worker(worker: WorkerProcess) -> None:
     token = Token.decode(worker.token)
     context = zmq.Context()

@@ -148,9 +148,9 @@ def test_host_conversions(gpu: Any, rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(np.asarray(x), a)
     total = x.sum()
     assert total.shape == () and abs(float(total) - float(a.sum())) < 1e-5
-    assert f"{total:.2f}" == f"{float(a.sum()):.2f}"
+    assert f"{total:.2f}" == f"{float(total):.2f}"
     assert bool(gpu.array(np.float32(1.0)) > 0)
-    assert "DeviceArray(" in repr(x) and str(a[0, 0])[:4] in str(x)
+    assert repr(x).startswith("DeviceArray([[") and repr(x).endswith("dtype=float32)") and str(x) == str(a)
     restored = pickle.loads(pickle.dumps(x + 1))
     assert type(restored) is np.ndarray and np.array_equal(restored, a + 1)
     with pytest.raises(TypeError, match="immutable"):

@@ -35,7 +35,9 @@ def test_matrix_shapes_not_multiples_of_the_tile(gpu: Any, rng: np.random.Genera
                                              ((3, 4, 50), (50,)), ((50,), (3, 50, 4))], ids=str)
 def test_vectors_are_promoted_like_numpy(gpu: Any, rng: np.random.Generator,
                                          a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
-    check(gpu, *operands(rng, a_shape, b_shape))
+    a, b = operands(rng, a_shape, b_shape)
+    # (50,) @ (50,) has one output: one-signed terms keep its tolerance about the kernel, not cancellation
+    check(gpu, np.abs(a), np.abs(b))
 
 
 @pytest.mark.parametrize("a_shape,b_shape", [((3, 40, 30), (30, 20)), ((40, 30), (3, 30, 20)),
@@ -99,7 +101,7 @@ def test_more_workgroups_than_one_dimension_allows(narrow_runtime: GpuRuntime, r
     check(narrow_runtime.gpu, a, b)
 
 
-@pytest.mark.parametrize("a_shape,b_shape", [((130, 70), (70, 257)), ((3, 65, 31), (31, 140)), ((1, 5), (5, 1))],
+@pytest.mark.parametrize("a_shape,b_shape", [((130, 70), (70, 257)), ((3, 65, 31), (31, 140)), ((1, 5), (5, 2))],
                          ids=str)
 def test_narrow_tiles(narrow_runtime: GpuRuntime, rng: np.random.Generator,
                       a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -40,9 +41,21 @@ def test_reduction_keepdims(gpu: Any, rng: np.random.Generator, name: str) -> No
 @pytest.mark.parametrize("name", REDUCTIONS)
 def test_long_axes_reduce_in_two_passes(gpu: Any, rng: np.random.Generator, name: str,
                                         shape: tuple[int, ...], axis: Any) -> None:
-    x = rng.uniform(0.5, 1.5, shape).astype(np.float32)  # all positive: the sum cannot cancel
+    x = rng.standard_normal(shape).astype(np.float32)
     out = getattr(gpu, name)(x, axis=axis)
     assert rel_err(out.numpy(), REDUCTIONS[name](x.astype(np.float64), axis=axis)) < ELEMENTWISE_TOL
+
+
+@pytest.mark.parametrize("length", [3, 200, 2_000, 100_000], ids=str)  # threads, groups, two passes
+def test_sums_keep_small_terms_that_a_float32_total_would_lose(gpu: Any, rng: np.random.Generator,
+                                                               length: int) -> None:
+    x = rng.standard_normal(length).astype(np.float32)
+    x[:3] = [1e8, 1.0, -1e8]  # a float32 running total drops the 1.0 entirely
+    exact = math.fsum(x.astype(np.float64))
+    assert abs(gpu.sum(x).numpy() - exact) < 1e-4  # the float-float pair's bound here is about 1e-5
+    rows = rng.standard_normal((4, length)).astype(np.float32)
+    exact_rows = rows.astype(np.float64).sum(axis=1)
+    assert np.all(np.abs(gpu.sum(rows, axis=1).numpy() - exact_rows) <= abs(np.spacing(exact_rows.astype(np.float32))))
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (1, 500), (500, 1), (1,), ()], ids=str)
