@@ -11,8 +11,8 @@
 //
 // OP: 0 sum, 1 max, 2 min. max and min propagate NaN as numpy does.
 //
-// Sums are carried as unevaluated pairs hi + lo (float-float, built on Knuth's TwoSum), so a
-// sum whose terms cancel is still within float32 rounding of the exact result. A first pass
+// Sums are carried as unevaluated pairs hi + lo (float-float, built on Knuth's TwoSum): about 48
+// bits, so the small terms of a sum whose large terms cancel are not lost. A first pass
 // writes the pairs (lo after the `count` his) and the second pass reads them back: `lo_in` is
 // the element offset of the input's lo values, 0 when the input is plain float32.
 
@@ -111,13 +111,9 @@ fn span(o: u32) -> Span {
 }
 
 fn store(o: u32, v: Acc) {
+    out[o] = v.hi * p.scale;  // scale is 1 except in the last pass of a mean
     if (p.lo_out != 0u) {
-        out[o] = v.hi;
         out[p.lo_out + o] = v.lo;
-    } else if (OP == 0u) {
-        out[o] = v.hi * p.scale;
-    } else {
-        out[o] = v.hi;
     }
 }
 
