@@ -15,6 +15,7 @@ from typing import Iterator
 
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 import remote_magic
 from remote_magic import ExecutorDied, WorkerLost
@@ -244,6 +245,33 @@ def test_runaway_memory_kills_only_the_executor(tmp_path: Path) -> None:
                            "    blocks.append(np.ones(2**22))\n")
             assert client.run("fine = True") == {"fine": True}
     finally:
+        w.stop()
+
+
+def test_handshakes_without_the_hubs_public_key_never_count_towards_a_block(tmp_path: Path) -> None:
+    from remote_magic.auth import MAX_FAILED_HANDSHAKES
+
+    w = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
+    context = zmq.Context()
+    try:
+        address = Token.decode(w.token).address
+        for _ in range(MAX_FAILED_HANDSHAKES + 5):  # a port scanner: it has no token, so no hub key
+            sock = context.socket(zmq.DEALER)
+            sock.linger = 0
+            sock.curve_serverkey = zmq.curve_keypair()[0]
+            sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+            monitor = sock.get_monitor_socket()
+            sock.connect(address)
+            wait_for(lambda: monitor.poll(0) and recv_monitor_message(monitor)["event"]
+                     == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, 5, "the handshake to fail")
+            sock.disable_monitor()
+            monitor.close()
+            sock.close()
+        with remote_magic.connect(w.token, timeout=5) as client:
+            assert client.run("still = 'open'") == {"still": "open"}
+        assert "refused a CURVE handshake" not in w.log() and "blocking" not in w.log()
+    finally:
+        context.destroy(linger=0)
         w.stop()
 
 
