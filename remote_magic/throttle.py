@@ -18,8 +18,8 @@ class _Window:
 class WarningThrottle:
     """Logs at most ``burst`` warnings per key in each ``window`` seconds, then counts the rest.
 
-    The next warning logged for that key says how many were held back, so nothing goes unseen:
-    a peer sending garbage shows up as a few lines a minute, not one line a message.
+    The first warning logged for that key in a later window says how many were held back: a
+    peer that keeps sending garbage shows up as a few lines a minute, not one line a message.
     """
 
     def __init__(self, logger: logging.Logger, *, burst: int = 5, window_s: float = 60.0,

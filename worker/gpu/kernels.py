@@ -118,12 +118,11 @@ def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_
     return out
 
 
-def _reduce_pass(ctx: DeviceContext, name: str, op: int, source: Allocation, lo_in: int,
-                 outer: int, length: int, inner: int, chunks: int, scale: float) -> Allocation:
-    """One dispatch of ``reduce.wgsl``; a chunked pass (``chunks`` > 1) also writes the sums' lo halves."""
+def _reduce_pass(ctx: DeviceContext, name: str, op: int, source: Allocation, outer: int, length: int,
+                 inner: int, chunks: int, scale: float, *, lo_in: int = 0, lo_out: int = 0) -> Allocation:
+    """One dispatch of ``reduce.wgsl``; ``lo_in``/``lo_out`` place the lo halves of a chunked sum."""
     chunk = math.ceil(length / chunks)
     count = outer * chunks * inner
-    lo_out = count if chunks > 1 and op == REDUCTIONS["sum"] else 0
     out = ctx.empty(4 * (count + lo_out))
     params = struct.pack("<IIIIIIfIIfII", outer, length, inner, chunks, chunk, count, scale, lo_in, lo_out, 1.0, 0, 0)
     if chunk <= SHORT_AXIS:
@@ -147,10 +146,11 @@ def reduce(ctx: DeviceContext, name: str, alloc: Allocation, outer: int, length:
     if length > 2 * CHUNK and outer * inner < 1024:
         chunks = min(math.ceil(length / CHUNK), 4096)
     if chunks == 1:
-        return _reduce_pass(ctx, name, op, alloc, 0, outer, length, inner, 1, scale)
-    partial = _reduce_pass(ctx, name, op, alloc, 0, outer, length, inner, chunks, 1.0)
-    lo_in = outer * chunks * inner if op == REDUCTIONS["sum"] else 0
-    return _reduce_pass(ctx, name, op, partial, lo_in, outer, chunks, inner, 1, scale)
+        return _reduce_pass(ctx, name, op, alloc, outer, length, inner, 1, scale)
+    # A sum's partial results are float-float pairs: their lo halves follow the his.
+    lo = outer * chunks * inner if op == REDUCTIONS["sum"] else 0
+    partial = _reduce_pass(ctx, name, op, alloc, outer, length, inner, chunks, 1.0, lo_out=lo)
+    return _reduce_pass(ctx, name, op, partial, outer, chunks, inner, 1, scale, lo_in=lo)
 
 
 def softmax(ctx: DeviceContext, alloc: Allocation, outer: int, length: int, inner: int) -> Allocation:
