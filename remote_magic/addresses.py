@@ -5,18 +5,18 @@ from __future__ import annotations
 import re
 import socket
 
-import psutil
-
 _ENDPOINT = re.compile(r"^tcp://[^\s:/]+:\d{1,5}$")
 
 
 def lan_address() -> str:
-    """This machine's first non-loopback IPv4 address (what to advertise when listening on 0.0.0.0)."""
-    for addresses in psutil.net_if_addrs().values():
-        for addr in addresses:
-            if addr.family == socket.AF_INET and not addr.address.startswith("127."):
-                return addr.address
-    return "127.0.0.1"
+    """The IPv4 address this machine reaches its network from (what to advertise when listening on 0.0.0.0)."""
+    # Connecting a UDP socket only asks the kernel for a route; no packet is sent.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: never a real host
+            return str(probe.getsockname()[0])
+        except OSError:  # no route at all
+            return "127.0.0.1"
 
 
 def check_endpoint(text: str) -> str:

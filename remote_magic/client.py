@@ -24,8 +24,9 @@ import zmq
 from . import errors, serialization
 from .connection import Connection, dial
 from .errors import ConnectionFailed, RemoteMagicError
-from .protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role, describe_version_mismatch, local_versions
+from .protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role
 from .tokens import Token
+from .versions import describe_differences, local_versions
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class JobResult:
     has_value: bool = False
     value: Any = None      # the code's last expression, when it ends with one
     stats: dict[str, Any] = field(default_factory=dict)
+    kept_on_worker: dict[str, str] = field(default_factory=dict)
+    """Names the code assigned that stayed on the worker, with why (matplotlib objects: figures come as images)."""
 
 
 @dataclass
@@ -117,9 +120,11 @@ class Client:
             self._context.term()
             raise
         self.max_message_bytes = int(welcome.header.get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
-        for worker in welcome.header.get("workers", []):
-            for note in self.differences_with(worker):
-                log.warning("%s", note)
+        # Version differences with the workers at connect, in words: %offload_connect shows them.
+        self.version_notes = [note for worker in welcome.header.get("workers", [])
+                              for note in self.differences_with(worker)]
+        for note in self.version_notes:
+            log.info("%s", note)
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost)
         log.info("connected to %s", self.token.redacted())
 
@@ -142,12 +147,14 @@ class Client:
                 *, worker: str | None = None, timeout: float | None = None, gpu: bool | list[str] | None = None,
                 kernels: Mapping[str, str] | None = None, on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
                 on_display: Callable[[Mapping[str, Any]], None] = _show_display,
-                on_module_error: Callable[[str, Any, Exception], None] | None = None) -> JobResult:
+                on_module_error: Callable[[str, Any, Exception], None] | None = None,
+                figure_formats: Iterable[str] = ("png",)) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
+        Matplotlib figures come back as images in ``figure_formats`` (png, retina, jpeg, svg, pdf).
         """
-        header: dict[str, Any] = {"kind": "code", "code": code,
+        header: dict[str, Any] = {"kind": "code", "code": code, "figure_formats": list(figure_formats),
                                   "outputs": None if outputs is None else list(outputs)}
         if gpu:
             header["gpu"] = True if gpu is True else list(gpu)
@@ -252,11 +259,14 @@ class Client:
                 ) -> JobResult:
         if msg.type is T.ERROR:
             raise error_from_header(msg.header)
-        values = serialization.unpack(msg.header, msg.buffers, errors.OutputError, on_module_error)
+        values = serialization.unpack(msg.header, msg.buffers, errors.OutputError, on_module_error,
+                                      sides=("in the notebook", "on the worker"))
         has_value = "__value__" in values
         value = values.pop("__value__", None)
+        kept = msg.header.get("kept_on_worker")
         return JobResult(values, str(msg.header.get("worker", job.worker)), has_value, value,
-                         msg.header.get("stats") or {})
+                         msg.header.get("stats") or {},
+                         {str(k): str(v) for k, v in kept.items()} if isinstance(kept, dict) else {})
 
     def _cancel(self, job_id: str) -> None:
         try:
@@ -327,7 +337,7 @@ class Client:
 
     def differences_with(self, worker: Mapping[str, Any]) -> list[str]:
         """Versions that differ between this notebook and a worker (from ``workers()``), in words."""
-        return describe_version_mismatch(self._versions, worker.get("versions") or {},
+        return describe_differences(self._versions, worker.get("versions") or {},
                                          f"worker {worker.get('name')!r}")
 
 

@@ -28,12 +28,11 @@ from .protocol import (
     MessageType as T,
     Role,
     decode,
-    describe_version_mismatch,
     encode,
     error_header,
-    local_versions,
 )
 from .throttle import WarningThrottle
+from .versions import describe_differences, local_versions
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +269,7 @@ class Hub:
             peer.job, peer.jobs_done = old.job, old.jobs_done
         self.fleet.peers[identity] = peer
         log.info("%s %r joined (%s)", role.value, name, ", ".join(f"{k} {v}" for k, v in versions.items()))
-        notes = describe_version_mismatch(ours, peer.versions, f"this {role.value}")
+        notes = describe_differences(ours, peer.versions, f"this {role.value}")
         if notes:
             log.warning("version differences with %s %r: %s", role.value, name, "; ".join(notes))
         self._send(identity, T.WELCOME, {

@@ -11,7 +11,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, output_can_be_silenced
+from IPython.core import magic as ipython_magic
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Float
 
@@ -26,6 +27,10 @@ from .tables import WorkersTable
 
 if TYPE_CHECKING:
     from .tunnel import Tunnel
+
+
+# IPython 8.13 lets `%%offload` end with `;` to hide the cell's value; 7.34 (Colab's) has no such decorator.
+_output_can_be_silenced = getattr(ipython_magic, "output_can_be_silenced", lambda function: function)
 
 
 def _notice(text: str) -> None:
@@ -70,6 +75,8 @@ class OffloadMagics(Magics):
         workers = self.client.workers()
         names = ", ".join(w["name"] for w in workers) or "none yet"
         print(f"Connected to {self.client.token.address} — workers: {names}")
+        for note in self.client.version_notes:
+            _notice(note)
 
     @magic_arguments()
     @argument("--ngrok", action="store_true", help="expose the hub through an ngrok TCP tunnel (NGROK_AUTHTOKEN)")
@@ -138,7 +145,7 @@ class OffloadMagics(Magics):
     @argument("--worker", default=None, help="run on the worker with this name")
     @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
     @argument("--stats", action="store_true", help="show what ran on the GPU, for how long, and bytes moved")
-    @output_can_be_silenced
+    @_output_can_be_silenced
     @cell_magic
     def offload(self, line: str, cell: str) -> Any:
         """Run this cell on a worker; the names it assigns come back into the notebook.
@@ -165,10 +172,14 @@ class OffloadMagics(Magics):
             [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None)
         result = client.execute(
             cell, inputs, worker=args.worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
-            kernels=self.kernels or None,
+            kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
             on_module_error=lambda name, ref, exc: _notice(
                 f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"))
         namespace.update(result.values)
+        if result.kept_on_worker:
+            kept = ", ".join(f"`{name}` ({what})" for name, what in result.kept_on_worker.items())
+            _notice(f"{kept} stayed on the worker and not set here: matplotlib objects don't cross "
+                    "between versions, so figures come back as images instead")
         if args.stats:
             _notice(_format_stats(result.worker, result.stats))
         return result.value if result.has_value else None
@@ -193,6 +204,15 @@ class OffloadMagics(Magics):
     def offload_workers(self, line: str) -> WorkersTable:
         """The fleet as a table: name, host, platform, Python, CPUs, memory, GPU, state, jobs done."""
         return WorkersTable(self._client().workers())
+
+
+def _figure_formats(shell: Any) -> list[str]:
+    """The formats this notebook shows figures in (``%config InlineBackend.figure_formats``)."""
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    if inline is not None and inline.InlineBackend.initialized():
+        return sorted(inline.InlineBackend.instance().figure_formats)
+    configured = shell.config.get("InlineBackend", {}).get("figure_formats")
+    return sorted(configured) if configured else ["png"]
 
 
 def _format_stats(worker: str, stats: dict[str, Any]) -> str:

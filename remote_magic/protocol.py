@@ -15,12 +15,10 @@ human-readable description of the same thing.
 from __future__ import annotations
 
 import json
-import platform
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Sequence
 
-from ._version import __version__
 from .errors import ProtocolError
 
 PROTOCOL_VERSION = b"RM1"
@@ -145,39 +143,3 @@ def error_header(error: str, message: str, job: str | None = None, **extra: Any)
         header["job"] = job
     header.update(extra)
     return header
-
-
-def local_versions() -> dict[str, str]:
-    """The versions a peer announces in its HELLO and compares with the other side."""
-    import cloudpickle
-
-    return {
-        "protocol": PROTOCOL_VERSION.decode(),
-        "remote_magic": __version__,
-        "python": platform.python_version(),
-        "cloudpickle": cloudpickle.__version__,
-    }
-
-
-def describe_version_mismatch(ours: dict[str, str], theirs: dict[str, str], where: str) -> list[str]:
-    """Say in words which versions differ between this side and a peer, and what it means."""
-    notes = []
-    if ours.get("remote_magic") != theirs.get("remote_magic"):
-        notes.append(
-            f"remote-magic is {ours.get('remote_magic')} here and {theirs.get('remote_magic')} on {where}; "
-            "install the same version on both sides"
-        )
-    ours_py = ".".join(ours.get("python", "").split(".")[:2])
-    theirs_py = ".".join(theirs.get("python", "").split(".")[:2])
-    if ours_py != theirs_py:
-        notes.append(
-            f"Python is {ours.get('python')} here and {theirs.get('python')} on {where}: cell source travels "
-            "as text and works, but functions and classes defined in the notebook are pickled as bytecode "
-            "and may fail to load there"
-        )
-    if ours.get("cloudpickle") != theirs.get("cloudpickle"):
-        notes.append(
-            f"cloudpickle is {ours.get('cloudpickle')} here and {theirs.get('cloudpickle')} on {where}; "
-            "notebook-defined functions may not cross, install the same version on both sides"
-        )
-    return notes

@@ -4,18 +4,27 @@ Each value is pickled on its own (cloudpickle, protocol 5) so that a failure nam
 variable. Buffers that support pickle protocol 5 (numpy arrays, bytearrays) become separate
 frames, sent without being copied into the pickle stream. A header carries the names and
 how many frames belong to each.
+
+The two sides run different Python and library versions, so pickling also records, per value,
+the libraries its objects come from (with their versions) and the notebook definitions it had
+to send as bytecode; a value that fails to load is explained by them. Functions and classes
+defined in the notebook travel as source (``definitions.py``).
 """
 
 from __future__ import annotations
 
+import io
 import pickle
+import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import cloudpickle
 
+from . import definitions
 from .errors import InputError, OutputError, SerializationError
+from .versions import explain_load_failure
 
 PICKLE_PROTOCOL = 5
 
@@ -30,10 +39,17 @@ class Packed:
     names: list[str]
     counts: list[int]
     frames: list[Any]
+    about: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per name, what a receiver needs to explain a failure to load it (libraries, bytecode)."""
+    kept: dict[str, str] = field(default_factory=dict)
+    """Names left out by ``keep_back``, with the reason."""
 
     def header(self) -> dict[str, Any]:
         """The part of a message header that describes the frames."""
-        return {"names": self.names, "counts": self.counts}
+        header: dict[str, Any] = {"names": self.names, "counts": self.counts}
+        if self.about:
+            header["about"] = self.about
+        return header
 
 
 def per_name(names: Sequence[str], counts: Sequence[int], frames: Sequence[Any]) -> Iterator[tuple[str, Sequence[Any]]]:
@@ -51,7 +67,57 @@ class ModuleRef:
     name: str
 
 
-def _dumps(value: Any) -> list[Any]:
+KeepBack = Callable[[Any], "str | None"]
+"""Says why an object must not travel (it is left out, with that reason), or None."""
+
+
+class _KeptBack(Exception):
+    pass
+
+
+# Modules that aren't libraries a user installs: their versions never explain a failure.
+_NOT_LIBRARIES = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__main__", "builtins", "copyreg"}
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """cloudpickle, plus: notebook definitions as source, and a record of what the value is made of."""
+
+    def __init__(self, file: io.BytesIO, buffer_callback: Callable[[pickle.PickleBuffer], bool],
+                 keep_back: KeepBack | None) -> None:
+        super().__init__(file, protocol=PICKLE_PROTOCOL, buffer_callback=buffer_callback)
+        self.modules: set[str] = set()
+        self.by_value: list[str] = []
+        self._keep_back = keep_back
+
+    def reducer_override(self, obj: Any) -> Any:
+        named = isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType))
+        module = getattr(obj, "__module__", None) if named else type(obj).__module__
+        if isinstance(module, str):
+            self.modules.add(module.partition(".")[0])
+        if self._keep_back is not None and (reason := self._keep_back(obj)):
+            raise _KeptBack(reason)
+        if definitions.is_notebook_definition(obj):
+            found = definitions.find_definition(obj)
+            if found is not None:
+                return (definitions.load, (found,), definitions.state_of(obj, found), None, None,
+                        definitions.restore_state)
+            self.by_value.append(obj.__qualname__)
+        return super().reducer_override(obj)
+
+    def about(self) -> dict[str, Any]:
+        """What a receiver needs to explain a failure to load this value."""
+        libraries = {}
+        for name in sorted(self.modules - _NOT_LIBRARIES):
+            version = getattr(sys.modules.get(name), "__version__", None)
+            if isinstance(version, str):
+                libraries[name] = version
+        about: dict[str, Any] = {"libraries": libraries} if libraries else {}
+        if self.by_value:
+            about["by_value"] = sorted(set(self.by_value))
+        return about
+
+
+def _dumps(value: Any, keep_back: KeepBack | None) -> tuple[list[Any], dict[str, Any]]:
     buffers: list[pickle.PickleBuffer] = []
 
     def keep_large(buf: pickle.PickleBuffer) -> bool:
@@ -60,28 +126,39 @@ def _dumps(value: Any) -> list[Any]:
         buffers.append(buf)
         return False
 
-    stream = cloudpickle.dumps(value, protocol=PICKLE_PROTOCOL, buffer_callback=keep_large)
-    return [stream, *(buf.raw() for buf in buffers)]
+    stream = io.BytesIO()
+    pickler = _Pickler(stream, keep_large, keep_back)
+    pickler.dump(value)
+    return [stream.getvalue(), *(buf.raw() for buf in buffers)], pickler.about()
 
 
-def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError) -> Packed:
-    """Pickle each value; a failure raises ``error`` naming the variable."""
-    names, counts, frames = [], [], []
+def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError,
+         keep_back: KeepBack | None = None) -> Packed:
+    """Pickle each value; a failure raises ``error`` naming the variable.
+
+    A value holding an object that ``keep_back`` refuses is left out and listed in ``kept``.
+    """
+    packed = Packed([], [], [])
     for name, value in values.items():
         if isinstance(value, types.ModuleType):
             value = ModuleRef(value.__name__)
         try:
-            parts = _dumps(value)
+            parts, about = _dumps(value, keep_back)
+        except _KeptBack as kept:
+            packed.kept[name] = str(kept)
+            continue
         except Exception as exc:  # pickling runs arbitrary __reduce__ code; any failure names the variable
             raise error(
                 f"`{name}` ({type(value).__name__}) can't be pickled: {type(exc).__name__}: {exc}. "
                 "Recreate it inside the cell instead of passing it in, or convert it to plain data.",
                 name,
             ) from exc
-        names.append(name)
-        counts.append(len(parts))
-        frames.extend(parts)
-    return Packed(names, counts, frames)
+        packed.names.append(name)
+        packed.counts.append(len(parts))
+        packed.frames.extend(parts)
+        if about:
+            packed.about[name] = about
+    return packed
 
 
 def _writable(frame: Any) -> Any:
@@ -97,11 +174,15 @@ def _load_module(ref: ModuleRef) -> types.ModuleType:
 
 def unpack(header: Mapping[str, Any], frames: Sequence[Any],
            error: type[SerializationError] = OutputError,
-           on_module_error: Callable[[str, ModuleRef, Exception], None] | None = None) -> dict[str, Any]:
+           on_module_error: Callable[[str, ModuleRef, Exception], None] | None = None,
+           sides: tuple[str, str] = ("here", "on the other side")) -> dict[str, Any]:
     """Rebuild the values that ``pack`` turned into frames.
 
-    A value that fails to load raises ``error`` naming it. A module that can't be imported
-    here is passed to ``on_module_error`` (and left out) when given, else it raises too.
+    A value that fails to load raises ``error`` naming it and, from what the sender recorded
+    (``about``, and its ``versions`` in the header), the library or Python version that
+    differs; ``sides`` names where this runs and where the values were made. A module that
+    can't be imported here is passed to ``on_module_error`` (and left out) when given, else it
+    raises too.
     """
     names, counts = header.get("names", []), header.get("counts", [])
     if (not isinstance(names, list) or not isinstance(counts, list) or len(names) != len(counts)
@@ -112,13 +193,16 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
         try:
             value = pickle.loads(_writable(stream), buffers=[_writable(b) for b in buffers])
         except Exception as exc:  # unpickling runs arbitrary code; any failure names the variable
-            raise error(f"`{name}` can't be unpickled here: {type(exc).__name__}: {exc}", name) from exc
+            about, sender = header.get("about"), header.get("versions")
+            raise error(explain_load_failure(
+                name, exc, about.get(name) or {} if isinstance(about, dict) else {},
+                sender if isinstance(sender, dict) else {}, *sides), name) from exc
         if isinstance(value, ModuleRef):
             try:
                 value = _load_module(value)
             except ImportError as exc:
                 if on_module_error is None:
-                    raise error(f"`{name}` is the module {value.name!r}, which can't be imported here: {exc}",
+                    raise error(f"`{name}` is the module {value.name!r}, which can't be imported {sides[0]}: {exc}",
                                 name) from exc
                 on_module_error(name, value, exc)
                 continue

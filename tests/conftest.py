@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Iterator
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 
 import remote_magic
 from support import WorkerProcess, start_worker
+
+# A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: the tests
+# that press Ctrl-C need Python's usual handler wherever the suite is started from.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +30,17 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
 def client(worker: WorkerProcess) -> Iterator[remote_magic.Client]:
     with remote_magic.connect(worker.token, timeout=10) as c:
         yield c
+
+
+@pytest.fixture
+def ip(worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    """A real IPython shell with the extension loaded, connected to the shared worker."""
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
+    with capture_output() as out:
+        shell.run_line_magic("offload_connect", "")  # falls back to REMOTE_MAGIC_TOKEN
+    assert "Connected to tcp://127.0.0.1" in out.stdout and "shared" in out.stdout
+    yield shell
+    shell.run_line_magic("unload_ext", "remote_magic")
+    shell.reset(new_session=False)

@@ -9,7 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 
 STARTUP_TIMEOUT_S = 120.0
@@ -79,3 +79,12 @@ def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, 
     if process.poll() is not None:
         raise AssertionError(f"remote-worker exited with {process.returncode}:\n{log.read_text()}")
     return worker
+
+
+def run(shell: Any, cell: str) -> tuple[Any, Any]:
+    """Run a cell in an IPython shell; its ExecutionResult and its captured output."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as out:
+        result = shell.run_cell(cell)
+    return result, out

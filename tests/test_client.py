@@ -200,22 +200,6 @@ def test_malformed_tokens_say_what_is_wrong(text: str, message: str) -> None:
         remote_magic.connect(text, timeout=1)
 
 
-class FailsToLoad:
-    """Pickles fine here, raises when the worker unpickles it (like bytecode from another Python)."""
-
-    def __reduce__(self):
-        return (int, ("not a number",))
-
-
-def test_an_input_the_worker_cannot_load_names_it_and_the_version_difference(
-        client: remote_magic.Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(client._versions, "python", "3.8.10")  # as if the notebook ran another Python
-    with pytest.raises(InputError, match="`f` can't be unpickled") as info:
-        client.run("y = f", {"f": FailsToLoad()})
-    assert "3.8.10 on the notebook" in str(info.value) and "functions and classes defined in the notebook" in str(info.value)
-    assert info.value.name == "f"
-
-
 def test_an_interrupted_import_gets_a_fresh_executor(client: remote_magic.Client, tmp_path: Path) -> None:
     """An extension module whose import was cut short can't be imported again in that process."""
     (tmp_path / "slow_to_import.py").write_text("import time\nprint('importing', flush=True)\ntime.sleep(60)\n")

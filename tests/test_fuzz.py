@@ -46,9 +46,9 @@ from remote_magic.protocol import (
     decode,
     encode,
     encode_header,
-    local_versions,
 )
 from remote_magic.tokens import Token
+from remote_magic.versions import local_versions
 from support import WorkerProcess, start_worker, wait_for
 
 MIN_CASES = 10_000

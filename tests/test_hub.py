@@ -18,6 +18,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 import remote_magic
+import remote_magic.versions
 from remote_magic import ExecutorDied, WorkerLost
 from remote_magic.protocol import PROTOCOL_VERSION, decode, encode, MessageType as T
 from remote_magic.tokens import Token
@@ -49,7 +50,7 @@ def _recv(sock: zmq.Socket, timeout: float = 5.0):
 
 
 def _hello(sock: zmq.Socket, role: str) -> None:
-    sock.send_multipart(encode(T.HELLO, {"role": role, "name": role, "versions": remote_magic.protocol.local_versions()}))
+    sock.send_multipart(encode(T.HELLO, {"role": role, "name": role, "versions": remote_magic.versions.local_versions()}))
 
 
 def _submit_frames(path: Path, job: str = "evil") -> list[bytes]:

@@ -15,27 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from remote_magic.tokens import Token
-from support import WorkerProcess
-
-
-@pytest.fixture
-def ip(worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "remote_magic")
-    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
-    with capture_output() as out:
-        shell.run_line_magic("offload_connect", "")  # falls back to REMOTE_MAGIC_TOKEN
-    assert "Connected to tcp://127.0.0.1" in out.stdout and "shared" in out.stdout
-    yield shell
-    shell.run_line_magic("unload_ext", "remote_magic")
-    for name in ("a", "b", "c", "x", "obj", "n", "fresh", "unused", "h", "np", "plt"):
-        shell.user_ns.pop(name, None)
-
-
-def run(ip: InteractiveShell, cell: str):
-    with capture_output() as out:
-        result = ip.run_cell(cell)
-    return result, out
+from support import WorkerProcess, run
 
 
 def test_cell_runs_remotely_and_its_assignments_come_back(ip: InteractiveShell) -> None:

@@ -9,7 +9,8 @@ from remote_magic import serialization
 from remote_magic.cellcode import names_assigned, names_read
 from remote_magic.errors import InputError, OutputError, ProtocolError
 from remote_magic.keys import HubKeys
-from remote_magic.protocol import MessageType as T, decode, describe_version_mismatch, encode
+from remote_magic.protocol import MessageType as T, decode, encode
+from remote_magic.versions import describe_differences
 from remote_magic.tokens import Token
 
 
@@ -38,7 +39,7 @@ def test_unpickling_failures_name_the_variable() -> None:
     packed = serialization.pack({"good": 1, "bad": 2})
     frames = list(packed.frames)
     frames[1] = b"not a pickle"
-    with pytest.raises(OutputError, match="`bad` can't be unpickled") as info:
+    with pytest.raises(OutputError, match="`bad` can't be loaded here") as info:
         serialization.unpack(packed.header(), frames)
     assert info.value.name == "bad"
     with pytest.raises(OutputError, match="don't match its header"):
@@ -71,12 +72,17 @@ def test_tokens_round_trip_and_redact() -> None:
 
 
 def test_version_differences_are_explained_in_words() -> None:
-    ours = {"remote_magic": "0.1.0", "python": "3.11.7", "cloudpickle": "3.0.0"}
-    theirs = {"remote_magic": "0.2.0", "python": "3.12.1", "cloudpickle": "3.1.0"}
-    notes = describe_version_mismatch(ours, theirs, "worker 'box'")
-    assert len(notes) == 3
-    assert "functions and classes defined in the notebook" in notes[1]
-    assert describe_version_mismatch(ours, {**ours, "python": "3.11.9"}, "w") == []
+    ours = {"remote_magic": "0.1.0", "python": "3.13.0", "cloudpickle": "3.1.2", "numpy": "2.1.3",
+            "pandas": "2.2.3", "matplotlib": "3.10.0"}
+    theirs = {"remote_magic": "0.2.0", "python": "3.11.7", "cloudpickle": "3.1.0", "numpy": "1.26.4",
+              "matplotlib": "3.10.0"}
+    notes = describe_differences(ours, theirs, "worker 'box'")
+    assert [n.split(" is ")[0] for n in notes] == ["remote-magic", "Python", "numpy", "cloudpickle", "pandas"]
+    assert "functions and classes defined in notebook cells travel as source" in notes[1]
+    assert "numpy 2 may not load under numpy 1" in notes[2]
+    assert notes[4].startswith("pandas is 2.2.3 here and not installed on worker 'box'")
+    # What doesn't matter isn't said: a Python patch release, a numpy minor release.
+    assert describe_differences(ours, {**ours, "python": "3.13.9", "numpy": "2.4.0"}, "w") == []
 
 
 def test_cell_analysis() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import platform
@@ -11,6 +12,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from remote_magic import keys as keystore
 from remote_magic.addresses import advertised_address, bind_endpoint, check_endpoint, parse_host_port
@@ -19,11 +21,14 @@ from remote_magic.hub import Hub
 from remote_magic.protocol import DEFAULT_MAX_MESSAGE_BYTES, HEARTBEAT_INTERVAL_S, Role
 from remote_magic.tokens import Token, write_private
 
-from .supervisor import ExecutorOptions, Supervisor
+if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
+    from .supervisor import ExecutorOptions, Supervisor
 
 log = logging.getLogger("remote-worker")
 
 DEFAULT_LISTEN = "0.0.0.0:5587"
+WORKER_INSTALL = 'pip install "remote-magic[worker]"'
+"""The worker side's packages: `pip install remote-magic` alone is the notebook side."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 
@@ -137,6 +142,8 @@ class LocalHub:
 
     def local_worker(self, name: str, options: ExecutorOptions) -> Supervisor:
         """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies)."""
+        from .supervisor import Supervisor
+
         token = self.keys.token(Role.WORKER, self.hub.local_endpoint)
         return Supervisor(token, name, options, context=self.hub.context)
 
@@ -163,6 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="remote-worker: %(levelname)s %(name)s: %(message)s")
     if args.command == "token":
         return show_token(args)
+    missing = missing_worker_packages(args)
+    if missing:
+        print(f"remote-worker: this machine lacks {', '.join(missing)}, which a worker needs. Install the "
+              f"worker side with:\n\n    {WORKER_INSTALL}\n\n(`pip install remote-magic` alone is the "
+              "notebook side.)", file=sys.stderr)
+        return 2
+    from .supervisor import ExecutorOptions, Supervisor
+
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
@@ -200,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         if local is not None:
             local.close()
     return 0
+
+
+def missing_worker_packages(args: argparse.Namespace) -> list[str]:
+    """The [worker] extra's packages these options need and this environment lacks."""
+    needed = ["psutil"] + (["wgpu"] if args.gpu != "off" else []) + (["ngrok"] if args.ngrok else [])
+    return [name for name in needed if importlib.util.find_spec(name) is None]
 
 
 def _default_memory_limit() -> int:

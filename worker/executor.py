@@ -22,17 +22,16 @@ from typing import Any
 
 import zmq
 
-from remote_magic import serialization
+from remote_magic import definitions, serialization
 from remote_magic.cellcode import names_assigned, split_last_expression
 from remote_magic.errors import GpuError, InputError, OutputError, SerializationError
+from remote_magic.versions import local_versions
 from remote_magic.protocol import (
     Message,
     MessageType as T,
     decode,
-    describe_version_mismatch,
     encode,
     error_header,
-    local_versions,
 )
 
 from .outputs import JobOutputs, flush_periodically, install_display
@@ -90,17 +89,20 @@ class Executor:
     def run_job(self, msg: Message) -> None:
         job = str(msg.header["job"])
         started = time.perf_counter()
-        outputs = JobOutputs(job, self.send)
+        outputs = JobOutputs(job, self.send, [str(f) for f in msg.header.get("figure_formats") or ["png"]])
         self._outputs = outputs
         try:
             with outputs:
-                self._running = True
                 try:
-                    values = self._execute(msg, outputs)
+                    self._running = True
+                    try:
+                        values = self._execute(msg, outputs)
+                    finally:
+                        self._running = False
+                    packed = self._pack_result(msg, values, outputs)
                 finally:
-                    self._running = False
-                outputs.show_figures()
-            self._send_result(job, values, started)
+                    outputs.show_figures()  # a cell that raised shows its figures too, as it would locally
+            self._send_result(job, packed, started)
         except KeyboardInterrupt as exc:
             # A C extension whose import was cut short can never be imported again in this
             # process ("cannot load module more than once"): ask for a fresh executor.
@@ -118,13 +120,12 @@ class Executor:
 
     def _execute(self, msg: Message, outputs: JobOutputs) -> dict[str, Any]:
         header = msg.header
-        try:
-            inputs = serialization.unpack(header, msg.buffers, InputError)
-        except InputError as exc:
-            notes = describe_version_mismatch(local_versions(), header.get("versions") or {}, "the notebook")
-            if notes:
-                raise InputError(f"{exc} — likely because {'; '.join(notes)}", exc.name) from exc
-            raise
+        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "display": outputs.display}
+        # Notebook functions and classes arrive as source and are compiled here, in the cell's
+        # globals: as in the notebook, they see the names the cell binds.
+        with definitions.defining_into(namespace):
+            inputs = serialization.unpack(header, msg.buffers, InputError,
+                                          sides=("on the worker", "in the notebook"))
         if header.get("kind") == "call":
             return {"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))}
         code = str(header.get("code", ""))
@@ -140,7 +141,6 @@ class Executor:
         filename = f"<offload cell {self._cells}>"
         self._remember_source(filename, code)
         body, last = split_last_expression(code, filename)
-        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "display": outputs.display}
         if self.gpu is not None:
             namespace["gpu"] = self.gpu.gpu
         namespace.update(inputs)
@@ -167,9 +167,19 @@ class Executor:
                 self.gpu.register_kernel(name, source)
                 self._kernels[name] = source
 
-    def _send_result(self, job: str, values: dict[str, Any], started: float) -> None:
-        packed = serialization.pack(values, OutputError)
-        header = {"job": job, **packed.header(), "duration_s": time.perf_counter() - started}
+    def _pack_result(self, msg: Message, values: dict[str, Any], outputs: JobOutputs) -> serialization.Packed:
+        """Pickle what goes back; a cell's matplotlib objects stay here and its figures travel as images."""
+        keep_back = _matplotlib_object if msg.header.get("kind") == "code" else None
+        packed = serialization.pack(values, OutputError, keep_back)
+        if packed.kept.pop("__value__", None) is not None:
+            outputs.show_value(values["__value__"])
+        return packed
+
+    def _send_result(self, job: str, packed: serialization.Packed, started: float) -> None:
+        header = {"job": job, **packed.header(), "duration_s": time.perf_counter() - started,
+                  "versions": local_versions()}
+        if packed.kept:
+            header["kept_on_worker"] = packed.kept
         if self.gpu is not None:
             header["stats"] = self.gpu.take_stats()
         self.send(T.RESULT, header, packed.frames)
@@ -179,6 +189,14 @@ class Executor:
         self._sources.append(filename)
         while len(self._sources) > _KEPT_SOURCES:
             linecache.cache.pop(self._sources.pop(0), None)
+
+
+def _matplotlib_object(obj: Any) -> str | None:
+    """Why a matplotlib object doesn't travel: pickled figures only load under the same matplotlib."""
+    kind = type(obj)
+    if kind.__module__.partition(".")[0] != "matplotlib" or isinstance(obj, type):
+        return None
+    return f"a matplotlib {kind.__name__}"
 
 
 def _remote_error(exc: BaseException, job: str, cell_files: list[str]) -> dict[str, Any]:

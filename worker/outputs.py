@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
+import importlib
 import io
 import sys
 import threading
 import time
-from typing import Any, Callable
+import types
+from typing import Any, Callable, Sequence
 
 from remote_magic.protocol import MessageType as T
 
@@ -22,6 +25,9 @@ STREAM_FLUSH_INTERVAL_S = 0.05
 """Text printed by a job reaches the notebook within about this long."""
 
 STREAM_FLUSH_BYTES = 64 * 1024
+
+FIGURE_FORMATS = ("png", "retina", "png2x", "jpeg", "jpg", "svg", "pdf")
+"""Formats a notebook may ask figures in (IPython's InlineBackend.figure_formats)."""
 
 
 class ForwardedStream(io.TextIOBase):
@@ -59,9 +65,10 @@ class ForwardedStream(io.TextIOBase):
 class JobOutputs:
     """Redirects a job's streams and display() for as long as the job runs (a context manager)."""
 
-    def __init__(self, job: str, send: Send) -> None:
+    def __init__(self, job: str, send: Send, figure_formats: Sequence[str] = ("png",)) -> None:
         self.job = job
         self._send = send
+        self.figure_formats = [f for f in figure_formats if f in FIGURE_FORMATS] or ["png"]
         self.stdout = ForwardedStream("stdout", job, send)
         self.stderr = ForwardedStream("stderr", job, send)
         self._flush_lock = threading.Lock()
@@ -85,6 +92,7 @@ class JobOutputs:
                 include: Any = None, exclude: Any = None, **kwargs: Any) -> None:
         """IPython's display(), sending each object's mime bundle to the notebook."""
         self.flush()  # keep text printed before display() above it
+        _render_figures_as(self.figure_formats)
         for obj in objs:
             if raw:
                 data, md = dict(obj), dict(metadata or {})
@@ -97,17 +105,26 @@ class JobOutputs:
         clean = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in data.items()}
         self._send(T.DISPLAY, {"job": self.job, "data": clean, "metadata": metadata or {}})
 
+    def show_value(self, value: Any) -> None:
+        """Show a cell's value that can't travel, as the notebook would; a figure shown so isn't shown again."""
+        self.display(value)
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None and isinstance(value, sys.modules["matplotlib.figure"].Figure):
+            plt.close(value)
+
     def show_figures(self) -> None:
-        """Send every open matplotlib figure as a PNG, then close them (as the inline backend does)."""
+        """Send every open matplotlib figure as an image, then close them (as the inline backend does).
+
+        Figures travel rendered, in the notebook's figure formats, never as pickled objects: the
+        two sides' matplotlib versions differ as a rule.
+        """
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is None:
             return
-        for number in plt.get_fignums():
-            figure = plt.figure(number)
-            buffer = io.BytesIO()
-            figure.savefig(buffer, format="png", bbox_inches="tight")
-            self.publish({"image/png": buffer.getvalue(), "text/plain": repr(figure)})
-        plt.close("all")
+        try:
+            self.display(*(plt.figure(number) for number in plt.get_fignums()))
+        finally:
+            plt.close("all")
 
 
 def flush_periodically(current: Callable[[], JobOutputs | None]) -> None:
@@ -124,6 +141,18 @@ def flush_periodically(current: Callable[[], JobOutputs | None]) -> None:
 
 
 _FORMATTER: Any = None
+_FIGURE_FORMATS: list[str] = []
+
+
+def _render_figures_as(formats: list[str]) -> None:
+    """Have display() render matplotlib figures in these formats, once matplotlib is in use."""
+    if "matplotlib.figure" not in sys.modules or formats == _FIGURE_FORMATS:
+        return
+    from IPython.core.pylabtools import select_figure_formats
+
+    # It needs only the shell's display formatter: the executor has no shell, only its formatter.
+    select_figure_formats(types.SimpleNamespace(display_formatter=_formatter()), set(formats))
+    _FIGURE_FORMATS[:] = formats
 
 
 def _formatter() -> Any:
@@ -146,9 +175,13 @@ def install_display(current: Callable[[], JobOutputs | None]) -> None:
             outputs.display(*objs, **kwargs)
 
     builtins.display = display  # type: ignore[attr-defined]
-    import IPython.core.display_functions as display_functions
+    import IPython.core.display
     import IPython.display
 
-    display_functions.display = display
-    IPython.display.display = display
+    # IPython 8 defines display() in core.display_functions, 7.x in core.display: patch where it lives.
+    modules = [IPython.display, IPython.core.display]
+    with contextlib.suppress(ImportError):
+        modules.append(importlib.import_module("IPython.core.display_functions"))
+    for module in modules:
+        setattr(module, "display", display)
     _formatter()

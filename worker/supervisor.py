@@ -24,8 +24,9 @@ import zmq
 
 from remote_magic.connection import Connection, dial
 from remote_magic.errors import ConnectionFailed
-from remote_magic.protocol import Message, MessageType as T, Role, decode, encode, error_header, local_versions
+from remote_magic.protocol import Message, MessageType as T, Role, decode, encode, error_header
 from remote_magic.tokens import Token
+from remote_magic.versions import local_versions
 
 from .capabilities import host_capabilities
 

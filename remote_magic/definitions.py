@@ -1,0 +1,242 @@
+"""Functions, classes and lambdas defined in a notebook travel as their source.
+
+cloudpickle sends a function defined in ``__main__`` as bytecode, which only loads under the
+same Python minor version; the notebook (Colab: 3.13) and the worker (a Mac: 3.12) differ as a
+rule. IPython keeps every cell's source in ``linecache``, so a definition's source is usually
+known: it is found, checked against the object's own bytecode (compiled again here, it must
+match), and on the other side compiled again by that side's Python.
+
+A definition made from source remembers it, so it goes back the same way; the side that sent
+it first gets its own object back (identity holds: ``isinstance(m, Model)`` stays true).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import linecache
+import sys
+import types
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .cellcode import names_read
+
+
+@dataclass(frozen=True)
+class SourceDefinition:
+    """Where a definition was written and what it says: enough to compile it again anywhere."""
+
+    kind: str       # "function", "class" or "lambda"
+    name: str       # the name the definition binds; "<lambda>" for a lambda
+    filename: str   # the notebook cell (or script) it came from, for tracebacks
+    lineno: int     # its first line (the first decorator's) in that file
+    source: str     # the definition's own lines; for a lambda, the lambda expression
+
+    def code(self) -> types.CodeType:
+        """Compile the definition with the line numbers it has in its cell."""
+        padding = "\n" * (self.lineno - 1)
+        if self.kind == "lambda":
+            return compile(f"{padding}({self.source})", self.filename, "eval", dont_inherit=True)
+        return compile(padding + self.source, self.filename, "exec", dont_inherit=True)
+
+    def names_read(self) -> set[str]:
+        """The global names the definition reads: the values it needs beside it."""
+        return names_read(self.source) - {self.name}
+
+
+# Objects compiled here from a SourceDefinition, so they travel back as the same source.
+_made_here: "weakref.WeakKeyDictionary[Any, SourceDefinition]" = weakref.WeakKeyDictionary()
+# Objects this side sent as source, so the copy that comes back resolves to the original.
+_sent: "weakref.WeakValueDictionary[SourceDefinition, Any]" = weakref.WeakValueDictionary()
+_originals: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_found: "weakref.WeakKeyDictionary[Any, SourceDefinition | None]" = weakref.WeakKeyDictionary()
+_namespace: dict[str, Any] | None = None
+
+
+def is_notebook_definition(obj: Any) -> bool:
+    """A function or class defined in ``__main__``: what cloudpickle would send as bytecode."""
+    return isinstance(obj, (types.FunctionType, type)) and getattr(obj, "__module__", None) == "__main__"
+
+
+def find_definition(obj: Any) -> SourceDefinition | None:
+    """The source of a notebook function, class or lambda, when it is known and matches the object."""
+    if obj in _made_here:
+        return _made_here[obj]
+    if obj not in _found:
+        _found[obj] = _search(obj)
+    found = _found[obj]
+    if found is not None:
+        _sent[found] = obj
+        _originals.add(obj)
+    return found
+
+
+def _search(obj: Any) -> SourceDefinition | None:
+    if "<locals>" in obj.__qualname__ or "." in obj.__qualname__:
+        return None  # a closure or a method: its source alone can't rebuild it
+    if isinstance(obj, types.FunctionType):
+        if obj.__closure__:
+            return None
+        code = obj.__code__
+        kind = "lambda" if obj.__name__ == "<lambda>" else "function"
+        return _from_cell(obj, kind, code.co_filename, {code.co_firstlineno})
+    methods = [m.__code__ for m in vars(obj).values() if isinstance(m, types.FunctionType)
+               and m.__qualname__.startswith(f"{obj.__qualname__}.")]
+    first_line = getattr(obj, "__firstlineno__", None)  # Python 3.13 records it; older ones don't
+    if not methods:
+        return None  # no code of its own names the cell it came from
+    return _from_cell(obj, "class", methods[0].co_filename,
+                      {first_line} if first_line else {m.co_firstlineno for m in methods}, methods)
+
+
+def _from_cell(obj: Any, kind: str, filename: str, lines: set[int],
+               methods: list[types.CodeType] | None = None) -> SourceDefinition | None:
+    text = "".join(linecache.getlines(filename))
+    if not text:
+        return None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    candidates = []
+    for node in ast.walk(tree) if kind == "lambda" else tree.body:
+        definition = _definition_at(node, text, kind, obj.__name__, filename, lines)
+        if definition is not None and _matches(obj, definition, methods):
+            candidates.append(definition)
+    return candidates[0] if len({c.source for c in candidates}) == 1 else None
+
+
+def _definition_at(node: ast.AST, text: str, kind: str, name: str, filename: str,
+                   lines: set[int]) -> SourceDefinition | None:
+    if kind == "lambda":
+        if isinstance(node, ast.Lambda) and node.lineno in lines:
+            segment = ast.get_source_segment(text, node)
+            return SourceDefinition(kind, name, filename, node.lineno, segment) if segment else None
+        return None
+    types_ = (ast.ClassDef,) if kind == "class" else (ast.FunctionDef, ast.AsyncFunctionDef)
+    if not isinstance(node, types_) or node.name != name or node.end_lineno is None:
+        return None
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    span = range(first, node.end_lineno + 1)
+    if kind == "function" and first not in lines:
+        return None
+    if kind == "class" and not any(line in span for line in lines):
+        return None
+    source = "".join(text.splitlines(True)[first - 1:node.end_lineno])
+    return SourceDefinition(kind, name, filename, first, source)
+
+
+def _matches(obj: Any, definition: SourceDefinition, methods: list[types.CodeType] | None) -> bool:
+    """Compiled again, does the source give the object's own bytecode? (linecache may be stale.)"""
+    try:
+        compiled = definition.code()
+    except SyntaxError:
+        return False
+    ours = {(c.co_name, c.co_firstlineno): c for c in _code_objects(compiled)}
+    wanted = methods or [] if definition.kind == "class" else [obj.__code__]
+    return all((other := ours.get((c.co_name, c.co_firstlineno))) is not None and _same_code(c, other)
+               for c in wanted)
+
+
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield const
+            yield from _code_objects(const)
+
+
+def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
+    return (a.co_code == b.co_code and a.co_names == b.co_names and a.co_varnames == b.co_varnames
+            and [c for c in a.co_consts if not isinstance(c, types.CodeType)]
+            == [c for c in b.co_consts if not isinstance(c, types.CodeType)])
+
+
+def globals_of(obj: Any, definition: SourceDefinition) -> dict[str, Any]:
+    """The values of the global names a definition reads, from the namespace it lives in.
+
+    IPython's own names in the user namespace (``get_ipython``, ``In``, ``Out``...) stay behind.
+    """
+    if isinstance(obj, types.FunctionType):
+        namespace = obj.__globals__
+    else:
+        namespace = vars(sys.modules[obj.__module__]) if obj.__module__ in sys.modules else {}
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    hidden = shell.user_ns_hidden if shell is not None else {}
+    return {name: namespace[name] for name in sorted(definition.names_read())
+            if name in namespace and not (name in hidden and hidden[name] is namespace[name])}
+
+
+@contextlib.contextmanager
+def defining_into(namespace: dict[str, Any]) -> Iterator[None]:
+    """Definitions loaded inside this block are compiled in ``namespace`` (a job's globals)."""
+    global _namespace
+    saved, _namespace = _namespace, namespace
+    try:
+        yield
+    finally:
+        _namespace = saved
+
+
+def _target() -> dict[str, Any]:
+    """Where loaded definitions live: a job's namespace, else ``__main__`` (the notebook's user namespace)."""
+    return _namespace if _namespace is not None else vars(sys.modules["__main__"])
+
+
+def load(definition: SourceDefinition) -> Any:
+    """The object a SourceDefinition stands for: the original if this side sent it, else compiled here."""
+    original = _sent.get(definition)
+    if original is not None:
+        return original
+    namespace = _target()
+    _remember_lines(definition)
+    code = definition.code()
+    if definition.kind == "lambda":
+        obj = eval(code, namespace)
+    else:
+        missing = object()
+        previous = namespace.get(definition.name, missing)
+        exec(code, namespace)
+        obj = namespace[definition.name]
+        if previous is missing:  # the name is bound by whoever asked for the value, not as a side effect
+            del namespace[definition.name]
+        else:
+            namespace[definition.name] = previous
+    _made_here[obj] = definition
+    return obj
+
+
+def restore_state(obj: Any, state: dict[str, Any]) -> None:
+    """Give a definition compiled here the notebook's globals, defaults and attributes (pickle's state)."""
+    if obj in _originals:
+        return  # this side's own object came back: it keeps its own state
+    namespace = _target()
+    for name, value in state.get("globals", {}).items():
+        namespace.setdefault(name, value)
+    if isinstance(obj, types.FunctionType):
+        obj.__defaults__ = state.get("defaults")
+        obj.__kwdefaults__ = state.get("kwdefaults")
+        obj.__dict__.update(state.get("attributes") or {})
+
+
+def state_of(obj: Any, definition: SourceDefinition) -> dict[str, Any]:
+    """What a definition needs beyond its source: the globals it reads, a function's defaults."""
+    state: dict[str, Any] = {"globals": globals_of(obj, definition)}
+    if isinstance(obj, types.FunctionType):
+        state.update(defaults=obj.__defaults__, kwdefaults=obj.__kwdefaults__, attributes=dict(obj.__dict__))
+    return state
+
+
+def _remember_lines(definition: SourceDefinition) -> None:
+    """Put the definition's lines into linecache at their line numbers, for tracebacks and to send it on."""
+    if definition.kind == "lambda":
+        return  # an expression inside a line: the rest of the line isn't known here
+    entry = linecache.cache.get(definition.filename)
+    lines = list(entry[2]) if entry else []
+    new = definition.source.splitlines(True)
+    end = definition.lineno - 1 + len(new)
+    lines += ["\n"] * (end - len(lines))
+    lines[definition.lineno - 1:end] = new
+    linecache.cache[definition.filename] = (sum(map(len, lines)), None, lines, definition.filename)

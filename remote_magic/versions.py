@@ -1,0 +1,129 @@
+"""The versions each side runs, and what a difference between them means, in words.
+
+The notebook and the worker run different Python and library versions as a rule (Colab's
+Python 3.13 and pinned libraries; a Mac or GPU box with whatever it has). Peers announce their
+versions in HELLO; a difference that matters is said once at connect, and a value that fails
+to load is explained by the library that differs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import platform
+import sys
+from typing import Any, Mapping
+
+from ._version import __version__
+
+# Libraries whose differences change what crosses: said at connect, in this order.
+WATCHED_LIBRARIES = ("cloudpickle", "numpy", "pandas", "matplotlib")
+
+
+def local_versions() -> dict[str, str]:
+    """The versions a peer announces in its HELLO (a library not installed is left out)."""
+    return dict(_local_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _local_versions() -> dict[str, str]:
+    from .protocol import PROTOCOL_VERSION
+
+    versions = {"protocol": PROTOCOL_VERSION.decode(), "remote_magic": __version__,
+                "python": platform.python_version()}
+    for name in WATCHED_LIBRARIES:
+        version = installed_version(name)
+        if version is not None:
+            versions[name] = version
+    return versions
+
+
+def installed_version(module: str) -> str | None:
+    """The version of a library here: from the module when it is loaded, else from its distribution."""
+    loaded = getattr(sys.modules.get(module), "__version__", None)
+    if isinstance(loaded, str):
+        return loaded
+    for distribution in dict.fromkeys((module, distribution_of(module))):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _distributions() -> Mapping[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def distribution_of(module: str) -> str:
+    """The name pip installs a module by (``sklearn`` -> ``scikit-learn``); the module's own name if unknown."""
+    return (_distributions().get(module) or [module])[0]
+
+
+def _minor(version: str | None) -> str:
+    return ".".join((version or "").split(".")[:2])
+
+
+def _major(version: str | None) -> str:
+    return (version or "").split(".")[0]
+
+
+def describe_differences(ours: Mapping[str, str], theirs: Mapping[str, str], where: str) -> list[str]:
+    """Say in words which versions differ between this side and a peer, and what it means."""
+    notes = []
+    if ours.get("remote_magic") != theirs.get("remote_magic"):
+        notes.append(f"remote-magic is {ours.get('remote_magic')} here and {theirs.get('remote_magic')} on "
+                     f"{where}; install the same version on both sides")
+    if _minor(ours.get("python")) != _minor(theirs.get("python")):
+        notes.append(f"Python is {ours.get('python')} here and {theirs.get('python')} on {where}: cells and the "
+                     "functions and classes defined in notebook cells travel as source and work; a closure, a "
+                     "method or a function made by exec travels as bytecode and can't load there")
+    mine, other = ours.get("numpy"), theirs.get("numpy")
+    if mine and other and _major(mine) != _major(other):
+        notes.append(f"numpy is {mine} here and {other} on {where}: arrays cross, but other numpy objects "
+                     f"pickled by numpy {_major(mine)} may not load under numpy {_major(other)}")
+    for name, meaning in (
+            ("cloudpickle", "values it pickles may not load on the other side; install one version on both"),
+            ("pandas", "a DataFrame pickled by one may not load under the other; install one version on both"),
+            ("matplotlib", "figures come back as images, so plots work; matplotlib objects stay on the worker")):
+        mine, other = ours.get(name), theirs.get(name)
+        if mine != other and (mine or other):
+            notes.append(f"{name} is {mine or 'not installed'} here and {other or 'not installed'} on {where}: "
+                         f"{meaning}")
+    return notes
+
+
+def explain_load_failure(name: str, exc: BaseException, about: Mapping[str, Any], sender: Mapping[str, str],
+                         here: str, there: str) -> str:
+    """Why the value ``name`` made ``there`` can't be loaded ``here``, naming what differs and the fix.
+
+    ``about`` is what the sender recorded while pickling it: the libraries its objects come from
+    (with their versions there) and the notebook definitions it had to send as bytecode.
+    """
+    reasons = []
+    libraries = about.get("libraries") or {}
+    for library, theirs in sorted(libraries.items()) if isinstance(libraries, dict) else ():
+        ours = installed_version(str(library))
+        if ours == theirs:
+            continue
+        dist = distribution_of(str(library))
+        if ours is None:
+            reasons.append(f"it was pickled {there} with {library} {theirs}, which isn't installed {here}: "
+                           f"`pip install {dist}=={theirs}` {here}")
+        else:
+            reasons.append(f"it was pickled {there} with {library} {theirs}, and {here} {library} is {ours}: install "
+                           f"one version on both sides (`pip install {dist}=={theirs}` {here}, or "
+                           f"`pip install {dist}=={ours}` {there})")
+    by_value = [str(n) for n in about.get("by_value") or [] if isinstance(n, str)]
+    their_python, our_python = sender.get("python"), platform.python_version()
+    if by_value and _minor(their_python) != _minor(our_python):
+        reasons.append(
+            f"it holds {', '.join(f'`{n}`' for n in by_value)}, defined in the notebook where no source could be "
+            f"found for it (a closure, a method, or code run by exec or a cell magic), so it travels as Python "
+            f"{their_python} bytecode, and {here} runs Python {our_python}: define it at the top level of a plain "
+            f"cell, or use Python {_minor(their_python)} on both sides")
+    cause = f"{type(exc).__name__}: {exc}"
+    if not reasons:
+        return f"`{name}` can't be loaded {here}: {cause}"
+    return f"`{name}` can't be loaded {here} ({cause}): {'; and '.join(reasons)}."

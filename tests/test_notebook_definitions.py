@@ -1,0 +1,132 @@
+"""Functions, classes and lambdas defined in the notebook travel as source; figures as images.
+
+A real IPython shell (which keeps each cell's source in linecache) against a real worker. Source
+travel shows in behaviour, not only in the bytes: a notebook function compiled on the worker sees
+the cell's globals, as it would locally, where a pickled copy would see a frozen snapshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import linecache
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from remote_magic import definitions
+from support import run
+
+DEFINITIONS = """\
+N = 1
+
+def scaled(x):
+    return helper(x) * N
+
+def helper(x):
+    return x + 1
+
+class Model:
+    def __init__(self, k=2):
+        self.k = k
+
+    def predict(self, x):
+        return scaled(x) * self.k
+
+square = lambda x: x * x
+
+def shifted(x, by=N):
+    return x + by
+"""
+
+
+def test_notebook_functions_see_the_cell_globals_as_they_would_locally(ip: InteractiveShell) -> None:
+    cell = "N = 5\na = scaled(1)\nm = Model()\nb = m.predict(1)\nc = square(3)\nd = shifted(1)\n"
+    names = ("N", "a", "b", "c", "d")
+    run(ip, DEFINITIONS)
+    run(ip, cell)  # the same cell, run here
+    local = {name: ip.user_ns.pop(name) for name in names}
+    run(ip, DEFINITIONS)
+    result, out = run(ip, "%%offload\n" + cell)
+    assert result.success, result.error_in_exec
+    assert {name: ip.user_ns[name] for name in names} == local
+    assert (local["a"], local["b"], local["d"]) == (10, 20, 2)  # d: the default was bound when N was 1
+
+
+def test_objects_of_notebook_classes_come_back_as_instances_of_the_same_class(ip: InteractiveShell) -> None:
+    run(ip, DEFINITIONS)
+    result, _ = run(ip, "%%offload\nm = Model(3)\nsame_function = scaled\nmodels = [Model(1), Model(2)]\n"
+                        "inside = isinstance(m, Model)\n")
+    assert result.success, result.error_in_exec
+    assert type(ip.user_ns["m"]) is ip.user_ns["Model"] and ip.user_ns["m"].k == 3
+    assert ip.user_ns["same_function"] is ip.user_ns["scaled"]
+    assert [type(m) for m in ip.user_ns["models"]] == [ip.user_ns["Model"]] * 2
+    assert ip.user_ns["inside"] is True
+
+
+def test_definitions_made_on_the_worker_come_back_as_working_source(ip: InteractiveShell) -> None:
+    run(ip, "N = 7")
+    result, _ = run(ip, "%%offload\ndef times_n(x):\n    return x * N\n\nclass Counter:\n    start = 3\n"
+                        "    def next(self):\n        return self.start + 1\n")
+    assert result.success, result.error_in_exec
+    run(ip, "N = 10")
+    assert ip.user_ns["times_n"](2) == 20  # compiled here, in the notebook's namespace: it sees N = 10
+    assert ip.user_ns["Counter"]().next() == 4
+    assert definitions.find_definition(ip.user_ns["times_n"]).source.startswith("def times_n(x):")
+
+
+def test_a_notebook_function_that_raises_shows_its_own_source_line(ip: InteractiveShell) -> None:
+    run(ip, "def fails(x):\n    raise ValueError(f'bad input {x}')\n")
+    result, out = run(ip, "%%offload\nfails(3)\n")
+    assert not result.success
+    assert "raise ValueError(f'bad input {x}')" in out.stdout + out.stderr
+    assert "ValueError: bad input 3" in out.stdout + out.stderr
+
+
+def test_a_function_whose_cell_source_changed_travels_by_value(ip: InteractiveShell) -> None:
+    run(ip, "def original():\n    return 'from the notebook'\n")
+    fn = ip.user_ns["original"]
+    filename = fn.__code__.co_filename
+    size, mtime, lines, name = linecache.cache[filename]
+    linecache.cache[filename] = (size, mtime, ["def original():\n", "    return 'edited'\n"], name)
+    try:
+        assert definitions._search(fn) is None  # the source no longer compiles to its bytecode
+        result, _ = run(ip, "%%offload\nr = original()\n")
+    finally:
+        linecache.cache[filename] = (size, mtime, lines, name)
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["r"] == "from the notebook"
+
+
+def test_closures_and_methods_have_no_source_definition(ip: InteractiveShell) -> None:
+    run(ip, DEFINITIONS + "def make():\n    k = 3\n    def inner():\n        return k\n    return inner\n"
+                          "closure = make()\n")
+    assert definitions.find_definition(ip.user_ns["closure"]) is None
+    assert definitions.find_definition(ip.user_ns["Model"].predict) is None
+    assert definitions.find_definition(ip.user_ns["Model"]).source.startswith("class Model:")
+    assert definitions.find_definition(ip.user_ns["square"]).source == "lambda x: x * x"
+
+
+def test_figures_come_back_as_images_and_matplotlib_objects_are_named(ip: InteractiveShell) -> None:
+    result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+                          "ax.plot([1, 2, 3])\nlines = ax.get_lines()\npoints = 3\n")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["points"] == 3
+    assert not {"fig", "ax", "lines"} & set(ip.user_ns)
+    assert "`fig` (a matplotlib Figure), `ax` (a matplotlib Axes)" in out.stderr
+    assert "figures come back as images" in out.stderr
+    images = [o.data["image/png"] for o in out.outputs if "image/png" in o.data]
+    assert len(images) == 1 and base64.b64decode(images[0]).startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("formats, mime", [(["svg"], "image/svg+xml"), (["pdf"], "application/pdf")])
+def test_figures_follow_the_notebook_figure_formats(ip: InteractiveShell, formats: list[str], mime: str) -> None:
+    ip.config.InlineBackend.figure_formats = formats
+    try:
+        result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nplt.gcf()\n")
+    finally:
+        del ip.config.InlineBackend["figure_formats"]
+    assert result.success, result.error_in_exec
+    figures = [o.data for o in out.outputs if mime in o.data]
+    assert len(figures) == 1, out.outputs  # the cell's value is the open figure: shown once
+    assert "image/png" not in figures[0]
+    assert result.result is None  # the figure object itself stays on the worker
