@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import time
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from remote_magic.tokens import Token
-from support import WorkerProcess, run
+from support import run
 
 
 def test_cell_runs_remotely_and_its_assignments_come_back(ip: InteractiveShell) -> None:
