@@ -120,9 +120,9 @@ class Client:
             self._context.term()
             raise
         self.max_message_bytes = int(welcome.header.get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
+        self._fleet: list[dict[str, Any]] = list(welcome.header.get("workers", []))
         # Version differences with the workers at connect, in words: %offload_connect shows them.
-        self.version_notes = [note for worker in welcome.header.get("workers", [])
-                              for note in self.differences_with(worker)]
+        self.version_notes = [note for worker in self._fleet for note in self.differences_with(worker)]
         for note in self.version_notes:
             log.info("%s", note)
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost)
@@ -198,7 +198,8 @@ class Client:
             self._requests[request] = future
         try:
             self._connection.send(T.WORKERS, {"request": request})
-            return future.result(timeout)
+            self._fleet = future.result(timeout)
+            return self._fleet
         except TimeoutError:
             raise ConnectionFailed(f"the hub did not list its workers within {timeout:g} s") from None
         finally:
@@ -220,7 +221,10 @@ class Client:
 
     def _submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None,
                 timeout: float | None, future: "Future[Any] | None" = None) -> _Job:
-        packed = serialization.pack(values, errors.InputError)
+        # Any worker may take the job: pandas objects travel portably unless every worker has our pandas.
+        ours = self._versions.get("pandas")
+        packed = serialization.pack(values, errors.InputError, portable_pandas=not self._fleet or any(
+            (w.get("versions") or {}).get("pandas") != ours for w in self._fleet))
         self._check_size(packed)
         job = _Job(uuid.uuid4().hex, future=future)
         header.update(packed.header(), job=job.id, versions=self._versions)

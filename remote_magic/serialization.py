@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import cloudpickle
 
-from . import definitions
+from . import definitions, portable
 from .errors import InputError, OutputError, SerializationError
-from .versions import explain_load_failure
+from .versions import bytecode_loads_here, explain_load_failure
 
 PICKLE_PROTOCOL = 5
 
@@ -83,11 +83,12 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
     """cloudpickle, plus: notebook definitions as source, and a record of what the value is made of."""
 
     def __init__(self, file: io.BytesIO, buffer_callback: Callable[[pickle.PickleBuffer], bool],
-                 keep_back: KeepBack | None) -> None:
+                 keep_back: KeepBack | None, portable_pandas: bool) -> None:
         super().__init__(file, protocol=PICKLE_PROTOCOL, buffer_callback=buffer_callback)
         self.modules: set[str] = set()
         self.by_value: list[str] = []
         self._keep_back = keep_back
+        self._portable_pandas = portable_pandas
 
     def reducer_override(self, obj: Any) -> Any:
         named = isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType))
@@ -96,6 +97,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             self.modules.add(module.partition(".")[0])
         if self._keep_back is not None and (reason := self._keep_back(obj)):
             raise _KeptBack(reason)
+        if self._portable_pandas and (reduced := portable.reduce(obj)) is not None:
+            return reduced
         if definitions.is_notebook_definition(obj):
             found = definitions.find_definition(obj)
             if found is not None:
@@ -117,7 +120,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         return about
 
 
-def _dumps(value: Any, keep_back: KeepBack | None) -> tuple[list[Any], dict[str, Any]]:
+def _dumps(value: Any, keep_back: KeepBack | None, portable_pandas: bool) -> tuple[list[Any], dict[str, Any]]:
     buffers: list[pickle.PickleBuffer] = []
 
     def keep_large(buf: pickle.PickleBuffer) -> bool:
@@ -127,23 +130,25 @@ def _dumps(value: Any, keep_back: KeepBack | None) -> tuple[list[Any], dict[str,
         return False
 
     stream = io.BytesIO()
-    pickler = _Pickler(stream, keep_large, keep_back)
+    pickler = _Pickler(stream, keep_large, keep_back, portable_pandas)
     pickler.dump(value)
     return [stream.getvalue(), *(buf.raw() for buf in buffers)], pickler.about()
 
 
 def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError,
-         keep_back: KeepBack | None = None) -> Packed:
+         keep_back: KeepBack | None = None, portable_pandas: bool = False) -> Packed:
     """Pickle each value; a failure raises ``error`` naming the variable.
 
     A value holding an object that ``keep_back`` refuses is left out and listed in ``kept``.
+    With ``portable_pandas`` (the receiver's pandas differs), pandas objects travel in a form
+    any pandas release loads (``portable.py``).
     """
     packed = Packed([], [], [])
     for name, value in values.items():
         if isinstance(value, types.ModuleType):
             value = ModuleRef(value.__name__)
         try:
-            parts, about = _dumps(value, keep_back)
+            parts, about = _dumps(value, keep_back, portable_pandas)
         except _KeptBack as kept:
             packed.kept[name] = str(kept)
             continue
@@ -188,15 +193,18 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
     if (not isinstance(names, list) or not isinstance(counts, list) or len(names) != len(counts)
             or not all(isinstance(c, int) and c >= 1 for c in counts) or sum(counts) != len(frames)):
         raise error(f"the message's frames don't match its header ({len(frames)} frames for counts {counts!r:.80})")
+    about, sender = header.get("about"), header.get("versions")
+    about = about if isinstance(about, dict) else {}
+    sender = sender if isinstance(sender, dict) else {}
     values: dict[str, Any] = {}
     for name, (stream, *buffers) in per_name(names, counts, frames):
+        recorded = about.get(name) if isinstance(about.get(name), dict) else {}
+        if not bytecode_loads_here(recorded, sender):
+            raise error(explain_load_failure(name, None, recorded, sender, *sides), name)
         try:
             value = pickle.loads(_writable(stream), buffers=[_writable(b) for b in buffers])
         except Exception as exc:  # unpickling runs arbitrary code; any failure names the variable
-            about, sender = header.get("about"), header.get("versions")
-            raise error(explain_load_failure(
-                name, exc, about.get(name) or {} if isinstance(about, dict) else {},
-                sender if isinstance(sender, dict) else {}, *sides), name) from exc
+            raise error(explain_load_failure(name, exc, recorded, sender, *sides), name) from exc
         if isinstance(value, ModuleRef):
             try:
                 value = _load_module(value)

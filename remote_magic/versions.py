@@ -12,6 +12,7 @@ import functools
 import importlib.metadata
 import platform
 import sys
+import traceback
 from typing import Any, Mapping
 
 from ._version import __version__
@@ -94,8 +95,18 @@ def describe_differences(ours: Mapping[str, str], theirs: Mapping[str, str], whe
     return notes
 
 
-def explain_load_failure(name: str, exc: BaseException, about: Mapping[str, Any], sender: Mapping[str, str],
-                         here: str, there: str) -> str:
+def _bytecode_names(about: Mapping[str, Any]) -> list[str]:
+    return [n for n in about.get("by_value") or [] if isinstance(n, str)]
+
+
+def bytecode_loads_here(about: Mapping[str, Any], sender: Mapping[str, str]) -> bool:
+    """Can this Python run the bytecode a value carries? Only the same minor version can: another
+    one may refuse it, run it wrongly, or crash the process, so it is never tried."""
+    return not _bytecode_names(about) or _minor(sender.get("python")) == _minor(platform.python_version())
+
+
+def explain_load_failure(name: str, exc: BaseException | None, about: Mapping[str, Any],
+                         sender: Mapping[str, str], here: str, there: str) -> str:
     """Why the value ``name`` made ``there`` can't be loaded ``here``, naming what differs and the fix.
 
     ``about`` is what the sender recorded while pickling it: the libraries its objects come from
@@ -103,11 +114,18 @@ def explain_load_failure(name: str, exc: BaseException, about: Mapping[str, Any]
     """
     reasons = []
     libraries = about.get("libraries") or {}
-    for library, theirs in sorted(libraries.items()) if isinstance(libraries, dict) else ():
-        ours = installed_version(str(library))
-        if ours == theirs:
-            continue
-        dist = distribution_of(str(library))
+    differing = {str(library): str(theirs) for library, theirs in
+                 (libraries.items() if isinstance(libraries, dict) else ())
+                 if installed_version(str(library)) != theirs}
+    # The library whose code raised is the one to name; when none did (pickle's own lookup failed), all.
+    raised_in = {frame.f_globals.get("__name__", "").partition(".")[0]
+                 for frame, _ in traceback.walk_tb(exc.__traceback__ if exc else None)}
+    differing = {k: v for k, v in differing.items() if k in raised_in} or differing
+    if exc is None:
+        differing = {}
+    for library, theirs in sorted(differing.items()):
+        ours = installed_version(library)
+        dist = distribution_of(library)
         if ours is None:
             reasons.append(f"it was pickled {there} with {library} {theirs}, which isn't installed {here}: "
                            f"`pip install {dist}=={theirs}` {here}")
@@ -115,14 +133,16 @@ def explain_load_failure(name: str, exc: BaseException, about: Mapping[str, Any]
             reasons.append(f"it was pickled {there} with {library} {theirs}, and {here} {library} is {ours}: install "
                            f"one version on both sides (`pip install {dist}=={theirs}` {here}, or "
                            f"`pip install {dist}=={ours}` {there})")
-    by_value = [str(n) for n in about.get("by_value") or [] if isinstance(n, str)]
+    by_value = _bytecode_names(about)
     their_python, our_python = sender.get("python"), platform.python_version()
-    if by_value and _minor(their_python) != _minor(our_python):
+    if not bytecode_loads_here(about, sender):
         reasons.append(
-            f"it holds {', '.join(f'`{n}`' for n in by_value)}, defined in the notebook where no source could be "
+            f"it holds {', '.join(f'`{n}`' for n in by_value)}, defined {there} where no source could be "
             f"found for it (a closure, a method, or code run by exec or a cell magic), so it travels as Python "
-            f"{their_python} bytecode, and {here} runs Python {our_python}: define it at the top level of a plain "
-            f"cell, or use Python {_minor(their_python)} on both sides")
+            f"{their_python} bytecode, which Python {our_python} {here} can't load: define it at the top level of a "
+            f"plain cell, or use Python {_minor(their_python)} on both sides")
+    if exc is None:
+        return f"`{name}` can't be loaded {here}: {'; and '.join(reasons)}."
     cause = f"{type(exc).__name__}: {exc}"
     if not reasons:
         return f"`{name}` can't be loaded {here}: {cause}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -10,7 +11,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import remote_magic
-from support import WorkerProcess, start_worker
+from support import WorkerProcess, build_wheel, start_worker
 
 # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: the tests
 # that press Ctrl-C need Python's usual handler wherever the suite is started from.
@@ -24,6 +25,12 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
                      "--name", "shared", "--heartbeat-interval", "0.25")
     yield w
     w.stop()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built once per session as `pip install` would build it."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,9 @@ from typing import Any, Callable
 
 
 STARTUP_TIMEOUT_S = 120.0
+INSTALL_TIMEOUT_S = 600
+REPO = Path(__file__).resolve().parents[1]
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "remote_magic", "worker", "kernel_provider", "shaders")
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.02) -> object:
@@ -88,3 +92,34 @@ def run(shell: Any, cell: str) -> tuple[Any, Any]:
     with capture_output() as out:
         result = shell.run_cell(cell)
     return result, out
+
+
+def run_command(*args: str | Path, cwd: Path, env: dict[str, str] | None = None,
+                timeout: float = INSTALL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion; fail with its output when it fails."""
+    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(env or {})})
+    assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def build_wheel(tmp: Path) -> Path:
+    """Build the project's wheel from a clean copy, in an isolated build as a user's `pip install` does."""
+    source = tmp / "source"  # building in place would leave build/ in the repository
+    source.mkdir(parents=True)
+    for name in WHEEL_SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(path, source / name)
+    dist = tmp / "dist"
+    run_command(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, source, cwd=tmp)
+    (wheel,) = dist.glob("remote_magic-*.whl")
+    return wheel
+
+
+def make_venv(python: str | Path, path: Path) -> Path:
+    """A fresh virtual environment that sees no package of the interpreter it was made from; its python."""
+    run_command(python, "-m", "venv", path, cwd=path.parent)
+    return path / ("Scripts/python.exe" if os.name == "nt" else "bin/python")

@@ -170,7 +170,9 @@ class Executor:
     def _pack_result(self, msg: Message, values: dict[str, Any], outputs: JobOutputs) -> serialization.Packed:
         """Pickle what goes back; a cell's matplotlib objects stay here and its figures travel as images."""
         keep_back = _matplotlib_object if msg.header.get("kind") == "code" else None
-        packed = serialization.pack(values, OutputError, keep_back)
+        notebook = msg.header.get("versions") or {}
+        packed = serialization.pack(values, OutputError, keep_back,
+                                    portable_pandas=notebook.get("pandas") != local_versions().get("pandas"))
         if packed.kept.pop("__value__", None) is not None:
             outputs.show_value(values["__value__"])
         return packed

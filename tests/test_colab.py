@@ -1,0 +1,233 @@
+"""The notebook side as Colab runs it: Colab's pinned packages, its Python, a real kernel.
+
+A venv is built from Colab's published runtime (``shared/colab/pip-freeze.txt`` as pip
+constraints), with Python 3.13 when this machine has it. The project's wheel must install there
+without changing one pinned version, and ``examples/colab_quickstart.ipynb`` then runs in a real
+kernel of that venv (nbclient) against a real worker from the test environment: the newest
+releases, and another Python minor version. A second venv holds the oldest versions the notebook
+side declares (Python 3.10 when at hand) and runs offloaded cells in a real IPython shell.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Iterator
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from support import REPO, WorkerProcess, make_venv, run_command, start_worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+COLAB_FREEZE = REPO.parent / "shared" / "colab" / "pip-freeze.txt"
+NOTEBOOK = REPO / "examples" / "colab_quickstart.ipynb"
+# What Colab's kernel holds of what the notebook side touches, installed at Colab's pins first.
+COLAB_KERNEL_PACKAGES = ("pip", "ipython", "ipykernel", "jupyter_client", "traitlets", "pyzmq", "tornado", "notebook",
+                         "numpy", "cloudpickle", "matplotlib", "pandas")
+# The oldest versions pyproject.toml declares for the notebook side.
+OLDEST = ("ipython==7.34.0", "ipykernel==6.17.0", "jupyter_client==7.4.0", "traitlets==5.7.0", "pyzmq==25.0.0",
+          "numpy==1.24.0", "cloudpickle==2.1.0")
+
+
+def _python(*minors: str) -> tuple[str, str]:
+    """The first interpreter found for these minor versions, in order: (path, version).
+
+    Falls back to the interpreter running the tests.
+    """
+    pyenv = shutil.which("pyenv")
+    installed = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True).stdout.split() \
+        if pyenv else []
+    for minor in minors:
+        candidates = [shutil.which(f"python{minor}")]
+        for name in sorted((v for v in installed if v.startswith(f"{minor}.")), reverse=True):
+            root = subprocess.run([pyenv, "prefix", name], capture_output=True, text=True).stdout.strip()
+            candidates.append(str(Path(root) / "bin" / "python"))
+        for candidate in filter(None, candidates):
+            probe = subprocess.run([candidate, "-c", "import platform; print(platform.python_version())"],
+                                   capture_output=True, text=True)
+            version = probe.stdout.strip()
+            if probe.returncode == 0 and version.startswith(f"{minor}."):
+                return candidate, version
+    return sys.executable, platform.python_version()
+
+
+def _constraints(path: Path) -> dict[str, str]:
+    """Colab's `name==version` lines, written as a constraints file; {normalised name: version}."""
+    pins = {}
+    for line in COLAB_FREEZE.read_text().splitlines():
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", line.strip())
+        if match:
+            pins[_normalise(match[1])] = match[2]
+    path.write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
+    return pins
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _freeze(python: Path) -> dict[str, str]:
+    listed = json.loads(run_command(python, "-m", "pip", "list", "--format", "json", cwd=python.parent).stdout)
+    return {_normalise(p["name"]): p["version"] for p in listed}
+
+
+def _say(text: str) -> None:
+    """Test output a reader of the CI log needs (which Pythons ran), shown with -s and in the report."""
+    print(f"[colab test] {text}", file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def colab_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[tuple[Path, str]]:
+    """A venv as Colab's runtime is, with the notebook side installed under its pins."""
+    tmp = tmp_path_factory.mktemp("colab")
+    interpreter, version = _python("3.13", "3.12", "3.11", "3.10")
+    if not version.startswith("3.13"):
+        _say(f"no Python 3.13 on this machine: the Colab venv uses Python {version} instead")
+    python = make_venv(interpreter, tmp / "venv")
+    pins = _constraints(tmp / "colab-constraints.txt")
+    pip = (python, "-m", "pip", "install", "-c", tmp / "colab-constraints.txt")
+    run_command(*pip, *COLAB_KERNEL_PACKAGES, cwd=tmp)
+    before = _freeze(python)
+    run_command(*pip, wheel, cwd=tmp)
+    after = _freeze(python)
+    changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
+    assert not changed, f"installing remote-magic changed Colab's packages: {changed}"
+    off_pin = {n: (v, pins[n]) for n, v in after.items() if n in pins and v != pins[n]}
+    assert not off_pin, f"packages off Colab's pins (installed, pinned): {off_pin}"
+    run_command(python, "-m", "pip", "check", cwd=tmp)
+    added = sorted(set(after) - set(before))
+    assert added == ["remote-magic"], f"the notebook side brought packages Colab lacks: {added}"
+    _say(f"Colab venv: Python {version}, IPython {after['ipython']}, ipykernel {after['ipykernel']}, "
+         f"jupyter_client {after['jupyter-client']}; the worker: Python {platform.python_version()}")
+    yield python, version
+
+
+@pytest.fixture(scope="module")
+def newest_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    """A worker in the test environment: the newest releases, GPU off."""
+    worker = start_worker(tmp_path_factory.mktemp("newest-worker"), "--listen", "127.0.0.1:0", "--gpu", "off",
+                          "--name", "home-box")
+    yield worker
+    worker.stop()
+
+
+def _kernelspec(python: Path, root: Path) -> str:
+    spec = root / "kernels" / "colab"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Colab's runtime", "language": "python"}))
+    return "colab"
+
+
+def _text(cell: Any) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", ""))
+        for mime in ("text/plain", "text/markdown", "text/html"):
+            parts.append(output.get("data", {}).get(mime, ""))
+        parts.extend(output.get("traceback", []))
+    return "".join(parts)
+
+
+def test_the_colab_quickstart_runs_on_colabs_runtime_against_a_newer_worker(
+        colab_python: tuple[Path, str], newest_worker: WorkerProcess, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    python, notebook_python = colab_python
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", newest_worker.token)
+    kernel = _kernelspec(python, tmp_path / "jupyter")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # Beyond the quickstart: what can't cross Python versions says so, by name.
+    nb.cells.insert(-1, nbformat.v4.new_code_cell(
+        "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\ntriple = make_scaler(3)"))
+    nb.cells.insert(-1, nbformat.v4.new_code_cell("%%offload\ntripled = triple(2)",
+                                                  metadata={"tags": ["raises-exception"]}))
+    NotebookClient(nb, kernel_name=kernel, timeout=180, resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    (connect, definitions, offload, check, rich, to_worker, dtypes, failing, untouched, workers, _, closure, _) = code
+    worker_python = platform.python_version()
+    assert "Connected to tcp://127.0.0.1" in _text(connect) and "home-box" in _text(connect)
+    if notebook_python.rsplit(".", 1)[0] != worker_python.rsplit(".", 1)[0]:
+        assert f"Python is {notebook_python} here and {worker_python} on worker 'home-box'" in _text(connect)
+    assert not definitions.outputs
+    assert f"computed on the worker, Python {worker_python}" in _text(offload)
+    assert [o["output_type"] for o in offload.outputs] == ["stream", "execute_result"]
+    assert "back in the notebook: RunningMean True True" in _text(check)
+
+    assert "**largest z:**" in _text(rich)
+    assert "`fig` (a matplotlib Figure), `ax` (a matplotlib Axes) stayed on the worker" in _text(rich)
+    png = [o["data"]["image/png"] for o in rich.outputs if "image/png" in o.get("data", {})]
+    assert len(png) == 1 and base64.b64decode(png[0]).startswith(b"\x89PNG")
+    assert rich.outputs[-1]["output_type"] == "execute_result" and "<table" in rich.outputs[-1]["data"]["text/html"]
+
+    assert "DataFrame (10, 3)" in _text(to_worker)
+    assert "{'x': 'float64', 'z': 'float64', 'z2': 'float64'}" in _text(dtypes)  # built by the notebook's pandas
+
+    assert "ValueError: something went wrong on the worker" in _text(failing)
+    assert failing.outputs[-1]["output_type"] == "error"
+    assert "z is untouched: (10,)" in _text(untouched)
+    assert "<td>home-box</td>" in _text(workers)
+
+    if notebook_python.rsplit(".", 1)[0] != worker_python.rsplit(".", 1)[0]:
+        assert closure.outputs[-1]["output_type"] == "error"
+        message = _text(closure)
+        assert "`triple` can't be loaded on the worker" in message
+        assert "make_scaler.<locals>.scale" in message
+        assert f"Python {notebook_python} bytecode, which Python {worker_python} on the worker can't load" in message
+    else:
+        _say("the notebook and the worker run one Python minor version: bytecode crosses")
+        assert closure.outputs == [] or closure.outputs[-1]["output_type"] != "error"
+
+
+OLDEST_SHELL = textwrap.dedent("""
+    import json, sys
+    import IPython
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    ip = InteractiveShell.instance()
+    report = {"python": sys.version.split()[0], "ipython": IPython.__version__}
+    with capture_output() as out:
+        ip.run_line_magic("load_ext", "remote_magic")
+        ip.run_line_magic("offload_connect", sys.argv[1])
+        ip.run_cell("class Acc:\\n    def __init__(self):\\n        self.n = 0\\n    def add(self, k):\\n"
+                    "        self.n += k\\n        return self\\nbump = lambda a: a.add(2)\\n")
+        result = ip.run_cell("%%offload\\nimport numpy as np\\nacc = bump(Acc())\\ntotal = int(np.arange(4).sum())\\n"
+                             "print('on the worker', acc.n)\\ntotal * 10")
+    report.update(success=result.success, value=result.result, total=ip.user_ns.get("total"),
+                  same_class=type(ip.user_ns.get("acc")) is ip.user_ns["Acc"], stdout=out.stdout,
+                  stderr=out.stderr)
+    print(json.dumps(report))
+""")
+
+
+def test_the_oldest_supported_notebook_side_offloads_cells(
+        wheel: Path, newest_worker: WorkerProcess, tmp_path: Path) -> None:
+    interpreter, version = _python("3.10", "3.11", "3.12", "3.13")
+    if not version.startswith("3.10"):
+        _say(f"no Python 3.10 on this machine: the oldest-versions venv uses Python {version}")
+    python = make_venv(interpreter, tmp_path / "venv")
+    run_command(python, "-m", "pip", "install", *OLDEST, wheel, cwd=tmp_path)
+    installed = _freeze(python)
+    assert [f"{n}=={installed[_normalise(n)]}" for n in (p.split("==")[0] for p in OLDEST)] == list(OLDEST)
+    report = json.loads(run_command(python, "-c", OLDEST_SHELL, newest_worker.token, cwd=tmp_path,
+                                    env={"PYTHONPATH": ""}).stdout.strip().splitlines()[-1])
+    _say(f"oldest notebook side: Python {report['python']}, IPython {report['ipython']}; "
+         f"the worker: Python {platform.python_version()}")
+    assert report["ipython"] == "7.34.0"
+    assert report["success"], report["stderr"]
+    assert (report["value"], report["total"], report["same_class"]) == (60, 6, True)
+    assert "on the worker 2" in report["stdout"]
