@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install remote-magic and what it needs into ./.venv (creating it), on a fresh Debian machine too.
-# Usage: source scripts/setup.sh [EXTRAS]   e.g. `test` for the test suite
+# Usage: bash scripts/setup.sh [EXTRAS]   `worker` for remote-worker, `test` for the test suite (worker included)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 extras="${1:-}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -57,15 +58,16 @@ class WorkerProcess:
 
 
 def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, str] | None = None,
-                 home: Path | None = None) -> WorkerProcess:
-    """Start `remote-worker ARGS` with its own config dir; wait until it accepts jobs."""
+                 home: Path | None = None, executable: str | Path | None = None) -> WorkerProcess:
+    """Start `remote-worker ARGS` (the one on PATH, or ``executable``) with its own config dir; wait
+    until it accepts jobs."""
     tmp.mkdir(parents=True, exist_ok=True)
     home = home or tmp / "home"
     token = tmp / "token"
     log = tmp / "worker.log"
-    executable = shutil.which("remote-worker")
+    executable = executable or shutil.which("remote-worker")
     assert executable, "remote-worker is not on PATH: install the project (pip install -e .)"
-    command = [executable, *args]
+    command = [str(executable), *args]
     if token_file:
         command += ["--token-file", str(token)]
     environment = {**os.environ, "REMOTE_MAGIC_HOME": str(home), **(env or {})}
@@ -123,3 +125,25 @@ def make_venv(python: str | Path, path: Path) -> Path:
     """A fresh virtual environment that sees no package of the interpreter it was made from; its python."""
     run_command(python, "-m", "venv", path, cwd=path.parent)
     return path / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def find_python(*minors: str) -> tuple[str, str]:
+    """The first interpreter found for these minor versions, in order: (path, version).
+
+    Falls back to the interpreter running the tests.
+    """
+    pyenv = shutil.which("pyenv")
+    installed = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True).stdout.split() \
+        if pyenv else []
+    for minor in minors:
+        candidates = [shutil.which(f"python{minor}")]
+        for name in sorted((v for v in installed if v.startswith(f"{minor}.")), reverse=True):
+            root = subprocess.run([pyenv, "prefix", name], capture_output=True, text=True).stdout.strip()
+            candidates.append(str(Path(root) / "bin" / "python"))
+        for candidate in filter(None, candidates):
+            probe = subprocess.run([candidate, "-c", "import platform; print(platform.python_version())"],
+                                   capture_output=True, text=True)
+            version = probe.stdout.strip()
+            if probe.returncode == 0 and version.startswith(f"{minor}."):
+                return candidate, version
+    return sys.executable, platform.python_version()

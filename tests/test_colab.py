@@ -26,7 +26,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from support import REPO, WorkerProcess, make_venv, run_command, start_worker
+from support import REPO, WorkerProcess, find_python, make_venv, run_command, start_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -38,28 +38,6 @@ COLAB_KERNEL_PACKAGES = ("pip", "ipython", "ipykernel", "jupyter_client", "trait
 # The oldest versions pyproject.toml declares for the notebook side.
 OLDEST = ("ipython==7.34.0", "ipykernel==6.17.0", "jupyter_client==7.4.0", "traitlets==5.7.0", "pyzmq==25.0.0",
           "numpy==1.24.0", "cloudpickle==2.1.0")
-
-
-def _python(*minors: str) -> tuple[str, str]:
-    """The first interpreter found for these minor versions, in order: (path, version).
-
-    Falls back to the interpreter running the tests.
-    """
-    pyenv = shutil.which("pyenv")
-    installed = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True).stdout.split() \
-        if pyenv else []
-    for minor in minors:
-        candidates = [shutil.which(f"python{minor}")]
-        for name in sorted((v for v in installed if v.startswith(f"{minor}.")), reverse=True):
-            root = subprocess.run([pyenv, "prefix", name], capture_output=True, text=True).stdout.strip()
-            candidates.append(str(Path(root) / "bin" / "python"))
-        for candidate in filter(None, candidates):
-            probe = subprocess.run([candidate, "-c", "import platform; print(platform.python_version())"],
-                                   capture_output=True, text=True)
-            version = probe.stdout.strip()
-            if probe.returncode == 0 and version.startswith(f"{minor}."):
-                return candidate, version
-    return sys.executable, platform.python_version()
 
 
 def _constraints(path: Path) -> dict[str, str]:
@@ -88,10 +66,10 @@ def _say(text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def colab_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[tuple[Path, str]]:
+def colabfind_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[tuple[Path, str]]:
     """A venv as Colab's runtime is, with the notebook side installed under its pins."""
     tmp = tmp_path_factory.mktemp("colab")
-    interpreter, version = _python("3.13", "3.12", "3.11", "3.10")
+    interpreter, version = find_python("3.13", "3.12", "3.11", "3.10")
     if not version.startswith("3.13"):
         _say(f"no Python 3.13 on this machine: the Colab venv uses Python {version} instead")
     python = make_venv(interpreter, tmp / "venv")
@@ -216,7 +194,7 @@ OLDEST_SHELL = textwrap.dedent("""
 
 def test_the_oldest_supported_notebook_side_offloads_cells(
         wheel: Path, newest_worker: WorkerProcess, tmp_path: Path) -> None:
-    interpreter, version = _python("3.10", "3.11", "3.12", "3.13")
+    interpreter, version = find_python("3.10", "3.11", "3.12", "3.13")
     if not version.startswith("3.10"):
         _say(f"no Python 3.10 on this machine: the oldest-versions venv uses Python {version}")
     python = make_venv(interpreter, tmp_path / "venv")
@@ -227,6 +205,12 @@ def test_the_oldest_supported_notebook_side_offloads_cells(
                                     env={"PYTHONPATH": ""}).stdout.strip().splitlines()[-1])
     _say(f"oldest notebook side: Python {report['python']}, IPython {report['ipython']}; "
          f"the worker: Python {platform.python_version()}")
+    # The notebook side alone can't run a worker, and says what to install.
+    alone = subprocess.run([python.parent / "remote-worker", "--listen", "127.0.0.1:0"], capture_output=True,
+                           text=True, timeout=60)
+    assert alone.returncode == 2
+    assert re.search(r"lacks (psutil, )?wgpu, which a worker needs", alone.stderr), alone.stderr
+    assert 'pip install "remote-magic[worker]"' in alone.stderr
     assert report["ipython"] == "7.34.0"
     assert report["success"], report["stderr"]
     assert (report["value"], report["total"], report["same_class"]) == (60, 6, True)
