@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import linecache
+import os
 import sys
 import types
 import weakref
@@ -45,6 +46,34 @@ class SourceDefinition:
         """The global names the definition reads: the values it needs beside it."""
         return names_read(self.source) - {self.name}
 
+    def names_read_when_defined(self) -> set[str]:
+        """The names evaluated by the definition itself (decorators, defaults, annotations, bases,
+        a class body): they must exist before it is compiled, not only before it is called."""
+        tree = ast.parse(self.source, mode="eval" if self.kind == "lambda" else "exec")
+        node = tree.body if isinstance(tree, ast.Expression) else tree.body[0]
+        return {n.id for part in _evaluated_when_defined(node) for n in ast.walk(part)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _evaluated_when_defined(node: ast.AST) -> Iterator[ast.AST]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        yield from getattr(node, "decorator_list", [])
+        arguments = node.args
+        yield from (d for d in [*arguments.defaults, *arguments.kw_defaults] if d is not None)
+        if not isinstance(node, ast.Lambda):
+            parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                          arguments.vararg, arguments.kwarg]
+            yield from (p.annotation for p in parameters if p is not None and p.annotation is not None)
+            if node.returns is not None:
+                yield node.returns
+    elif isinstance(node, ast.ClassDef):
+        yield from [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]
+        for statement in node.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from _evaluated_when_defined(statement)
+            else:
+                yield statement
+
 
 # Objects compiled here from a SourceDefinition, so they travel back as the same source.
 _made_here: "weakref.WeakKeyDictionary[Any, SourceDefinition]" = weakref.WeakKeyDictionary()
@@ -53,6 +82,8 @@ _sent: "weakref.WeakValueDictionary[SourceDefinition, Any]" = weakref.WeakValueD
 _originals: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _found: "weakref.WeakKeyDictionary[Any, SourceDefinition | None]" = weakref.WeakKeyDictionary()
 _namespace: dict[str, Any] | None = None
+_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+"""Where the standard library and installed packages live: no notebook code comes from there."""
 
 
 def is_notebook_definition(obj: Any) -> bool:
@@ -82,13 +113,32 @@ def _search(obj: Any) -> SourceDefinition | None:
         code = obj.__code__
         kind = "lambda" if obj.__name__ == "<lambda>" else "function"
         return _from_cell(obj, kind, code.co_filename, {code.co_firstlineno})
-    methods = [m.__code__ for m in vars(obj).values() if isinstance(m, types.FunctionType)
-               and m.__qualname__.startswith(f"{obj.__qualname__}.")]
+    # Its methods' code names the cell it came from; dataclasses add methods made from "<string>"
+    # or wrapped by the standard library.
+    methods = [m.__code__ for m in _functions_in(obj) if m.__qualname__.startswith(f"{obj.__qualname__}.")
+               and m.__code__.co_filename != "<string>" and not m.__code__.co_filename.startswith(_INSTALLED)]
     first_line = getattr(obj, "__firstlineno__", None)  # Python 3.13 records it; older ones don't
-    if not methods:
-        return None  # no code of its own names the cell it came from
-    return _from_cell(obj, "class", methods[0].co_filename,
-                      {first_line} if first_line else {m.co_firstlineno for m in methods}, methods)
+    if methods:
+        return _from_cell(obj, "class", methods[0].co_filename,
+                          {first_line} if first_line else {m.co_firstlineno for m in methods}, methods)
+    if first_line is None:
+        return None
+    # No code of its own (a dataclass of fields): look in every cell source kept in memory only.
+    cells = [name for name, entry in list(linecache.cache.items()) if len(entry) == 4 and not os.path.isfile(name)]
+    found = {d.source: d for d in (_from_cell(obj, "class", name, {first_line}) for name in cells) if d}
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _functions_in(cls: type) -> Iterator[types.FunctionType]:
+    """The functions a class body defined: methods, and those inside properties, static and class
+    methods and decorators that keep ``__wrapped__`` (functools.wraps, lru_cache, cached_property)."""
+    for member in vars(cls).values():
+        parts = [getattr(member, a, None) for a in ("fget", "fset", "fdel", "__func__", "func")] + [member]
+        for part in parts:
+            while part is not None and not isinstance(part, types.FunctionType):
+                part = getattr(part, "__wrapped__", None)
+            if part is not None:
+                yield part
 
 
 def _from_cell(obj: Any, kind: str, filename: str, lines: set[int],
@@ -134,10 +184,33 @@ def _matches(obj: Any, definition: SourceDefinition, methods: list[types.CodeTyp
         compiled = definition.code()
     except SyntaxError:
         return False
+    if definition.kind == "class" and _names_in_body(definition) != _names_in_class(obj):
+        return False  # e.g. an attribute set on the class after its definition
     ours = {(c.co_name, c.co_firstlineno): c for c in _code_objects(compiled)}
     wanted = methods or [] if definition.kind == "class" else [obj.__code__]
     return all((other := ours.get((c.co_name, c.co_firstlineno))) is not None and _same_code(c, other)
                for c in wanted)
+
+
+def _names_in_body(definition: SourceDefinition) -> set[str]:
+    """The names a class statement's body binds: methods, attributes, annotated fields."""
+    (node,) = ast.parse(definition.source).body
+    names = set()
+    for statement in node.body if isinstance(node, ast.ClassDef) else ():
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(statement.name)
+        targets = (statement.targets if isinstance(statement, ast.Assign)
+                   else [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else [])
+        names |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return {name for name in names if not _dunder(name)}
+
+
+def _names_in_class(cls: type) -> set[str]:
+    return {name for name in [*vars(cls), *vars(cls).get("__annotations__", {})] if not _dunder(name)}
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
 
 
 def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -185,12 +258,27 @@ def _target() -> dict[str, Any]:
     return _namespace if _namespace is not None else vars(sys.modules["__main__"])
 
 
-def load(definition: SourceDefinition) -> Any:
-    """The object a SourceDefinition stands for: the original if this side sent it, else compiled here."""
+def reduction(obj: Any, definition: SourceDefinition) -> tuple[Any, ...]:
+    """How pickle sends a definition: its source and the globals its definition evaluates (compiled
+    before it), then, as state, the globals its body reads and a function's defaults."""
+    needed = globals_of(obj, definition)
+    when_defined = definition.names_read_when_defined()
+    state: dict[str, Any] = {"globals": {k: v for k, v in needed.items() if k not in when_defined}}
+    if isinstance(obj, types.FunctionType):
+        state.update(defaults=obj.__defaults__, kwdefaults=obj.__kwdefaults__, attributes=dict(obj.__dict__))
+    return (load, (definition, {k: v for k, v in needed.items() if k in when_defined}), state, None, None,
+            restore_state)
+
+
+def load(definition: SourceDefinition, needed: dict[str, Any] | None = None) -> Any:
+    """The object a SourceDefinition stands for: the original if this side sent it, else compiled here
+    with the ``needed`` globals its definition evaluates."""
     original = _sent.get(definition)
     if original is not None:
         return original
     namespace = _target()
+    for name, value in (needed or {}).items():
+        namespace.setdefault(name, value)
     _remember_lines(definition)
     code = definition.code()
     if definition.kind == "lambda":
@@ -221,20 +309,12 @@ def restore_state(obj: Any, state: dict[str, Any]) -> None:
         obj.__dict__.update(state.get("attributes") or {})
 
 
-def state_of(obj: Any, definition: SourceDefinition) -> dict[str, Any]:
-    """What a definition needs beyond its source: the globals it reads, a function's defaults."""
-    state: dict[str, Any] = {"globals": globals_of(obj, definition)}
-    if isinstance(obj, types.FunctionType):
-        state.update(defaults=obj.__defaults__, kwdefaults=obj.__kwdefaults__, attributes=dict(obj.__dict__))
-    return state
-
-
 def _remember_lines(definition: SourceDefinition) -> None:
     """Put the definition's lines into linecache at their line numbers, for tracebacks and to send it on."""
     if definition.kind == "lambda":
         return  # an expression inside a line: the rest of the line isn't known here
     entry = linecache.cache.get(definition.filename)
-    lines = list(entry[2]) if entry else []
+    lines = list(entry[2]) if entry and len(entry) == 4 else []  # a lazy entry (1-tuple) has no lines yet
     new = definition.source.splitlines(True)
     end = definition.lineno - 1 + len(new)
     lines += ["\n"] * (end - len(lines))

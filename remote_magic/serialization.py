@@ -102,8 +102,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         if definitions.is_notebook_definition(obj):
             found = definitions.find_definition(obj)
             if found is not None:
-                return (definitions.load, (found,), definitions.state_of(obj, found), None, None,
-                        definitions.restore_state)
+                return definitions.reduction(obj, found)
             self.by_value.append(obj.__qualname__)
         return super().reducer_override(obj)
 
@@ -115,8 +114,11 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             if isinstance(version, str):
                 libraries[name] = version
         about: dict[str, Any] = {"libraries": libraries} if libraries else {}
-        if self.by_value:
-            about["by_value"] = sorted(set(self.by_value))
+        # Name what the user defined, not the methods and helpers that travelled with it.
+        outermost = {n for n in self.by_value if not n.startswith("__")
+                     and not any(n.startswith(f"{other}.") for other in self.by_value)}
+        if outermost:
+            about["by_value"] = sorted(outermost)
         return about
 
 
@@ -198,7 +200,8 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
     sender = sender if isinstance(sender, dict) else {}
     values: dict[str, Any] = {}
     for name, (stream, *buffers) in per_name(names, counts, frames):
-        recorded = about.get(name) if isinstance(about.get(name), dict) else {}
+        entry = about.get(name)
+        recorded: dict[str, Any] = entry if isinstance(entry, dict) else {}
         if not bytecode_loads_here(recorded, sender):
             raise error(explain_load_failure(name, None, recorded, sender, *sides), name)
         try:

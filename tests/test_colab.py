@@ -66,7 +66,7 @@ def _say(text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def colabfind_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[tuple[Path, str]]:
+def colab_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Iterator[tuple[Path, str]]:
     """A venv as Colab's runtime is, with the notebook side installed under its pins."""
     tmp = tmp_path_factory.mktemp("colab")
     interpreter, version = find_python("3.13", "3.12", "3.11", "3.10")
@@ -129,13 +129,19 @@ def test_the_colab_quickstart_runs_on_colabs_runtime_against_a_newer_worker(
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # Beyond the quickstart: what can't cross Python versions says so, by name.
     nb.cells.insert(-1, nbformat.v4.new_code_cell(
+        "from dataclasses import dataclass\n\n@dataclass\nclass Settings:\n    scale: float = 2.0\n    name: str = 'x'"))
+    nb.cells.insert(-1, nbformat.v4.new_code_cell(
+        "%%offload\nsettings = Settings(scale=3.0)\nprint('scaled', settings.scale * 2)"))
+    nb.cells.insert(-1, nbformat.v4.new_code_cell("print(type(settings) is Settings, settings)"))
+    nb.cells.insert(-1, nbformat.v4.new_code_cell(
         "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\ntriple = make_scaler(3)"))
     nb.cells.insert(-1, nbformat.v4.new_code_cell("%%offload\ntripled = triple(2)",
                                                   metadata={"tags": ["raises-exception"]}))
     NotebookClient(nb, kernel_name=kernel, timeout=180, resources={"metadata": {"path": str(tmp_path)}}).execute()
 
     code = [c for c in nb.cells if c.cell_type == "code"]
-    (connect, definitions, offload, check, rich, to_worker, dtypes, failing, untouched, workers, _, closure, _) = code
+    (connect, definitions, offload, check, rich, to_worker, dtypes, failing, untouched, workers,
+     _, dataclass_offload, dataclass_check, _, closure, _) = code
     worker_python = platform.python_version()
     assert "Connected to tcp://127.0.0.1" in _text(connect) and "home-box" in _text(connect)
     if notebook_python.rsplit(".", 1)[0] != worker_python.rsplit(".", 1)[0]:
@@ -159,6 +165,8 @@ def test_the_colab_quickstart_runs_on_colabs_runtime_against_a_newer_worker(
     assert "z is untouched: (10,)" in _text(untouched)
     assert "<td>home-box</td>" in _text(workers)
 
+    assert "scaled 6.0" in _text(dataclass_offload)  # a dataclass of fields: its line is known on 3.13
+    assert "True Settings(scale=3.0, name='x')" in _text(dataclass_check)
     if notebook_python.rsplit(".", 1)[0] != worker_python.rsplit(".", 1)[0]:
         assert closure.outputs[-1]["output_type"] == "error"
         message = _text(closure)

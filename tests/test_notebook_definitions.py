@@ -130,3 +130,33 @@ def test_figures_follow_the_notebook_figure_formats(ip: InteractiveShell, format
     assert len(figures) == 1, out.outputs  # the cell's value is the open figure: shown once
     assert "image/png" not in figures[0]
     assert result.result is None  # the figure object itself stays on the worker
+
+
+def test_a_dataclass_of_fields_travels_as_source_where_python_records_its_line(ip: InteractiveShell) -> None:
+    run(ip, "from dataclasses import dataclass, field\n\n@dataclass\nclass Config:\n    lr: float = 0.1\n"
+            "    layers: list = field(default_factory=list)\n    name: str = 'base'\n")
+    config = ip.user_ns["Config"]
+    found = definitions.find_definition(config)
+    if not hasattr(config, "__firstlineno__"):  # Python < 3.13: nothing says which cell it came from
+        assert found is None
+        return
+    assert found is not None and found.source.startswith("@dataclass\nclass Config:")
+    result, _ = run(ip, "%%offload\nc = Config(lr=0.5)\nc.layers.append(3)\n")
+    assert result.success, result.error_in_exec
+    assert type(ip.user_ns["c"]) is config and ip.user_ns["c"] == config(0.5, [3], "base")
+
+
+def test_a_class_changed_after_its_definition_does_not_travel_as_its_source(ip: InteractiveShell) -> None:
+    run(ip, "class Tuned:\n    def rate(self):\n        return 1\n")
+    assert definitions.find_definition(ip.user_ns["Tuned"]) is not None
+    run(ip, "class Patched:\n    def rate(self):\n        return 1\n\nPatched.extra = 2\n")
+    assert definitions.find_definition(ip.user_ns["Patched"]) is None  # its source alone would lose `extra`
+
+
+def test_names_a_definition_evaluates_are_there_before_it_is_compiled(ip: InteractiveShell) -> None:
+    run(ip, "import functools\nLIMIT = 3\n\nclass Base:\n    unit = 2\n\n"
+            "class Derived(Base):\n    scale = LIMIT * 10\n\n    @functools.lru_cache(maxsize=LIMIT)\n"
+            "    def area(self, side: int = LIMIT) -> int:\n        return side * self.unit\n")
+    result, _ = run(ip, "%%offload\nd = Derived()\nvalues = (d.area(), d.scale, isinstance(d, Base))\n")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["values"] == (6, 30, True) and type(ip.user_ns["d"]) is ip.user_ns["Derived"]
