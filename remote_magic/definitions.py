@@ -49,8 +49,8 @@ class SourceDefinition:
     def names_read_when_defined(self) -> set[str]:
         """The names evaluated by the definition itself (decorators, defaults, annotations, bases,
         a class body): they must exist before it is compiled, not only before it is called."""
-        tree = ast.parse(self.source, mode="eval" if self.kind == "lambda" else "exec")
-        node = tree.body if isinstance(tree, ast.Expression) else tree.body[0]
+        node: ast.AST = (ast.parse(self.source, mode="eval").body if self.kind == "lambda"
+                         else ast.parse(self.source).body[0])
         return {n.id for part in _evaluated_when_defined(node) for n in ast.walk(part)
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 

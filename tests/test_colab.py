@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
