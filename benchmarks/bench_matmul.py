@@ -38,9 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from report import RESULTS_PATH, code_version, machine, write_section  # noqa: E402
-from worker.gpu import GpuRuntime  # noqa: E402
-from worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
-from worker.gpu.pipelines import compile_module, create_pipeline  # noqa: E402
+
+from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
+from remote_magic.worker.gpu.pipelines import compile_module, create_pipeline  # noqa: E402
+from remote_magic.worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
 
 log = logging.getLogger("bench_matmul")
 
@@ -235,7 +236,8 @@ def render(rows: list[dict[str, Any]], caps: dict[str, Any], timestamps: bool, a
     ratios = [r["tiled"] / r["naive"] for r in rows]
     software = caps.get("adapter_type") == "software"
     goal = ("Goal on lavapipe (issue 3, item 8): tiled ≥ 4× naive. "
-            f"Met: {'yes' if min(ratios) >= 4 else 'no'} (lowest {min(ratios):.1f}×, sizes {', '.join(str(r['n']) for r in rows)})."
+            f"Met: {'yes' if min(ratios) >= 4 else 'no'} (lowest {min(ratios):.1f}×, "
+            f"sizes {', '.join(str(r['n']) for r in rows)})."
             if software else "Goal on a GPU (issue 3, item 8): tiled ≥ 50% of cuBLAS SGEMM (PyTorch, TF32 off).")
     method = ("timestamp queries around the one compute pass" if timestamps
               else "wall time of submit plus a wait for the device (no timestamp queries on this adapter)")
@@ -248,7 +250,8 @@ def render(rows: list[dict[str, Any]], caps: dict[str, Any], timestamps: bool, a
         f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}; "
         f"{caps.get('description')})",
         f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; "
-        f"matmul workgroup {args.threads or DEFAULT_MATMUL_THREADS}×{args.threads or DEFAULT_MATMUL_THREADS} invocations; "
+        f"matmul workgroup {args.threads or DEFAULT_MATMUL_THREADS}×{args.threads or DEFAULT_MATMUL_THREADS} "
+        "invocations; "
         f"{code_version()}",
         f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
         "",

@@ -47,7 +47,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import zmq
-
 from report import RESULTS_PATH, code_version, machine, write_section
 
 log = logging.getLogger("bench_roundtrip")

@@ -19,8 +19,10 @@ from IPython.core.interactiveshell import InteractiveShell
 CELLS = [
     "%%offload\nimport numpy as np, platform\nc = a @ b\nwhere = platform.node()\n"
     "print('worker', where, 'computed c with shape', c.shape)\nfloat(c.sum())",
-    "%%offload\nimport time\nfor step in range(3):\n    print('step', step, flush=True)\n    time.sleep(0.2)\ndone = True",
-    "%%offload\nstats = {'mean': float(c.mean()), 'std': float(c.std())}\nraise ValueError('this error happens on the worker')",
+    "%%offload\nimport time\nfor step in range(3):\n    print('step', step, flush=True)\n    time.sleep(0.2)\n"
+    "done = True",
+    "%%offload\nstats = {'mean': float(c.mean()), 'std': float(c.std())}\n"
+    "raise ValueError('this error happens on the worker')",
 ]
 
 
@@ -53,7 +55,8 @@ def main() -> int:
                 print(f"=> {'ok' if result.success else 'raised ' + type(result.error_in_exec).__name__}")
             ns = shell.user_ns
             print("\nBack in the notebook's namespace:")
-            print(f"  c: {ns['c'].shape} {ns['c'].dtype}, equal to a @ b locally: {np.allclose(ns['c'], ns['a'] @ ns['b'])}")
+            same = np.allclose(ns["c"], ns["a"] @ ns["b"])
+            print(f"  c: {ns['c'].shape} {ns['c'].dtype}, equal to a @ b locally: {same}")
             print(f"  where: {ns['where']!r}, done: {ns['done']}")
             print(f"  stats defined? {'stats' in ns} (the failing cell changed nothing)")
             print(shell.run_line_magic("offload_workers", ""))

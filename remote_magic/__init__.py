@@ -47,13 +47,13 @@ __all__ = [
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
     """``%load_ext remote_magic``: register the %offload magics."""
-    from .magics import load_ipython_extension as load
+    from .notebook.magics import load_ipython_extension as load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython):  # type: ignore[no-untyped-def]
     """``%unload_ext remote_magic``: disconnect and remove the magics."""
-    from .magics import unload_ipython_extension as unload
+    from .notebook.magics import unload_ipython_extension as unload
 
     unload(ipython)

@@ -21,43 +21,20 @@ from typing import Any, Callable, Iterable, Mapping
 
 import zmq
 
-from . import errors, serialization
-from .connection import Connection, dial
+from . import errors
 from .errors import ConnectionFailed, RemoteMagicError
-from .protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role
-from .tokens import Token
-from .versions import describe_differences, local_versions
+from .wire import serialization
+from .wire.connection import Connection, dial
+from .wire.failures import error_from_header
+from .wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role
+from .wire.tokens import Token
+from .wire.versions import describe_differences, local_versions
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 CANCEL_WAIT_S = 5.0
 """After Ctrl-C, how long ``run`` waits for the worker to confirm the job stopped."""
-
-_ERRORS: dict[str, type[RemoteMagicError]] = {
-    cls.__name__: cls for cls in (
-        errors.WorkerLost, errors.ExecutorDied, errors.JobCancelled, errors.JobTimeout, errors.NoSuchWorker,
-        errors.InputError, errors.OutputError, errors.ProtocolError, errors.GpuError, errors.ShaderError,
-        errors.GpuLimitError, errors.ConnectionFailed, errors.VersionMismatch,
-    )
-}
-
-
-def error_from_header(header: Mapping[str, Any]) -> RemoteMagicError:
-    """Turn an ERROR message into the exception a user catches."""
-    kind = str(header.get("error", "RemoteMagicError"))
-    message = str(header.get("message", "the worker reported an error without a message"))
-    if kind == "RemoteError":
-        return errors.RemoteError(str(header.get("remote_type", "Exception")), message,
-                                  str(header.get("traceback", "")))
-    if kind in ("InputError", "OutputError"):
-        return _ERRORS[kind](message, header.get("name"))
-    if kind == "ShaderError":
-        return errors.ShaderError(message, header.get("line"), header.get("column"))
-    if kind == "PermissionDenied":
-        return ConnectionFailed(message)
-    return _ERRORS.get(kind, RemoteMagicError)(message)
-
 
 @dataclass
 class JobResult:
@@ -92,9 +69,9 @@ def _show_display(header: Mapping[str, Any]) -> None:
         from IPython import get_ipython
         from IPython.display import publish_display_data
     except ImportError:
-        get_ipython = None  # type: ignore[assignment]
+        get_ipython = None
     if get_ipython is not None and get_ipython() is not None:
-        publish_display_data(data, metadata)
+        publish_display_data(data, metadata)  # type: ignore[no-untyped-call]  # IPython has no hints
     else:
         print(data.get("text/plain", "<rich output>"))
 
@@ -145,7 +122,8 @@ class Client:
 
     def execute(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
                 *, worker: str | None = None, timeout: float | None = None, gpu: bool | list[str] | None = None,
-                kernels: Mapping[str, str] | None = None, on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
+                kernels: Mapping[str, str] | None = None,
+                on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
                 on_display: Callable[[Mapping[str, Any]], None] = _show_display,
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
                 figure_formats: Iterable[str] = ("png",)) -> JobResult:

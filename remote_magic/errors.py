@@ -4,7 +4,10 @@ Every error a user can catch derives from one root::
 
     RemoteMagicError
     ├── ConnectionFailed      the hub could not be reached, or refused us
-    │   └── VersionMismatch   the peers speak different protocol versions
+    │   ├── VersionMismatch   the peers speak different protocol versions
+    │   ├── PermissionDenied  these credentials may not do that (a worker token submitting, ...)
+    │   ├── CredentialsRotated  the hub's keys were replaced: the token no longer works
+    │   └── NotConnected      the hub doesn't know this peer (it restarted, or timed us out)
     ├── TokenError            a token is malformed, or of the wrong kind
     ├── ProtocolError         a peer sent a message that breaks the wire protocol
     ├── SerializationError    a value could not be pickled or unpickled
@@ -42,6 +45,18 @@ class ConnectionFailed(RemoteMagicError):
 
 class VersionMismatch(ConnectionFailed):
     """The two peers speak different versions of the wire protocol."""
+
+
+class PermissionDenied(ConnectionFailed):
+    """The hub refused a message these credentials may not send."""
+
+
+class CredentialsRotated(ConnectionFailed):
+    """The hub's keys were replaced (`remote-worker token --rotate`): this token no longer works."""
+
+
+class NotConnected(ConnectionFailed):
+    """The hub doesn't know this peer: it restarted or timed the peer out, so the peer says hello again."""
 
 
 class TokenError(RemoteMagicError, ValueError):

@@ -14,4 +14,5 @@ export PATH="$PWD/.venv/bin:$PATH"
 # In CI a missing GPU adapter fails the GPU tests instead of skipping them.
 if [ "${CI:-}" = "true" ]; then export REMOTE_MAGIC_REQUIRE_GPU=1; fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+bash scripts/check.sh    # ruff, and mypy --strict on the package
 exec python -m pytest "$@"

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-
 STARTUP_TIMEOUT_S = 120.0
 INSTALL_TIMEOUT_S = 600
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +57,8 @@ class WorkerProcess:
 
 
 def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, str] | None = None,
-                 home: Path | None = None, executable: str | Path | None = None) -> WorkerProcess:
+                 home: Path | None = None, executable: str | Path | None = None,
+                 cwd: Path | None = None) -> WorkerProcess:
     """Start `remote-worker ARGS` (the one on PATH, or ``executable``) with its own config dir; wait
     until it accepts jobs."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,8 @@ def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, 
         command += ["--token-file", str(token)]
     environment = {**os.environ, "REMOTE_MAGIC_HOME": str(home), **(env or {})}
     handle = log.open("w")
-    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=environment, text=True)
+    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=environment, text=True,
+                               cwd=cwd)
     handle.close()
     worker = WorkerProcess(process, home, token, log)
     ready_line = "is ready" if token_file else "joined"

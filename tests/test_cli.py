@@ -38,7 +38,7 @@ def test_token_command_shows_the_same_client_token(worker: WorkerProcess) -> Non
 
 def test_tokens_are_never_logged_whole(worker: WorkerProcess) -> None:
     secret_part = worker.token[5:]
-    log_without_connect_line = "\n".join(l for l in worker.log().splitlines() if "%offload_connect" not in l)
+    log_without_connect_line = "\n".join(line for line in worker.log().splitlines() if "%offload_connect" not in line)
     assert secret_part[:40] not in log_without_connect_line
 
 
@@ -66,7 +66,7 @@ def test_bad_options_are_explained(tmp_path: Path) -> None:
 
 
 def test_a_port_in_use_is_reported(worker: WorkerProcess, tmp_path: Path) -> None:
-    port = remote_magic.tokens.Token.decode(worker.token).address.rsplit(":", 1)[1]
+    port = remote_magic.wire.tokens.Token.decode(worker.token).address.rsplit(":", 1)[1]
     result = _remote_worker(tmp_path, "--listen", f"127.0.0.1:{port}", "--gpu", "off")
     assert result.returncode == 1 and f"can't listen on tcp://127.0.0.1:{port}" in result.stderr
 

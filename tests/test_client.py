@@ -24,7 +24,6 @@ from remote_magic import (
 )
 
 
-
 def test_run_returns_assigned_names_and_arrays(client: remote_magic.Client) -> None:
     a = np.random.default_rng(0).standard_normal((64, 32))
     b = np.random.default_rng(1).standard_normal((32, 16))
@@ -170,7 +169,7 @@ def test_crashing_user_code_kills_only_the_executor(client: remote_magic.Client,
 
 
 def test_connect_to_nothing_fails_within_its_timeout(worker) -> None:
-    token = remote_magic.tokens.Token.decode(worker.token).with_address("tcp://127.0.0.1:9")
+    token = remote_magic.wire.tokens.Token.decode(worker.token).with_address("tcp://127.0.0.1:9")
     started = time.monotonic()
     with pytest.raises(ConnectionFailed, match="nothing answered at tcp://127.0.0.1:9 within 1 s"):
         remote_magic.connect(token.encode(), timeout=1)
@@ -180,11 +179,12 @@ def test_connect_to_nothing_fails_within_its_timeout(worker) -> None:
 def test_wrong_credentials_are_refused(worker) -> None:
     import zmq
 
-    real = remote_magic.tokens.Token.decode(worker.token)
-    stranger = remote_magic.tokens.Token(real.role, real.address, real.server_public, *zmq.curve_keypair())
+    real = remote_magic.wire.tokens.Token.decode(worker.token)
+    stranger = remote_magic.wire.tokens.Token(real.role, real.address, real.server_public, *zmq.curve_keypair())
     with pytest.raises(ConnectionFailed, match="refused these credentials"):
         remote_magic.connect(stranger.encode(), timeout=5)
-    wrong_server = remote_magic.tokens.Token(real.role, real.address, zmq.curve_keypair()[0], real.public, real.secret)
+    wrong_server = remote_magic.wire.tokens.Token(real.role, real.address, zmq.curve_keypair()[0], real.public,
+                                                  real.secret)
     with pytest.raises(ConnectionFailed, match="doesn't match that hub"):
         remote_magic.connect(wrong_server.encode(), timeout=2)
 

@@ -36,8 +36,8 @@ import zmq
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import remote_magic
-from remote_magic import serialization
-from remote_magic.protocol import (
+from remote_magic.wire import serialization
+from remote_magic.wire.protocol import (
     MAX_HEADER_BYTES,
     MAX_HEADER_DEPTH,
     PROTOCOL_VERSION,
@@ -47,8 +47,8 @@ from remote_magic.protocol import (
     encode,
     encode_header,
 )
-from remote_magic.tokens import Token
-from remote_magic.versions import local_versions
+from remote_magic.wire.tokens import Token
+from remote_magic.wire.versions import local_versions
 from support import WorkerProcess, start_worker, wait_for
 
 MIN_CASES = 10_000

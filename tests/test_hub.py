@@ -18,10 +18,10 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 import remote_magic
-import remote_magic.versions
+import remote_magic.wire.versions
 from remote_magic import ExecutorDied, WorkerLost
-from remote_magic.protocol import PROTOCOL_VERSION, decode, encode, MessageType as T
-from remote_magic.tokens import Token
+from remote_magic.wire.protocol import PROTOCOL_VERSION, MessageType as T, decode, encode
+from remote_magic.wire.tokens import Token
 from support import WorkerProcess, start_worker, wait_for
 
 
@@ -50,7 +50,8 @@ def _recv(sock: zmq.Socket, timeout: float = 5.0):
 
 
 def _hello(sock: zmq.Socket, role: str) -> None:
-    sock.send_multipart(encode(T.HELLO, {"role": role, "name": role, "versions": remote_magic.versions.local_versions()}))
+    versions = remote_magic.wire.versions.local_versions()
+    sock.send_multipart(encode(T.HELLO, {"role": role, "name": role, "versions": versions}))
 
 
 def _submit_frames(path: Path, job: str = "evil") -> list[bytes]:
@@ -250,7 +251,7 @@ def test_runaway_memory_kills_only_the_executor(tmp_path: Path) -> None:
 
 
 def test_handshakes_without_the_hubs_public_key_never_count_towards_a_block(tmp_path: Path) -> None:
-    from remote_magic.auth import MAX_FAILED_HANDSHAKES
+    from remote_magic.wire.auth import MAX_FAILED_HANDSHAKES
 
     w = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
     context = zmq.Context()
@@ -277,7 +278,7 @@ def test_handshakes_without_the_hubs_public_key_never_count_towards_a_block(tmp_
 
 
 def test_an_address_with_many_failed_handshakes_is_blocked(tmp_path: Path) -> None:
-    from remote_magic.auth import MAX_FAILED_HANDSHAKES
+    from remote_magic.wire.auth import MAX_FAILED_HANDSHAKES
 
     w = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
     try:

@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from remote_magic.tokens import Token
+from remote_magic.wire.tokens import Token
 from support import run
 
 
@@ -142,7 +142,7 @@ def test_offload_serve_hosts_a_hub_that_workers_join(tmp_path, monkeypatch) -> N
         advertised = Token.decode(token)
         assert advertised.role.value == "worker" and advertised.address == "tcp://127.0.0.1:45999"
         magics = shell.magics_manager.registry["OffloadMagics"]
-        real = advertised.with_address(f"tcp://127.0.0.1:{magics.hub.port}").encode()  # no forwarder here
+        real = advertised.with_address(f"tcp://127.0.0.1:{magics.served.hub.port}").encode()  # no forwarder here
         joined = start_worker(tmp_path, "--join", real, "--gpu", "off", "--name", "dialed-in", token_file=False)
         try:
             wait_for(lambda: "dialed-in" in repr(shell.run_line_magic("offload_workers", "")), 20, "the worker")

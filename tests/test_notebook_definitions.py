@@ -13,7 +13,7 @@ import linecache
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from remote_magic import definitions
+from remote_magic.wire import definitions
 from support import run
 
 DEFINITIONS = """\

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from remote_magic import serialization
+from remote_magic.wire import serialization
 
 
 def _round_trip(value: object) -> object:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from remote_magic import serialization
-from remote_magic.cellcode import names_assigned, names_read
 from remote_magic.errors import InputError, OutputError, ProtocolError
-from remote_magic.keys import HubKeys
-from remote_magic.protocol import MessageType as T, decode, encode
-from remote_magic.versions import describe_differences
-from remote_magic.tokens import Token
+from remote_magic.wire import serialization
+from remote_magic.wire.cellcode import names_assigned, names_read
+from remote_magic.wire.keys import HubKeys
+from remote_magic.wire.protocol import MessageType as T, Role, decode, encode
+from remote_magic.wire.tokens import Token
+from remote_magic.wire.versions import describe_differences
 
 
 def test_messages_round_trip() -> None:
@@ -65,7 +65,7 @@ def test_modules_travel_by_name() -> None:
 
 def test_tokens_round_trip_and_redact() -> None:
     keys = HubKeys.generate()
-    token = keys.token(__import__("remote_magic").protocol.Role.CLIENT, "tcp://example.org:5587")
+    token = keys.token(Role.CLIENT, "tcp://example.org:5587")
     assert Token.decode(token.encode()) == token
     assert Token.decode(f"%offload_connect {token.encode()}") == token
     assert token.secret.decode() not in token.redacted() and "example.org" in token.redacted()

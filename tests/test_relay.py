@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 import remote_magic
-from remote_magic.protocol import HEARTBEAT_LIVENESS
-from remote_magic.tokens import Token
+from remote_magic.wire.protocol import HEARTBEAT_LIVENESS
+from remote_magic.wire.tokens import Token
 from support import start_worker, wait_for
 
 HEARTBEAT_INTERVAL_S = 0.2

@@ -25,8 +25,8 @@ from typing import Iterator
 import pytest
 
 from remote_magic import TunnelError
-from remote_magic import tunnel as tunnel_module
-from remote_magic.tunnel import open_tcp_tunnel, translate_sdk_error
+from remote_magic.hub import tunnel as tunnel_module
+from remote_magic.hub.tunnel import open_tcp_tunnel, translate_sdk_error
 
 BOGUS_TOKEN = "2bogusTokenForTests_0123456789abcdefghijklmnop"
 SHORT_TIMEOUT_S = 1.5
@@ -232,7 +232,7 @@ def test_exiting_right_after_a_timeout_does_not_abort(silent_service: str) -> No
     runtime takes the GIL during interpreter shutdown and the process aborts (exit 134)."""
     script = (
         "import sys\n"
-        "import remote_magic.tunnel as t\n"
+        "import remote_magic.hub.tunnel as t\n"
         f"t._server_addr = {silent_service!r}\n"
         "try:\n"
         f"    t.open_tcp_tunnel(5555, authtoken={BOGUS_TOKEN!r}, timeout=0.5)\n"

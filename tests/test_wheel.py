@@ -18,11 +18,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 CHECK = textwrap.dedent("""
     import json, sys
     import numpy as np
-    import shaders
+    from remote_magic import shaders
     from remote_magic.errors import GpuError
-    from worker.gpu import GpuRuntime
+    from remote_magic.worker.gpu import GpuRuntime
 
-    report = {"shader": shaders.location("matmul"), "worker": __import__("worker").__file__}
+    import remote_magic.worker
+
+    report = {"shader": shaders.location("matmul"), "worker": remote_magic.worker.__file__}
     try:
         rt = GpuRuntime.create(mode="on")
     except GpuError as exc:
@@ -39,9 +41,12 @@ CHECK = textwrap.dedent("""
 
 def test_wheel_installs_and_runs_a_kernel_from_its_own_shaders(tmp_path: Path, wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
-        shipped = {n for n in archive.namelist() if n.startswith("shaders/")}
-    assert {"shaders/__init__.py", "shaders/matmul.wgsl", "shaders/elementwise.wgsl", "shaders/reduce.wgsl",
-            "shaders/softmax.wgsl", "shaders/transpose.wgsl"} <= shipped
+        names = archive.namelist()
+    shipped = {n.removeprefix("remote_magic/shaders/") for n in names if n.startswith("remote_magic/shaders/")}
+    assert {"__init__.py", "matmul.wgsl", "elementwise.wgsl", "reduce.wgsl", "softmax.wgsl",
+            "transpose.wgsl"} <= shipped
+    # One import name: nothing outside remote_magic/ (and the distribution's own metadata).
+    assert {n.split("/")[0] for n in names} == {"remote_magic", wheel.name.split("-py3")[0] + ".dist-info"}
 
     # A clean venv (nothing from the base interpreter): the worker side's dependencies come from the
     # index, as on a user's machine.

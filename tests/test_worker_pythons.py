@@ -16,7 +16,14 @@ from typing import Iterator
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from support import WorkerProcess, find_python, make_venv, run, run_command, start_worker
+from support import (
+    WorkerProcess,
+    find_python,
+    make_venv,
+    run,
+    run_command,
+    start_worker,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -14,12 +14,19 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remote_magic import keys as keystore
-from remote_magic.addresses import advertised_address, bind_endpoint, check_endpoint, parse_host_port
 from remote_magic.errors import RemoteMagicError
-from remote_magic.hub import Hub
-from remote_magic.protocol import DEFAULT_MAX_MESSAGE_BYTES, HEARTBEAT_INTERVAL_S, Role
-from remote_magic.tokens import Token, write_private
+from remote_magic.hub.served import ServedHub
+from remote_magic.wire import keys as keystore
+from remote_magic.wire.addresses import (
+    check_endpoint,
+    parse_host_port,
+)
+from remote_magic.wire.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HEARTBEAT_INTERVAL_S,
+    Role,
+)
+from remote_magic.wire.tokens import Token, write_private
 
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
     from .supervisor import ExecutorOptions, Supervisor
@@ -114,31 +121,17 @@ KEY_CHECK_INTERVAL_S = 2.0
 """How often a running remote-worker looks for keys replaced by `remote-worker token --rotate`."""
 
 
-class LocalHub:
-    """The hub remote-worker runs by default, its tunnel, and the tokens that reach it."""
+class LocalHub(ServedHub):
+    """The hub remote-worker serves by default: keys kept on disk, so tokens outlive a restart, and
+    picked up again after `remote-worker token --rotate`."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.keys = keystore.load_or_create()
-        self.key_mtime = keystore.key_file().stat().st_mtime
         host, port = args.listen
-        self.hub = Hub(self.keys, bind_endpoint(host, port), heartbeat_interval=args.heartbeat_interval,
-                       max_message_bytes=args.max_message_size).start()
-        self.tunnel = None
-        try:
-            if args.ngrok:
-                from remote_magic.tunnel import open_tcp_tunnel
-
-                self.tunnel = open_tcp_tunnel(self.hub.port, authtoken=args.ngrok_authtoken)
-                self.address = self.tunnel.public_address
-            else:
-                self.address = advertised_address(host, self.hub.port, args.advertise)
-        except BaseException:
-            self.hub.stop()
-            raise
+        super().__init__(keystore.load_or_create(), host, port, ngrok=args.ngrok,
+                         ngrok_authtoken=args.ngrok_authtoken, advertise=args.advertise,
+                         heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size)
+        self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)
-
-    def client_token(self) -> Token:
-        return self.keys.token(Role.CLIENT, self.address)
 
     def local_worker(self, name: str, options: ExecutorOptions) -> Supervisor:
         """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies)."""
@@ -153,15 +146,9 @@ class LocalHub:
         if mtime == self.key_mtime:
             return False
         self.key_mtime = mtime
-        self.keys = keystore.load_or_create()
-        self.hub.set_keys(self.keys)
+        self.set_keys(keystore.load_or_create())
         log.warning("keys rotated: old tokens no longer work")
         return True
-
-    def close(self) -> None:
-        if self.tunnel is not None:
-            self.tunnel.close()
-        self.hub.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     if local is not None:
-        client_token = local.client_token().encode()
+        client_token = local.token(Role.CLIENT).encode()
         if args.token_file:
             write_private(args.token_file, client_token + "\n")
         print(f"remote-worker: worker {supervisor.name!r} is ready. In your notebook run:\n", flush=True)
@@ -209,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while not stop.wait(KEY_CHECK_INTERVAL_S):
             if local is not None and local.reload_rotated_keys() and args.token_file:
-                write_private(args.token_file, local.client_token().encode() + "\n")
+                write_private(args.token_file, local.token(Role.CLIENT).encode() + "\n")
     finally:
         supervisor.stop()
         if local is not None:

@@ -3,7 +3,8 @@
 User code that crashes, hangs or calls os._exit takes down only this process; the supervisor
 reports the job as failed and starts a new one. It holds the GPU device, created once at start.
 
-Run as ``python -m worker.executor ENDPOINT GENERATION``; it dials the supervisor's socket.
+The supervisor starts it (``supervisor.EXECUTOR_LAUNCHER``, with ENDPOINT GENERATION); it dials the
+supervisor's socket.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import linecache
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -22,17 +24,19 @@ from typing import Any
 
 import zmq
 
-from remote_magic import definitions, serialization
-from remote_magic.cellcode import names_assigned, split_last_expression
-from remote_magic.errors import GpuError, InputError, OutputError, SerializationError
-from remote_magic.versions import local_versions
-from remote_magic.protocol import (
-    Message,
-    MessageType as T,
-    decode,
-    encode,
-    error_header,
+from remote_magic.errors import (
+    GpuError,
+    InputError,
+    JobCancelled,
+    OutputError,
+    RemoteError,
+    SerializationError,
 )
+from remote_magic.wire import definitions, serialization
+from remote_magic.wire.cellcode import names_assigned, split_last_expression
+from remote_magic.wire.failures import error_header
+from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
+from remote_magic.wire.versions import local_versions
 
 from .outputs import JobOutputs, flush_periodically, install_display
 
@@ -60,7 +64,7 @@ class Executor:
         self._kernels: dict[str, str] = {}
         self.gpu = _create_gpu(gpu_mode, adapter, backend)
 
-    def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple = ()) -> None:
+    def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
         with self._send_lock:
             self._sock.send_multipart(encode(msg_type, header, buffers), copy=False)
 
@@ -106,13 +110,10 @@ class Executor:
         except KeyboardInterrupt as exc:
             # A C extension whose import was cut short can never be imported again in this
             # process ("cannot load module more than once"): ask for a fresh executor.
-            self.send(T.ERROR, error_header("JobCancelled", "the job was interrupted", job,
+            self.send(T.ERROR, error_header(JobCancelled("the job was interrupted"), job,
                                             replace_executor=_interrupted_an_import(exc, self._sources)))
-        except SerializationError as exc:
-            self.send(T.ERROR, error_header(type(exc).__name__, str(exc), job, name=getattr(exc, "name", None)))
-        except GpuError as exc:
-            self.send(T.ERROR, error_header(type(exc).__name__, str(exc), job, line=getattr(exc, "line", None),
-                                            column=getattr(exc, "column", None)))
+        except (SerializationError, GpuError) as exc:
+            self.send(T.ERROR, error_header(exc, job))
         except BaseException as exc:  # user code may raise anything, SystemExit included
             self.send(T.ERROR, _remote_error(exc, job, self._sources))
         finally:
@@ -209,7 +210,7 @@ def _remote_error(exc: BaseException, job: str, cell_files: list[str]) -> dict[s
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    return error_header("RemoteError", str(exc), job, remote_type=name, traceback=text)
+    return error_header(RemoteError(name, str(exc), text), job)
 
 
 def _interrupted_an_import(exc: BaseException, cell_files: list[str]) -> bool:
@@ -243,7 +244,7 @@ def _exit_with_parent() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker.executor")
+    parser = argparse.ArgumentParser(prog="python -m remote_magic.worker.executor")
     parser.add_argument("endpoint")
     parser.add_argument("generation", type=int)
     parser.add_argument("--gpu", default="auto", choices=["auto", "on", "off"])
@@ -256,7 +257,10 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     threading.Thread(target=_exit_with_parent, name="parent-watchdog", daemon=True).start()
     import numpy  # noqa: F401  (most jobs unpickle arrays; an import cut short by Ctrl-C poisons the process)
-    Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend).serve()
+    executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend)
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # cells import from the working directory first, as in a notebook
+    executor.serve()
 
 
 if __name__ == "__main__":

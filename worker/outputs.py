@@ -17,7 +17,7 @@ import time
 import types
 from typing import Any, Callable, Sequence
 
-from remote_magic.protocol import MessageType as T
+from remote_magic.wire.protocol import MessageType as T
 
 Send = Callable[[T, dict[str, Any]], None]
 
@@ -151,7 +151,8 @@ def _render_figures_as(formats: list[str]) -> None:
     from IPython.core.pylabtools import select_figure_formats
 
     # It needs only the shell's display formatter: the executor has no shell, only its formatter.
-    select_figure_formats(types.SimpleNamespace(display_formatter=_formatter()), set(formats))
+    shell = types.SimpleNamespace(display_formatter=_formatter())
+    select_figure_formats(shell, set(formats))  # type: ignore[no-untyped-call]  # IPython has no hints
     _FIGURE_FORMATS[:] = formats
 
 

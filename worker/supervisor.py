@@ -22,11 +22,18 @@ from typing import Any
 import psutil
 import zmq
 
-from remote_magic.connection import Connection, dial
-from remote_magic.errors import ConnectionFailed
-from remote_magic.protocol import Message, MessageType as T, Role, decode, encode, error_header
-from remote_magic.tokens import Token
-from remote_magic.versions import local_versions
+from remote_magic.errors import (
+    ConnectionFailed,
+    ExecutorDied,
+    JobCancelled,
+    JobError,
+    JobTimeout,
+)
+from remote_magic.wire.connection import Connection, dial
+from remote_magic.wire.failures import error_header
+from remote_magic.wire.protocol import Message, MessageType as T, Role, decode, encode
+from remote_magic.wire.tokens import Token
+from remote_magic.wire.versions import local_versions
 
 from .capabilities import host_capabilities
 
@@ -34,6 +41,12 @@ log = logging.getLogger(__name__)
 
 EXECUTOR_START_TIMEOUT_S = 120.0
 """Starting Python, numpy and a GPU device; lavapipe on a busy machine is the slow case."""
+
+EXECUTOR_LAUNCHER = ("import sys\nif sys.path[:1] == ['']: del sys.path[0]\n"
+                     "from remote_magic.worker.executor import main\nmain(sys.argv[1:])")
+"""Starts the executor with the working directory off sys.path while remote-magic loads (`python -m`
+would put it first, where a folder or module of the user's could shadow the package); the executor
+puts it back for the cells."""
 
 INTERRUPT_GRACE_S = 2.0
 """After SIGINT, how long user code has to stop before the executor is killed and replaced."""
@@ -62,7 +75,7 @@ class RunningJob:
 class ExecutorProcess:
     """One executor child and the ROUTER socket it dials; restartable."""
 
-    def __init__(self, context: zmq.Context, options: ExecutorOptions) -> None:
+    def __init__(self, context: zmq.Context[Any], options: ExecutorOptions) -> None:
         self.options = options
         self._dir = tempfile.TemporaryDirectory(prefix="remote-magic-")
         self.socket = context.socket(zmq.ROUTER)
@@ -85,7 +98,7 @@ class ExecutorProcess:
     def spawn(self) -> None:
         self.generation += 1
         self.ready = False
-        command = [sys.executable, "-m", "worker.executor", self.endpoint, str(self.generation),
+        command = [sys.executable, "-c", EXECUTOR_LAUNCHER, self.endpoint, str(self.generation),
                    "--gpu", self.options.gpu]
         if self.options.adapter:
             command += ["--adapter", self.options.adapter]
@@ -163,7 +176,7 @@ class Supervisor:
     """
 
     def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context[Any] | None = None) -> None:
         if token.role is not Role.WORKER:
             raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
                                    "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
@@ -252,7 +265,7 @@ class Supervisor:
             return
         if msg.type in (T.RESULT, T.ERROR):
             if msg.type is T.ERROR and self.job.reason:
-                msg.header.update(self._interrupted_error(self.job))
+                msg.header.update(error_header(self._interrupted_error(self.job)))
             self._count(msg.header.get("stats"))
             replace = bool(msg.header.pop("replace_executor", False))
             self._connection.send_now(encode(msg.type, msg.header, msg.buffers))  # type: ignore[union-attr]
@@ -296,16 +309,14 @@ class Supervisor:
             death = (f"was killed by remote-worker: it used {used / 2**30:.2f} GiB, over the "
                      f"{limit / 2**30:.2f} GiB limit (--max-memory)")  # _fail_job kills it
         if death is None and job.interrupted_at is not None and now - job.interrupted_at > INTERRUPT_GRACE_S:
-            error = self._interrupted_error(job)
-            error["message"] += (f" (it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its process "
-                                 "was replaced)")
-            self._fail_job(job, error)
+            self._fail_job(job, self._interrupted_error(
+                job, f" (it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its process was replaced)"))
             return HEALTH_CHECK_INTERVAL_S
         if death is not None:
-            self._fail_job(job, {"error": "ExecutorDied", "message":
-                                 f"the job's process {death} while running this job"
-                                 f"{' (a crash in native code?)' if 'SIG' in death else ''}. The worker "
-                                 "started a fresh process; run the cell again after fixing the cause."})
+            self._fail_job(job, ExecutorDied(
+                f"the job's process {death} while running this job"
+                f"{' (a crash in native code?)' if 'SIG' in death else ''}. The worker "
+                "started a fresh process; run the cell again after fixing the cause."))
             return HEALTH_CHECK_INTERVAL_S
         if job.deadline is not None and now > job.deadline and job.interrupted_at is None:
             self._interrupt("timeout")
@@ -318,14 +329,14 @@ class Supervisor:
             self.job.reason = reason
             self.executor.interrupt()
 
-    def _interrupted_error(self, job: RunningJob) -> dict[str, Any]:
+    def _interrupted_error(self, job: RunningJob, detail: str = "") -> JobError:
         if job.reason == "timeout":
-            return {"error": "JobTimeout", "message": f"the job ran past its {job.timeout:g} s "
-                    "timeout and was stopped (raise it with --timeout)"}
-        return {"error": "JobCancelled", "message": "the job was interrupted"}
+            return JobTimeout(f"the job ran past its {job.timeout:g} s timeout and was stopped "
+                              f"(raise it with --timeout){detail}")
+        return JobCancelled(f"the job was interrupted{detail}")
 
-    def _fail_job(self, job: RunningJob, error: dict[str, Any]) -> None:
-        self._send_hub(T.ERROR, error_header(error["error"], error["message"], job.id))
+    def _fail_job(self, job: RunningJob, error: JobError) -> None:
+        self._send_hub(T.ERROR, error_header(error, job.id))
         self.job = None
         self._replace_executor()
 

@@ -10,9 +10,9 @@ from typing import Iterator
 
 import numpy as np
 import pytest
-
 from gpu_checks import make_runtime
-from worker.gpu import GpuNamespace, GpuRuntime
+
+from remote_magic.worker.gpu import GpuNamespace, GpuRuntime
 
 
 @pytest.fixture(scope="session")

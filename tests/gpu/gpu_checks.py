@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from remote_magic.errors import GpuError
-from worker.gpu import GpuRuntime
+from remote_magic.worker.gpu import GpuRuntime
 
 ELEMENTWISE_TOL = 1e-5
 """‖out − ref‖/‖ref‖ allowed for elementwise kernels, reductions, softmax and transpose."""

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from gpu_checks import ELEMENTWISE_TOL, MATMUL_TOL, rel_err
+
 from remote_magic.errors import GpuError
-from worker.gpu import DeviceArray, GpuRuntime
+from remote_magic.worker.gpu import DeviceArray, GpuRuntime
 
 pytestmark = pytest.mark.gpu
 

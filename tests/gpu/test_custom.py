@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pathlib import Path
-
 import pytest
-
 from gpu_checks import ELEMENTWISE_TOL, rel_err
+
 from remote_magic.errors import GpuError, ShaderError
-from worker.gpu import DeviceArray, GpuRuntime
+from remote_magic.worker.gpu import DeviceArray, GpuRuntime
 
 pytestmark = pytest.mark.gpu
 

@@ -6,10 +6,10 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-
 from gpu_checks import ELEMENTWISE_TOL, rel_err, same_specials
-from worker.gpu import DeviceArray
-from worker.gpu.host_ops import sigmoid
+
+from remote_magic.worker.gpu import DeviceArray
+from remote_magic.worker.gpu.host_ops import sigmoid
 
 pytestmark = pytest.mark.gpu
 

@@ -6,14 +6,15 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-
 from gpu_checks import MATMUL_TOL, make_runtime, rel_err, same_specials
-from worker.gpu import DeviceArray, GpuRuntime
+
+from remote_magic.worker.gpu import DeviceArray, GpuRuntime
 
 pytestmark = pytest.mark.gpu
 
 
-def operands(rng: np.random.Generator, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+def operands(rng: np.random.Generator, a_shape: tuple[int, ...],
+             b_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     return (rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32))
 
 

@@ -7,10 +7,10 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-
 from gpu_checks import ELEMENTWISE_TOL, rel_err, same_specials
-from worker.gpu import DeviceArray
-from worker.gpu.host_ops import softmax as softmax_reference
+
+from remote_magic.worker.gpu import DeviceArray
+from remote_magic.worker.gpu.host_ops import softmax as softmax_reference
 
 pytestmark = pytest.mark.gpu
 

@@ -7,11 +7,11 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-
 from gpu_checks import ELEMENTWISE_TOL, MATMUL_TOL, make_runtime, rel_err
+
 from remote_magic.errors import GpuError, GpuLimitError
-from worker.gpu import DeviceArray, GpuRuntime
-from worker.gpu.host_ops import softmax as softmax_reference
+from remote_magic.worker.gpu import DeviceArray, GpuRuntime
+from remote_magic.worker.gpu.host_ops import softmax as softmax_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -33,9 +33,9 @@ def test_capabilities_report_the_adapter_and_its_real_limits(runtime: GpuRuntime
 
 
 def test_public_names() -> None:
-    import worker.gpu
-    assert sorted(worker.gpu.__all__) == ["DeviceArray", "GpuNamespace", "GpuRuntime", "KERNEL_NAMES"]
-    assert set(worker.gpu.KERNEL_NAMES) >= {"matmul", "softmax", "transpose", "sum", "relu", "not_equal"}
+    import remote_magic.worker.gpu
+    assert sorted(remote_magic.worker.gpu.__all__) == ["DeviceArray", "GpuNamespace", "GpuRuntime", "KERNEL_NAMES"]
+    assert set(remote_magic.worker.gpu.KERNEL_NAMES) >= {"matmul", "softmax", "transpose", "sum", "relu", "not_equal"}
 
 
 def test_off_mode_never_opens_a_device() -> None:
@@ -95,7 +95,8 @@ def fresh() -> Iterator[GpuRuntime]:
 
 def test_kernels_that_cannot_split_refuse_past_the_binding_limit(fresh: GpuRuntime) -> None:
     big = np.ones(20_000, np.float32)  # 80,000 bytes > 64 KiB
-    with pytest.raises(GpuLimitError, match=r"add needs 80,000 bytes in one binding.*at most 65,536 bytes.*max_storage_buffer_binding_size"):
+    with pytest.raises(GpuLimitError, match=r"add needs 80,000 bytes in one binding.*at most 65,536 bytes"
+                                            r".*max_storage_buffer_binding_size"):
         fresh.gpu.add(big, 1.0)
     with pytest.raises(GpuLimitError, match="softmax"):
         fresh.gpu.softmax(big)

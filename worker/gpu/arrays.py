@@ -139,7 +139,8 @@ class DeviceArray:
 
     def transpose(self, *axes: Any) -> Any:
         """The array with axes permuted (reversed when none are given), as numpy's."""
-        order = tuple(axes[0] or ()) if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))) else axes
+        one_sequence = len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list)))
+        order = tuple(axes[0] or ()) if one_sequence else axes
         return self._engine.transpose(self, order or None)
 
     def reshape(self, *shape: Any) -> "DeviceArray":
@@ -217,7 +218,8 @@ class DeviceArray:
         return format(self.host()[()] if not self._shape else self.host(), spec)
 
     def __repr__(self) -> str:
-        return f"DeviceArray({np.array2string(self.host(), separator=', ', prefix='DeviceArray(')}, dtype={self._dtype})"
+        text = np.array2string(self.host(), separator=", ", prefix="DeviceArray(")
+        return f"DeviceArray({text}, dtype={self._dtype})"
 
     def __str__(self) -> str:
         return str(self.host())

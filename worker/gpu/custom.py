@@ -69,7 +69,8 @@ def parse(name: str, source: str) -> KernelSpec:
     for match in _DECL.finditer(code):
         group = int(match.group("g1") or match.group("g2"))
         binding = int(match.group("b1") or match.group("b2"))
-        kind = "uniform" if match.group("space") == "uniform" else ("output" if match.group("access") == "read_write" else "input")
+        kind = ("uniform" if match.group("space") == "uniform"
+                else "output" if match.group("access") == "read_write" else "input")
         decls.append((binding, kind, group, match.start()))
     for binding, kind, group, at in decls:
         if group != 0:
@@ -90,7 +91,8 @@ def parse(name: str, source: str) -> KernelSpec:
                for m in _ENTRY.finditer(code)]
     if len(entries) != 1:
         raise ShaderError(f"kernel {name}: the WGSL must have exactly one @compute entry point "
-                          f"(found {len(entries)})", *(_position(source, entries[1][2]) if len(entries) > 1 else (None, None)))
+                          f"(found {len(entries)})",
+                          *(_position(source, entries[1][2]) if len(entries) > 1 else (None, None)))
     entry, size_text, _ = entries[0]
     return KernelSpec(name, source, order.count("input"), order.count("output"), "uniform" in order, entry,
                       _workgroup_size(size_text))

@@ -17,7 +17,15 @@ from typing import Sequence
 import numpy as np
 
 from .context import Binding, DeviceContext
-from .kernels import Shape, Unsupported, broadcast_strides, collapse, contiguous_strides, size_of, vec8
+from .kernels import (
+    Shape,
+    Unsupported,
+    broadcast_strides,
+    collapse,
+    contiguous_strides,
+    size_of,
+    vec8,
+)
 from .memory import Allocation
 
 log = logging.getLogger(__name__)
@@ -68,7 +76,8 @@ class _Launcher:
 
     def __call__(self, a: Binding, b: Binding, c: Binding, dims: tuple[int, int, int],
                  offsets: tuple[int, int, int], accumulate: bool, bshape: Shape,
-                 a_bs: Sequence[int], b_bs: Sequence[int], c_bstride: int, lds: tuple[int, int, int] | None = None) -> None:
+                 a_bs: Sequence[int], b_bs: Sequence[int], c_bstride: int,
+                 lds: tuple[int, int, int] | None = None) -> None:
         m, n, k = dims
         lda, ldb, ldc = lds or (k, n, n)
         tile = TILE_PER_THREAD * self.threads

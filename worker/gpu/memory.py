@@ -126,7 +126,8 @@ class Transfers:
             self._device.queue.submit([encoder.finish()])
             staging.map_sync(wgpu.MapMode.READ, 0, nbytes)  # slow: waits for the GPU
             try:
-                data = np.frombuffer(staging.read_mapped(0, nbytes, copy=False), np.float32).copy()
+                mapped = staging.read_mapped(0, nbytes, copy=False)  # wgpu has no type hints
+                data: np.ndarray = np.frombuffer(mapped, np.float32).copy()
             finally:
                 staging.unmap()
         finally:

@@ -10,7 +10,7 @@ import logging
 import re
 from typing import Any, Mapping
 
-import shaders
+from remote_magic import shaders
 from remote_magic.errors import ShaderError
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,8 @@ def shader_error(exc: BaseException, label: str) -> ShaderError:
     lines = [ln.rstrip() for ln in text.splitlines()]
     meaningful = [ln.strip() for ln in lines
                   if ln.strip() and ln.strip() not in _NOISE and not ln.strip().startswith("In wgpu")]
-    reason = next((ln for ln in meaningful if "error" in ln.lower()), meaningful[0] if meaningful else type(exc).__name__)
+    fallback = meaningful[0] if meaningful else type(exc).__name__
+    reason = next((ln for ln in meaningful if "error" in ln.lower()), fallback)
     reason = re.sub(r"^Shader '[^']*' ", "", reason)
     frame = "\n".join(ln for ln in lines if ln.strip().startswith(("┌", "│", "=")) or re.match(r"^\s*\d+\s*│", ln))
     where = f" at line {line}, column {column}" if line is not None else ""

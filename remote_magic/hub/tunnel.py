@@ -28,8 +28,8 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, TypeVar
 
-from ._version import __version__
-from .errors import TunnelError
+from .._version import __version__
+from ..errors import TunnelError
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from zmq.utils import z85
 
-from .errors import TokenError
+from ..errors import TokenError
 from .protocol import Role
 
 _PREFIXES = {Role.CLIENT: "rmc1.", Role.WORKER: "rmw1."}

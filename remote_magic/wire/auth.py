@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict, deque
+from typing import Any
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
@@ -29,7 +30,7 @@ FAILED_HANDSHAKE_WINDOW_S = 60.0
 class HubAuthenticator(ThreadAuthenticator):
     """A ZAP handler that accepts the hub's client and worker keys and names the role."""
 
-    def __init__(self, context: zmq.Context, keys: HubKeys) -> None:
+    def __init__(self, context: zmq.Context[Any], keys: HubKeys) -> None:
         super().__init__(context, log=log)
         self.keys = keys
         self.configure_curve_callback(domain="*", credentials_provider=self)

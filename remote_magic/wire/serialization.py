@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import cloudpickle
 
+from ..errors import InputError, OutputError, SerializationError
 from . import definitions, portable
-from .errors import InputError, OutputError, SerializationError
 from .versions import bytecode_loads_here, explain_load_failure
 
 PICKLE_PROTOCOL = 5

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Sequence
 
-from .errors import ProtocolError
+from ..errors import ProtocolError
 
 PROTOCOL_VERSION = b"RM1"
 
@@ -134,12 +134,3 @@ def _nesting(value: Any) -> int:
             deepest = max(deepest, depth)
             stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return deepest
-
-
-def error_header(error: str, message: str, job: str | None = None, **extra: Any) -> dict[str, Any]:
-    """The header of an ERROR message: a type name a client maps to an exception, and words."""
-    header: dict[str, Any] = {"error": error, "message": message}
-    if job is not None:
-        header["job"] = job
-    header.update(extra)
-    return header

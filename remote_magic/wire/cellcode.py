@@ -9,9 +9,10 @@ from __future__ import annotations
 import ast
 import symtable
 from types import CodeType
+from typing import Iterator
 
 
-def _walk_tables(table: symtable.SymbolTable):
+def _walk_tables(table: symtable.SymbolTable) -> Iterator[symtable.SymbolTable]:
     yield table
     for child in table.get_children():
         yield from _walk_tables(child)
@@ -36,7 +37,7 @@ def names_read(code: str) -> set[str]:
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
-def _walk_top_scope(node: ast.AST):
+def _walk_top_scope(node: ast.AST) -> Iterator[ast.AST]:
     """ast.walk that doesn't enter function, lambda or class bodies."""
     for child in ast.iter_child_nodes(node):
         yield child

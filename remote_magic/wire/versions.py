@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any, Mapping
 
-from ._version import __version__
+from .._version import __version__
 
 # Libraries whose differences change what crosses: said at connect, in this order.
 WATCHED_LIBRARIES = ("cloudpickle", "numpy", "pandas", "matplotlib")

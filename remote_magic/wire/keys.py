@@ -59,7 +59,7 @@ class HubKeys:
         data = json.loads(text)
         server = [k.encode() for k in data["server"]]
         peers = {role: tuple(k.encode() for k in data[role.value]) for role in Role}
-        return cls(server[0], server[1], peers)  # type: ignore[arg-type]
+        return cls(server[0], server[1], peers)
 
 
 def key_file(directory: Path | None = None) -> Path:

@@ -8,26 +8,22 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from IPython.core.error import UsageError
 from IPython.core import magic as ipython_magic
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Float
 
-from .addresses import advertised_address, bind_endpoint, check_endpoint, parse_host_port
-from .cellcode import names_read
-from .client import Client, connect
-from .errors import TokenError
-from .hub import Hub
-from .keys import HubKeys
-from .protocol import Role
+from ..client import Client, connect
+from ..errors import TokenError
+from ..hub.served import ServedHub
+from ..wire.addresses import check_endpoint, parse_host_port
+from ..wire.cellcode import names_read
+from ..wire.keys import HubKeys
+from ..wire.protocol import Role
 from .tables import WorkersTable
-
-if TYPE_CHECKING:
-    from .tunnel import Tunnel
-
 
 # IPython 8.13 lets `%%offload` end with `;` to hide the cell's value; 7.34 (Colab's) has no such decorator.
 _output_can_be_silenced = getattr(ipython_magic, "output_can_be_silenced", lambda function: function)
@@ -48,8 +44,7 @@ class OffloadMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self.client: Client | None = None
         self.kernels: dict[str, str] = {}
-        self.hub: Hub | None = None       # a hub this kernel serves (%offload_serve)
-        self.tunnel: Tunnel | None = None
+        self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)
 
     # -- connection ------------------------------------------------------------------------
 
@@ -67,7 +62,7 @@ class OffloadMagics(Magics):
         if not token:
             raise UsageError("%offload_connect needs the token remote-worker printed "
                              "(or set REMOTE_MAGIC_TOKEN in the environment)")
-        self.offload_disconnect("")
+        self.disconnect()
         try:
             self.client = connect(token, timeout=args.timeout or self.connect_timeout)
         except TokenError as exc:
@@ -97,38 +92,32 @@ class OffloadMagics(Magics):
             advertise = check_endpoint(args.advertise) if args.advertise else None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        self.offload_disconnect("")
-        keys = HubKeys.generate()  # a notebook's hub lives as long as the kernel: fresh keys each time
-        self.hub = Hub(keys, bind_endpoint(host, port)).start()
+        self.disconnect()
+        # A notebook's hub lives as long as the kernel: fresh keys each time.
+        self.served = ServedHub(HubKeys.generate(), host, port, ngrok=args.ngrok,
+                                ngrok_authtoken=args.ngrok_authtoken, advertise=advertise)
         try:
-            if args.ngrok:
-                from .tunnel import open_tcp_tunnel
-
-                self.tunnel = open_tcp_tunnel(self.hub.port, authtoken=args.ngrok_authtoken)
-                address = self.tunnel.public_address
-            else:
-                address = advertised_address(host, self.hub.port, advertise)
-            self.client = connect(keys.token(Role.CLIENT, f"tcp://127.0.0.1:{self.hub.port}"),
-                                  timeout=self.connect_timeout)
+            self.client = connect(self.served.loopback_token(Role.CLIENT), timeout=self.connect_timeout)
         except BaseException:
-            self.offload_disconnect("")
+            self.disconnect()
             raise
-        print(f"Serving a hub at {address}. On each worker machine run:\n\n"
-              f"    remote-worker --join {keys.token(Role.WORKER, address).encode()}\n\n"
+        print(f"Serving a hub at {self.served.address}. On each worker machine run:\n\n"
+              f"    remote-worker --join {self.served.token(Role.WORKER).encode()}\n\n"
               "This notebook is connected to it; %offload_workers lists the workers that joined.")
 
     @line_magic
     def offload_disconnect(self, line: str) -> None:
         """Disconnect from the hub; running jobs are cancelled. A hub this kernel serves stops."""
+        self.disconnect()
+
+    def disconnect(self) -> None:
+        """What %offload_disconnect does: close the client, and a hub this kernel serves."""
         if self.client is not None:
             self.client.close()
             self.client = None
-        if self.tunnel is not None:
-            self.tunnel.close()
-            self.tunnel = None
-        if self.hub is not None:
-            self.hub.stop()
-            self.hub = None
+        if self.served is not None:
+            self.served.close()
+            self.served = None
 
     def _client(self) -> Client:
         if self.client is None:
@@ -231,7 +220,7 @@ def load_ipython_extension(ipython: Any) -> None:
 def unload_ipython_extension(ipython: Any) -> None:
     magics = ipython.magics_manager.registry.get("OffloadMagics")
     if magics is not None:
-        magics.offload_disconnect("")
+        magics.disconnect()
         for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers", "offload_serve")),
                             ("cell", ("offload", "offload_kernel"))):
             for name in names:

@@ -16,11 +16,20 @@ from typing import Any, Sequence
 
 import zmq
 
-from .auth import HubAuthenticator
-from .errors import ProtocolError
-from .fleet import Fleet, Job, Peer
-from .keys import HubKeys
-from .protocol import (
+from ..errors import (
+    CredentialsRotated,
+    JobCancelled,
+    NoSuchWorker,
+    NotConnected,
+    PermissionDenied,
+    ProtocolError,
+    VersionMismatch,
+    WorkerLost,
+)
+from ..wire.auth import HubAuthenticator
+from ..wire.failures import error_header
+from ..wire.keys import HubKeys
+from ..wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
@@ -29,10 +38,10 @@ from .protocol import (
     Role,
     decode,
     encode,
-    error_header,
 )
+from ..wire.versions import describe_differences, local_versions
+from .fleet import Fleet, Job, Peer
 from .throttle import WarningThrottle
-from .versions import describe_differences, local_versions
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +75,7 @@ class Hub:
         self.context = zmq.Context()
         self.local_endpoint = f"inproc://remote-magic-hub-{id(self)}"
         self._auth: HubAuthenticator | None = None
-        self._socket: zmq.Socket | None = None
+        self._socket: zmq.Socket[Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._not_reading: set[bytes] = set()  # peers whose queue was full at the last send
@@ -144,7 +153,7 @@ class Hub:
 
     # -- the loop --------------------------------------------------------------------------
 
-    def _serve(self, wake: zmq.Socket) -> None:
+    def _serve(self, wake: zmq.Socket[Any]) -> None:
         sock = self._socket
         assert sock is not None
         poller = zmq.Poller()
@@ -214,7 +223,7 @@ class Hub:
             msg = decode(frames[1:])
         except ProtocolError as exc:
             self._peer_warnings.warning(user_id, "malformed message from a %s: %s", role.value, exc)
-            self._send(identity, T.ERROR, error_header("ProtocolError", str(exc)))
+            self._send(identity, T.ERROR, error_header(ProtocolError(str(exc))))
             return
         peer = self.fleet.peers.get(identity)
         if peer is not None:
@@ -224,12 +233,12 @@ class Hub:
             return
         if peer is None:
             self._send(identity, T.ERROR, error_header(
-                "NotConnected", "send hello first: this hub doesn't know you (it may have restarted)"))
+                NotConnected("send hello first: this hub doesn't know you (it may have restarted)")))
             return
         if msg.type not in _ALLOWED[role]:
             what = "a client token can't act as a worker" if role is Role.CLIENT else "a worker token can't submit jobs"
             self._send(identity, T.ERROR, error_header(
-                "PermissionDenied", f"{msg.type.value} is not allowed here: {what}", msg.header.get("job")))
+                PermissionDenied(f"{msg.type.value} is not allowed here: {what}"), msg.header.get("job")))
             return
         try:
             handler = getattr(self, f"_on_{msg.type.value}")
@@ -237,26 +246,26 @@ class Hub:
         except (KeyError, TypeError, ValueError) as exc:
             self._peer_warnings.warning(user_id, "bad %s from %s: %s", msg.type.value, peer.name, exc)
             self._send(identity, T.ERROR, error_header(
-                "ProtocolError", f"bad {msg.type.value} message: {exc}", _job_id(msg)))
+                ProtocolError(f"bad {msg.type.value} message: {exc}"), _job_id(msg)))
 
     # -- handlers --------------------------------------------------------------------------
 
     def _on_hello(self, identity: bytes, role: Role, key: bytes, msg: Message) -> None:
         if key != _LOCAL_KEY and self.keys.role_of(key) is not role:
             self._send(identity, T.ERROR, error_header(
-                "PermissionDenied", "these credentials were rotated out: get a new token with `remote-worker token`"))
+                PermissionDenied("these credentials were rotated out: get a new token with `remote-worker token`")))
             return
         claimed = msg.header.get("role")
         if claimed != role.value:
             self._send(identity, T.ERROR, error_header(
-                "PermissionDenied", f"this token is for a {role.value}, not a {claimed}"))
+                PermissionDenied(f"this token is for a {role.value}, not a {claimed}")))
             return
         versions = msg.header.get("versions")
         ours = local_versions()
         if not isinstance(versions, dict) or versions.get("protocol") != ours["protocol"]:
-            self._send(identity, T.ERROR, error_header(
-                "VersionMismatch", f"this hub speaks protocol {ours['protocol']} (remote-magic "
-                f"{ours['remote_magic']}); install the same remote-magic version on both sides"))
+            self._send(identity, T.ERROR, error_header(VersionMismatch(
+                f"this hub speaks protocol {ours['protocol']} (remote-magic "
+                f"{ours['remote_magic']}); install the same remote-magic version on both sides")))
             return
         old = self.fleet.peers.get(identity)
         name = str(msg.header.get("name") or identity.hex()[:8])[:64]
@@ -295,15 +304,14 @@ class Hub:
         if not isinstance(job_id, str) or not job_id or len(job_id) > 64:
             raise ValueError("job must be a short string")
         if job_id in self.fleet.jobs:
-            self._send(peer.identity, T.ERROR, error_header("ProtocolError", "duplicate job id", job_id))
+            self._send(peer.identity, T.ERROR, error_header(ProtocolError("duplicate job id"), job_id))
             return
         wanted = msg.header.get("worker")
         wanted = None if wanted is None else str(wanted)  # as the fleet will compare it with names
         if wanted is not None and self.fleet.worker_named(wanted) is None:
             known = ", ".join(sorted(w.name for w in self.fleet.workers())) or "none connected"
-            self._send(peer.identity, T.ERROR, error_header(
-                "NoSuchWorker", f"no worker is named {wanted!r} (workers: {known}); "
-                "see %offload_workers", job_id))
+            self._send(peer.identity, T.ERROR, error_header(NoSuchWorker(
+                f"no worker is named {wanted!r} (workers: {known}); see %offload_workers"), job_id))
             return
         self.fleet.enqueue(Job(job_id, peer.identity, wanted, frames))
         self._dispatch()
@@ -341,7 +349,7 @@ class Hub:
         if job.worker is None:  # still queued: answer for the worker
             self.fleet.finish(job.id)
             if job.client in self.fleet.peers:
-                self._send(job.client, T.ERROR, error_header("JobCancelled", reason, job.id))
+                self._send(job.client, T.ERROR, error_header(JobCancelled(reason), job.id))
         else:
             self._send(job.worker, T.CANCEL, {"job": job.id, "reason": reason})
 
@@ -361,10 +369,9 @@ class Hub:
             for job in [j for j in self.fleet.jobs.values() if j.worker == peer.identity]:
                 self.fleet.finish(job.id)
                 if job.client in self.fleet.peers:
-                    self._send(job.client, T.ERROR, error_header(
-                        "WorkerLost", f"worker {peer.name!r} on {host} {why} while running this job; "
-                        "its result is lost. Run the cell again (another worker takes it if one is free).",
-                        job.id))
+                    self._send(job.client, T.ERROR, error_header(WorkerLost(
+                        f"worker {peer.name!r} on {host} {why} while running this job; its result is lost. "
+                        "Run the cell again (another worker takes it if one is free)."), job.id))
         else:
             for job in self.fleet.jobs_of_client(peer.identity):
                 self._cancel(job, "the notebook that submitted it went away")
@@ -377,7 +384,7 @@ class Hub:
             if peer.local:
                 continue
             self._send(peer.identity, T.ERROR, error_header(
-                "CredentialsRotated", "the hub's keys were rotated: get a new token with `remote-worker token`"))
+                CredentialsRotated("the hub's keys were rotated: get a new token with `remote-worker token`")))
             self._forget(peer, "holds rotated-out credentials")
 
 

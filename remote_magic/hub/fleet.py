@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .protocol import Role
+from ..wire.protocol import Role
 
 
 @dataclass

@@ -18,7 +18,14 @@ from typing import Any, Callable, Sequence
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .errors import ConnectionFailed, ProtocolError, VersionMismatch
+from ..errors import (
+    ConnectionFailed,
+    CredentialsRotated,
+    NotConnected,
+    ProtocolError,
+    VersionMismatch,
+)
+from .failures import is_error
 from .protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
@@ -36,8 +43,8 @@ _MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HA
               | zmq.EVENT_DISCONNECTED)
 
 
-def _open_socket(context: zmq.Context, token: Token) -> zmq.Socket:
-    sock = context.socket(zmq.DEALER)
+def _open_socket(context: zmq.Context[Any], token: Token) -> zmq.Socket[Any]:
+    sock: zmq.Socket[Any] = context.socket(zmq.DEALER)
     sock.linger = 0
     sock.routing_id = os.urandom(16)  # stable across reconnects, so the hub keeps our jobs
     sock.curve_serverkey = token.server_public
@@ -69,7 +76,8 @@ def _explain_failure(token: Token, timeout: float, events: set[int], refusal: Me
             "restarts), and that no firewall blocks the port.")
 
 
-def dial(context: zmq.Context, token: Token, hello: dict[str, Any], timeout: float) -> tuple[zmq.Socket, Message]:
+def dial(context: zmq.Context[Any], token: Token, hello: dict[str, Any],
+         timeout: float) -> tuple[zmq.Socket[Any], Message]:
     """Connect, authenticate and exchange HELLO/WELCOME; returns the socket and the WELCOME."""
     sock = _open_socket(context, token)
     monitor = sock.get_monitor_socket(_MONITORED)
@@ -100,7 +108,7 @@ def dial(context: zmq.Context, token: Token, hello: dict[str, Any], timeout: flo
                     refusal = reply
                     break
         message = _explain_failure(token, timeout, events, refusal)
-        error = VersionMismatch if refusal and refusal.header.get("error") == "VersionMismatch" else ConnectionFailed
+        error = VersionMismatch if refusal and is_error(refusal.header, VersionMismatch) else ConnectionFailed
         raise error(message)
     except BaseException:
         sock.close()
@@ -121,10 +129,10 @@ class Connection:
     ``on_tick()`` runs after every poll, returning how many seconds the next poll may wait.
     """
 
-    def __init__(self, context: zmq.Context, sock: zmq.Socket, welcome: Message, hello: dict[str, Any],
+    def __init__(self, context: zmq.Context[Any], sock: zmq.Socket[Any], welcome: Message, hello: dict[str, Any],
                  on_message: Callable[[Message], None], on_lost: Callable[[str], None],
                  heartbeat_header: Callable[[], dict[str, Any]] | None = None,
-                 watch: dict[zmq.Socket, Callable[[list[zmq.Frame]], None]] | None = None,
+                 watch: dict[zmq.Socket[Any], Callable[[list[zmq.Frame]], None]] | None = None,
                  on_tick: Callable[[], float] | None = None, name: str = "remote-magic-io") -> None:
         self._context = context
         self._sock = sock
@@ -244,12 +252,12 @@ class Connection:
             return
         if msg.type is T.HEARTBEAT:
             return
-        if msg.type is T.ERROR and msg.header.get("error") == "CredentialsRotated":
+        if msg.type is T.ERROR and is_error(msg.header, CredentialsRotated):
             self.connected = False
             self.refused = str(msg.header.get("message", "the hub's keys were rotated"))
             self._on_lost(self.refused)
             return
-        if msg.type is T.ERROR and msg.header.get("error") == "NotConnected":
+        if msg.type is T.ERROR and is_error(msg.header, NotConnected):
             if self.refused:
                 return
             now = time.monotonic()

@@ -1,0 +1,62 @@
+"""Errors on the wire: the one mapping between the exception tree and ERROR headers.
+
+Every process that refuses or fails something (the hub, the worker's supervisor and executor)
+sends ``error_header(exception)``; every process that receives an ERROR turns it back with
+``error_from_header``. The header carries the exception's type name, its message, and the fields
+a user reads from it (an InputError's ``name``, a ShaderError's ``line`` and ``column``, a
+RemoteError's remote type and traceback).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .. import errors
+from ..errors import RemoteError, RemoteMagicError
+
+_FIELDS: dict[type[RemoteMagicError], tuple[str, ...]] = {
+    errors.InputError: ("name",),
+    errors.OutputError: ("name",),
+    errors.ShaderError: ("line", "column"),
+    RemoteError: ("remote_type", "remote_message", "remote_traceback"),
+}
+
+
+def _tree(root: type[RemoteMagicError]) -> dict[str, type[RemoteMagicError]]:
+    found = {root.__name__: root}
+    for child in root.__subclasses__():
+        found.update(_tree(child))
+    return found
+
+
+_BY_NAME = _tree(RemoteMagicError)
+
+
+def _fields(kind: type[RemoteMagicError]) -> tuple[str, ...]:
+    return next((fields for cls, fields in _FIELDS.items() if issubclass(kind, cls)), ())
+
+
+def error_header(error: RemoteMagicError, job: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The header of an ERROR message that carries ``error`` (about ``job``, when given)."""
+    header: dict[str, Any] = {"error": type(error).__name__, "message": str(error)}
+    header.update((field, getattr(error, field)) for field in _fields(type(error)))
+    if job is not None:
+        header["job"] = job
+    header.update(extra)
+    return header
+
+
+def error_from_header(header: Mapping[str, Any]) -> RemoteMagicError:
+    """The exception an ERROR header stands for (the root type when the name is unknown)."""
+    kind = _BY_NAME.get(str(header.get("error")), RemoteMagicError)
+    message = str(header.get("message") or "the peer reported an error without a message")
+    fields = [header.get(field) for field in _fields(kind)]
+    if kind is RemoteError:
+        remote_type, remote_message, remote_traceback = fields
+        return RemoteError(str(remote_type or "Exception"), str(remote_message or ""), str(remote_traceback or ""))
+    return kind(message, *fields)
+
+
+def is_error(header: Mapping[str, Any], kind: type[RemoteMagicError]) -> bool:
+    """Does this ERROR header carry ``kind`` (or a subclass of it)?"""
+    return issubclass(_BY_NAME.get(str(header.get("error")), RemoteMagicError), kind)

@@ -1,0 +1,62 @@
+"""README and docs/ name only flags and magics that exist, and document every remote-worker flag.
+
+The flags come from the real parsers: `remote-worker`'s argparse and each magic's @argument list.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from remote_magic.notebook.magics import OffloadMagics
+from remote_magic.worker.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / "README.md",
+                                                                        *sorted((REPO / "docs").glob("*.md"))]}
+MAGICS = {name: getattr(OffloadMagics, name) for name in ("offload", "offload_connect", "offload_serve",
+                                                           "offload_disconnect", "offload_workers", "offload_kernel")}
+
+
+def _worker_flags() -> set[str]:
+    parser = build_parser()
+    flags = {f for action in parser._actions for f in action.option_strings if action.help != "==SUPPRESS=="}
+    for sub in parser._subparsers._group_actions[0].choices.values():  # type: ignore[union-attr]
+        flags |= {f for action in sub._actions for f in action.option_strings}
+    return flags
+
+
+def _magic_flags(name: str) -> set[str]:
+    parser = getattr(MAGICS[name], "parser", None)  # @magic_arguments builds it; magics without options have none
+    return {f for action in parser._actions for f in action.option_strings} if parser is not None else set()
+
+
+def _mentions(pattern: str) -> list[tuple[str, str]]:
+    return [(doc, match) for doc, text in DOCS.items() for line in text.splitlines()
+            for match in re.findall(pattern, line)]
+
+
+def test_every_remote_worker_flag_the_docs_name_exists() -> None:
+    flags = _worker_flags()
+    named = [(doc, flag) for doc, text in DOCS.items() for line in text.splitlines() if "remote-worker" in line
+             for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", line)]
+    assert named, "the docs name no remote-worker flag at all"
+    assert [(doc, flag) for doc, flag in named if flag not in flags] == []
+
+
+def test_every_remote_worker_flag_is_documented_in_the_readme() -> None:
+    readme = DOCS["README.md"]
+    assert sorted(f for f in _worker_flags() if f.startswith("--") and f != "--help" and f not in readme) == []
+
+
+def test_every_magic_and_magic_flag_the_docs_name_exists() -> None:
+    named = _mentions(r"%%?(offload\w*)((?: \[?--[a-z-]+)*)")
+    assert named
+    for doc, (magic, flags) in named:
+        assert magic in MAGICS, f"{doc} names %{magic}, which doesn't exist"
+        for flag in re.findall(r"--[a-z-]+", flags):
+            assert flag in _magic_flags(magic) or flag == "--help", f"{doc}: %{magic} has no {flag}"
+
+
+def test_every_magic_is_documented_in_the_readme() -> None:
+    assert sorted(m for m in MAGICS if f"%{m}" not in DOCS["README.md"]) == []

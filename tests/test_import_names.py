@@ -1,0 +1,63 @@
+"""Everything installs under the one import name `remote_magic`: a user's own `worker.py` and
+`shaders/` beside their notebook (first on sys.path) shadow nothing.
+
+A real remote-worker started in such a folder runs a GPU cell; a notebook-side process there
+imports the package, not the user's files.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import remote_magic
+from support import start_worker
+
+pytestmark = pytest.mark.gpu
+
+TRAP = "raise RuntimeError('the user\\'s own {} was imported instead of remote-magic\\'s')\n"
+
+
+@pytest.fixture
+def users_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "notebooks"
+    (folder / "shaders").mkdir(parents=True)
+    (folder / "worker.py").write_text(TRAP.format("worker.py"))
+    (folder / "shaders" / "__init__.py").write_text(TRAP.format("shaders/"))
+    (folder / "kernel_provider.py").write_text(TRAP.format("kernel_provider.py"))
+    return folder
+
+
+def test_a_worker_started_beside_a_users_worker_py_runs_a_gpu_cell(users_folder: Path, tmp_path: Path) -> None:
+    worker = start_worker(tmp_path / "w", "--listen", "127.0.0.1:0", "--gpu", "on", cwd=users_folder)
+    try:
+        with remote_magic.connect(worker.token, timeout=10) as client:
+            [info] = client.workers()
+            if not info["gpu"].get("active"):
+                message = f"no wgpu adapter on this machine: {info['gpu']}"
+                if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
+                    pytest.fail(message)
+                pytest.skip(message)
+            a, b = np.ones((4, 3), np.float32), np.full((3, 2), 2.0, np.float32)
+            result = client.execute("c = a @ b", {"a": a, "b": b}, gpu=["matmul"])
+    finally:
+        worker.stop()
+    np.testing.assert_allclose(result.values["c"], a @ b)
+    assert result.stats["kernels"] == {"matmul": 1}
+    assert "was imported instead" not in worker.log()
+
+
+def test_the_notebook_side_imports_beside_a_users_worker_py(users_folder: Path) -> None:
+    probe = subprocess.run(
+        [sys.executable, "-c", "import remote_magic.worker.gpu, remote_magic.shaders, remote_magic.kernel_provider, "
+         "remote_magic.notebook.magics; print(remote_magic.shaders.location('matmul'))"],
+        cwd=users_folder, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(users_folder)})
+    assert probe.returncode == 0, probe.stderr
+    assert "was imported instead" not in probe.stderr
+    assert not probe.stdout.strip().startswith(str(users_folder))
