@@ -15,6 +15,7 @@ import remote_magic
 from remote_magic import (
     ConnectionFailed,
     ExecutorDied,
+    GpuError,
     InputError,
     JobTimeout,
     NoSuchWorker,
@@ -214,3 +215,9 @@ def test_an_interrupted_import_gets_a_fresh_executor(client: remote_magic.Client
                        on_stream=interrupt_while_importing)
     after = client.run("import os, numpy\npid = os.getpid()")["pid"]
     assert after != before
+
+
+def test_gpu_on_a_worker_with_the_gpu_off_says_how_to_turn_it_on(client: remote_magic.Client) -> None:
+    with pytest.raises(GpuError, match=r"gpu\.matmul: this worker runs with --gpu off.*--gpu auto or on"):
+        client.run("y = gpu.matmul(a, a)", {"a": np.eye(2)})
+    assert client.run("y = repr(gpu)")["y"].startswith("<gpu: this worker runs with --gpu off")

@@ -136,14 +136,12 @@ class Executor:
             if gpu_choice:
                 inputs = self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice))
         elif gpu_choice:
-            raise GpuError("this worker runs with --gpu off, so it has no GPU for this cell: "
-                           "restart it with --gpu auto or on, or drop the GPU option")
+            raise GpuError(f"{GPU_OFF}, or drop the GPU option")
         self._cells += 1
         filename = f"<offload cell {self._cells}>"
         self._remember_source(filename, code)
         body, last = split_last_expression(code, filename)
-        if self.gpu is not None:
-            namespace["gpu"] = self.gpu.gpu
+        namespace["gpu"] = self.gpu.gpu if self.gpu is not None else _GpuOff()
         namespace.update(inputs)
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
@@ -192,6 +190,19 @@ class Executor:
         self._sources.append(filename)
         while len(self._sources) > _KEPT_SOURCES:
             linecache.cache.pop(self._sources.pop(0), None)
+
+
+GPU_OFF = "this worker runs with --gpu off, so it has no GPU: restart remote-worker with --gpu auto or on"
+
+
+class _GpuOff:
+    """The cell's `gpu` on a worker started with --gpu off: every use says so."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise GpuError(f"gpu.{name}: {GPU_OFF}")
+
+    def __repr__(self) -> str:
+        return f"<gpu: {GPU_OFF}>"
 
 
 def _matplotlib_object(obj: Any) -> str | None:
