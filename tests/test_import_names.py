@@ -18,8 +18,6 @@ import pytest
 import remote_magic
 from support import start_worker
 
-pytestmark = pytest.mark.gpu
-
 TRAP = "raise RuntimeError('the user\\'s own {} was imported instead of remote-magic\\'s')\n"
 
 
@@ -33,6 +31,7 @@ def users_folder(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.gpu
 def test_a_worker_started_beside_a_users_worker_py_runs_a_gpu_cell(users_folder: Path, tmp_path: Path) -> None:
     worker = start_worker(tmp_path / "w", "--listen", "127.0.0.1:0", "--gpu", "on", cwd=users_folder)
     try:
@@ -61,3 +60,14 @@ def test_the_notebook_side_imports_beside_a_users_worker_py(users_folder: Path) 
     assert probe.returncode == 0, probe.stderr
     assert "was imported instead" not in probe.stderr
     assert not probe.stdout.strip().startswith(str(users_folder))
+
+
+def test_the_notebook_side_loads_nothing_of_the_worker_side() -> None:
+    """%load_ext, connect and %offload_serve's modules import no worker code and no worker-only library."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, remote_magic, remote_magic.notebook.magics, remote_magic.hub.served; "
+         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('wgpu', 'psutil', 'ngrok') "
+         "or m.startswith('remote_magic.worker')))"],
+        capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "[]"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -90,3 +92,24 @@ def test_cell_analysis() -> None:
     assert {"a", "b", "x", "y", "z", "h"} <= names_read(cell)
     assert "q" not in names_read(cell)
     assert names_assigned(cell) == ["np", "c", "x", "y", "z", "f", "g"]
+
+
+def test_every_error_crosses_the_wire_as_itself() -> None:
+    from remote_magic import errors
+    from remote_magic.wire.failures import error_from_header, error_header
+
+    samples = [cls("it went wrong") for cls in (
+        errors.RemoteMagicError, errors.ConnectionFailed, errors.VersionMismatch, errors.PermissionDenied,
+        errors.CredentialsRotated, errors.NotConnected, errors.TokenError, errors.ProtocolError,
+        errors.SerializationError, errors.JobError, errors.WorkerLost, errors.ExecutorDied, errors.JobCancelled,
+        errors.JobTimeout, errors.NoSuchWorker, errors.GpuError, errors.GpuLimitError, errors.TunnelError)]
+    samples += [errors.InputError("`x` can't be pickled", "x"), errors.OutputError("`y` can't load", "y"),
+                errors.ShaderError("expected ';'", 3, 14),
+                errors.RemoteError("ValueError", "bad input 3", "Traceback ...\nValueError: bad input 3\n")]
+    for error in samples:
+        header = json.loads(json.dumps(error_header(error, "job-1")))  # what actually travels: JSON
+        back = error_from_header(header)
+        assert type(back) is type(error) and str(back) == str(error) and header["job"] == "job-1"
+        assert vars(back) == vars(error)
+    unknown = error_from_header({"error": "SomethingNew", "message": "from a newer peer"})
+    assert type(unknown) is errors.RemoteMagicError and str(unknown) == "from a newer peer"
