@@ -151,6 +151,10 @@ def test_a_class_changed_after_its_definition_does_not_travel_as_its_source(ip: 
     assert definitions.find_definition(ip.user_ns["Tuned"]) is not None
     run(ip, "class Patched:\n    def rate(self):\n        return 1\n\nPatched.extra = 2\n")
     assert definitions.find_definition(ip.user_ns["Patched"]) is None  # its source alone would lose `extra`
+    run(ip, "Tuned.rate = lambda self: 2")  # changed after it was found once
+    assert definitions.find_definition(ip.user_ns["Tuned"]) is None
+    result, _ = run(ip, "%%offload\nr = Tuned().rate()\n")  # same Python here: its bytecode crosses
+    assert result.success and ip.user_ns["r"] == 2
 
 
 def test_names_a_definition_evaluates_are_there_before_it_is_compiled(ip: InteractiveShell) -> None:

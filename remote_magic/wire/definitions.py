@@ -92,16 +92,28 @@ def is_notebook_definition(obj: Any) -> bool:
 
 
 def find_definition(obj: Any) -> SourceDefinition | None:
-    """The source of a notebook function, class or lambda, when it is known and matches the object."""
-    if obj in _made_here:
-        return _made_here[obj]
-    if obj not in _found:
-        _found[obj] = _search(obj)
-    found = _found[obj]
+    """The source of a notebook function, class or lambda, when it is known and matches the object.
+
+    A class is checked again each time: one changed since (``Model.extra = 1``) no longer matches
+    its source, and travels by value instead.
+    """
+    made = _made_here.get(obj)
+    if made is not None:
+        return made if _unchanged(obj, made) else None
+    found = _found.get(obj)
+    if obj not in _found or (found is not None and not _unchanged(obj, found)):
+        found = _found[obj] = _search(obj)
     if found is not None:
         _sent[found] = obj
         _originals.add(obj)
     return found
+
+
+def _unchanged(obj: Any, definition: SourceDefinition) -> bool:
+    if not isinstance(obj, type):
+        return True
+    methods = _methods_of(obj)
+    return methods is not None and _matches(obj, definition, methods)
 
 
 def _search(obj: Any) -> SourceDefinition | None:
@@ -113,10 +125,9 @@ def _search(obj: Any) -> SourceDefinition | None:
         code = obj.__code__
         kind = "lambda" if obj.__name__ == "<lambda>" else "function"
         return _from_cell(obj, kind, code.co_filename, {code.co_firstlineno})
-    # Its methods' code names the cell it came from; dataclasses add methods made from "<string>"
-    # or wrapped by the standard library.
-    methods = [m.__code__ for m in _functions_in(obj) if m.__qualname__.startswith(f"{obj.__qualname__}.")
-               and m.__code__.co_filename != "<string>" and not m.__code__.co_filename.startswith(_INSTALLED)]
+    methods = _methods_of(obj)
+    if methods is None:
+        return None
     first_line = getattr(obj, "__firstlineno__", None)  # Python 3.13 records it; older ones don't
     if methods:
         return _from_cell(obj, "class", methods[0].co_filename,
@@ -127,6 +138,21 @@ def _search(obj: Any) -> SourceDefinition | None:
     cells = [name for name, entry in list(linecache.cache.items()) if len(entry) == 4 and not os.path.isfile(name)]
     found = {d.source: d for d in (_from_cell(obj, "class", name, {first_line}) for name in cells) if d}
     return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _methods_of(cls: type) -> list[types.CodeType] | None:
+    """The code of the methods its class body defined (it names the cell the class came from), or
+    None when a function defined elsewhere was set on it since. Dataclasses add methods made from
+    "<string>" or wrapped by the standard library: those aren't its own."""
+    methods = []
+    for function in _functions_in(cls):
+        code = function.__code__
+        if code.co_filename == "<string>" or code.co_filename.startswith(_INSTALLED):
+            continue
+        if not function.__qualname__.startswith(f"{cls.__qualname__}."):
+            return None
+        methods.append(code)
+    return methods
 
 
 def _functions_in(cls: type) -> Iterator[types.FunctionType]:
