@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import remote_magic
-from support import WorkerProcess
+from support import WorkerProcess, start_worker
 
 
 def _remote_worker(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -93,3 +93,41 @@ def test_rotating_keys_locks_out_old_tokens_and_drops_their_peers(tmp_path: Path
             assert fresh.run("y = 2") == {"y": 2}
     finally:
         w.stop()
+
+
+@pytest.mark.gpu
+def test_adapter_and_backend_pick_the_workers_gpu(tmp_path: Path) -> None:
+    probe = start_worker(tmp_path / "probe", "--listen", "127.0.0.1:0", "--gpu", "on")
+    try:
+        with remote_magic.connect(probe.token, timeout=10) as client:
+            [info] = client.workers()
+    finally:
+        probe.stop()
+    if not info["gpu"].get("active"):
+        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
+            pytest.fail(f"no wgpu adapter: {info['gpu']}")
+        pytest.skip(f"no wgpu adapter: {info['gpu']}")
+    word, backend = info["gpu"]["adapter"].split()[0], info["gpu"]["backend"].lower()
+    chosen = start_worker(tmp_path / "chosen", "--listen", "127.0.0.1:0", "--gpu", "on",
+                          "--adapter", word.upper(), "--backend", backend)
+    try:
+        with remote_magic.connect(chosen.token, timeout=10) as client:
+            [picked] = client.workers()
+    finally:
+        chosen.stop()
+    assert picked["gpu"]["adapter"] == info["gpu"]["adapter"] and picked["gpu"]["backend"].lower() == backend
+    failed = subprocess.run(["remote-worker", "--listen", "127.0.0.1:0", "--gpu", "on", "--adapter", "no-such-gpu"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "REMOTE_MAGIC_HOME": str(tmp_path / "none")})
+    assert failed.returncode != 0 and "no-such-gpu" in failed.stdout + failed.stderr
+
+
+def test_verbose_logs_what_happens(tmp_path: Path) -> None:
+    worker = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "chatty", "--verbose")
+    try:
+        with remote_magic.connect(worker.token, timeout=10) as client:
+            assert client.run("x = 1")["x"] == 1
+    finally:
+        worker.stop()
+    log = worker.log()
+    assert "INFO" in log and "worker 'chatty' joined" in log

@@ -60,3 +60,13 @@ def test_every_magic_and_magic_flag_the_docs_name_exists() -> None:
 
 def test_every_magic_is_documented_in_the_readme() -> None:
     assert sorted(m for m in MAGICS if f"%{m}" not in DOCS["README.md"]) == []
+
+
+def test_every_flag_and_magic_the_docs_name_is_exercised_by_a_test_or_an_example() -> None:
+    exercised = "\n".join(path.read_text() for folder in ("tests", "examples") for path in (REPO / folder).rglob("*")
+                          if path.suffix in (".py", ".ipynb") and path.name != "test_docs.py")
+    named = {flag for flag in _worker_flags() | {f for m in MAGICS for f in _magic_flags(m)}
+             if flag.startswith("--") and flag != "--help" and any(flag in text for text in DOCS.values())}
+    named |= {m for m in MAGICS}
+    assert sorted(n for n in named if f'"{n}"' not in exercised and f" {n}" not in exercised
+                  and f"%{n}" not in exercised and f'"{n.lstrip("-")}"' not in exercised) == []

@@ -13,8 +13,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
+from remote_magic import JobTimeout
 from remote_magic.wire.tokens import Token
-from support import run
+from support import WorkerProcess, run
 
 
 def test_cell_runs_remotely_and_its_assignments_come_back(ip: InteractiveShell) -> None:
@@ -158,3 +159,11 @@ def test_offload_serve_hosts_a_hub_that_workers_join(tmp_path, monkeypatch) -> N
         shell.run_line_magic("unload_ext", "remote_magic")
         for name in ("a", "c"):
             shell.user_ns.pop(name, None)
+
+
+def test_timeouts_on_the_magics_line(ip: InteractiveShell, worker: WorkerProcess) -> None:
+    result, out = run(ip, f"%offload_connect {worker.token} --timeout 5")
+    assert result.success and "Connected to" in out.stdout
+    result, out = run(ip, "%%offload --timeout 1\nimport time\ntime.sleep(60)\nslept = True")
+    assert isinstance(result.error_in_exec, JobTimeout) and "1 s timeout" in str(result.error_in_exec)
+    assert "slept" not in ip.user_ns

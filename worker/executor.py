@@ -268,7 +268,11 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     threading.Thread(target=_exit_with_parent, name="parent-watchdog", daemon=True).start()
     import numpy  # noqa: F401  (most jobs unpickle arrays; an import cut short by Ctrl-C poisons the process)
-    executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend)
+    try:
+        executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend)
+    except GpuError as exc:  # --gpu on without the adapter asked for: say so, without a traceback
+        print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
     if "" not in sys.path:
         sys.path.insert(0, "")  # cells import from the working directory first, as in a notebook
     executor.serve()
