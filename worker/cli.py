@@ -28,14 +28,14 @@ from remote_magic.wire.protocol import (
 )
 from remote_magic.wire.tokens import Token, write_private
 
+from . import WORKER_INSTALL
+
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
     from .supervisor import ExecutorOptions, Supervisor
 
 log = logging.getLogger("remote-worker")
 
 DEFAULT_LISTEN = "0.0.0.0:5587"
-WORKER_INSTALL = 'pip install "remote-magic[worker]"'
-"""The worker side's packages: `pip install remote-magic` alone is the notebook side."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 

@@ -38,6 +38,7 @@ from remote_magic.wire.failures import error_header
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 from remote_magic.wire.versions import local_versions
 
+from . import WORKER_INSTALL
 from .outputs import JobOutputs, flush_periodically, install_display
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Executor:
         self._cells = 0
         self._sources: list[str] = []
         self._kernels: dict[str, str] = {}
-        self.gpu = _create_gpu(gpu_mode, adapter, backend)
+        self.gpu, self.no_gpu = _create_gpu(gpu_mode, adapter, backend)
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
         with self._send_lock:
@@ -136,12 +137,12 @@ class Executor:
             if gpu_choice:
                 inputs = self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice))
         elif gpu_choice:
-            raise GpuError(f"{GPU_OFF}, or drop the GPU option")
+            raise GpuError(f"{self.no_gpu}, or drop the GPU option")
         self._cells += 1
         filename = f"<offload cell {self._cells}>"
         self._remember_source(filename, code)
         body, last = split_last_expression(code, filename)
-        namespace["gpu"] = self.gpu.gpu if self.gpu is not None else _GpuOff()
+        namespace["gpu"] = self.gpu.gpu if self.gpu is not None else _NoGpu(self.no_gpu)
         namespace.update(inputs)
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
@@ -195,14 +196,17 @@ class Executor:
 GPU_OFF = "this worker runs with --gpu off, so it has no GPU: restart remote-worker with --gpu auto or on"
 
 
-class _GpuOff:
-    """The cell's `gpu` on a worker started with --gpu off: every use says so."""
+class _NoGpu:
+    """The cell's `gpu` on a worker without one (--gpu off, or no GPU support): every use says why."""
+
+    def __init__(self, reason: str) -> None:
+        self._reason = reason
 
     def __getattr__(self, name: str) -> Any:
-        raise GpuError(f"gpu.{name}: {GPU_OFF}")
+        raise GpuError(f"gpu.{name}: {self._reason}")
 
     def __repr__(self) -> str:
-        return f"<gpu: {GPU_OFF}>"
+        return f"<gpu: {self._reason}>"
 
 
 def _matplotlib_object(obj: Any) -> str | None:
@@ -235,15 +239,16 @@ def _interrupted_an_import(exc: BaseException, cell_files: list[str]) -> bool:
     return False
 
 
-def _create_gpu(mode: str, adapter: str | None, backend: str | None) -> Any:
+def _create_gpu(mode: str, adapter: str | None, backend: str | None) -> tuple[Any, str]:
+    """The GPU runtime, or None and why there is none."""
     if mode == "off":
-        return None
+        return None, GPU_OFF
     try:
         from .gpu import GpuRuntime
     except ImportError as exc:
         log.warning("GPU support is unavailable (%s); cells run on the CPU", exc)
-        return None
-    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend)
+        return None, f"GPU support doesn't load on this worker ({exc}): install it with {WORKER_INSTALL}"
+    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend), ""
 
 
 def _exit_with_parent() -> None:

@@ -13,16 +13,16 @@ computed on the GPU caches its values on the host after the first readback.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
 from remote_magic.errors import GpuError
 
-if TYPE_CHECKING:
-    from .context import DeviceContext
-    from .engine import Engine
-    from .memory import Allocation
+from .context import DeviceContext
+from .engine import Engine
+from .memory import Allocation
+from .numpy_api import array_function, array_ufunc
 
 
 class DeviceArray:
@@ -32,8 +32,8 @@ class DeviceArray:
     __slots__ = ("_engine", "_shape", "_dtype", "_alloc", "_ctx", "_host", "_enabled")
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in numpy
 
-    def __init__(self, engine: "Engine", shape: tuple[int, ...], *, alloc: "Allocation | None" = None,
-                 ctx: "DeviceContext | None" = None, host: np.ndarray | None = None,
+    def __init__(self, engine: Engine, shape: tuple[int, ...], *, alloc: Allocation | None = None,
+                 ctx: DeviceContext | None = None, host: np.ndarray | None = None,
                  dtype: Any = np.float32, enabled: frozenset[str] | None = None) -> None:
         self._engine = engine
         self._shape = tuple(int(s) for s in shape)
@@ -79,7 +79,7 @@ class DeviceArray:
         return self.transpose()
 
     # -- data movement -------------------------------------------------------------------
-    def buffer(self, ctx: "DeviceContext") -> "Allocation":
+    def buffer(self, ctx: DeviceContext) -> Allocation:
         """This array's GPU buffer on ``ctx``, uploading the host copy first if needed."""
         if self._alloc is not None and self._ctx is ctx:
             return self._alloc
@@ -108,11 +108,9 @@ class DeviceArray:
         return np.array(data, copy=True) if copy else data
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from .numpy_api import array_ufunc
         return array_ufunc(self._engine, ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from .numpy_api import array_function
         return array_function(self._engine, func, args, kwargs)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -147,7 +145,10 @@ class DeviceArray:
         """The same values with a new shape (no copy; one dimension may be -1)."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        return self._engine.reshape(self, shape)
+        new_shape = _infer_shape(tuple(int(s) for s in shape), self.size)
+        host = self._host.reshape(new_shape) if self._host is not None else None
+        return DeviceArray(self._engine, new_shape, alloc=self._alloc, ctx=self._ctx, host=host, dtype=self._dtype,
+                           enabled=self._enabled)
 
     def astype(self, dtype: Any) -> Any:
         """float32 stays a DeviceArray; any other dtype reads the values back as numpy."""
@@ -223,3 +224,16 @@ class DeviceArray:
 
     def __str__(self) -> str:
         return str(self.host())
+
+
+def _infer_shape(shape: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """``shape`` with one -1 resolved so that it holds ``size`` elements, as numpy does."""
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    if len(unknown) > 1:
+        raise ValueError("can only specify one unknown dimension")
+    if unknown and known and size % known == 0:
+        shape = shape[:unknown[0]] + (size // known,) + shape[unknown[0] + 1:]
+    if int(np.prod(shape, dtype=np.int64)) != size or any(s < 0 for s in shape):
+        raise ValueError(f"cannot reshape array of size {size} into shape {shape}")
+    return shape

@@ -21,7 +21,6 @@ import keyword
 import logging
 import math
 import re
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -32,6 +31,7 @@ from remote_magic.errors import GpuError, GpuLimitError, ShaderError
 
 from .context import DeviceContext
 from .pipelines import compile_module, create_pipeline
+from .uniforms import scalars
 
 log = logging.getLogger(__name__)
 
@@ -141,21 +141,25 @@ def compile_spec(ctx: DeviceContext, spec: KernelSpec) -> Any:
 
 def pack_params(params: Sequence[Any]) -> bytes:
     """``params`` as a uniform: floats as f32, non-negative ints as u32, negative ints as i32."""
-    out = bytearray()
+    types: list[str] = []
+    values: list[Any] = []
     for value in params:
         if isinstance(value, (bool, np.bool_)):
-            out += struct.pack("<I", int(value))
+            types.append("u32")
+            values.append(int(value))
         elif isinstance(value, (np.floating, float)):
-            with np.errstate(over="ignore"):
-                out += np.float32(value).tobytes()
+            types.append("f32")
+            with np.errstate(over="ignore"):  # beyond float32's range is ±inf, as numpy casts it
+                values.append(np.float32(value))
         elif isinstance(value, np.signedinteger) or (isinstance(value, int) and value < 0):
-            out += struct.pack("<i", int(value))
+            types.append("i32")
+            values.append(int(value))
         elif isinstance(value, (int, np.unsignedinteger)):
-            out += struct.pack("<I", int(value))
+            types.append("u32")
+            values.append(int(value))
         else:
             raise TypeError(f"params must be numbers (float -> f32, int -> u32/i32), not {type(value).__name__}")
-    out += bytes(-len(out) % 16 if out else 16)  # uniforms are bound in 16-byte units
-    return bytes(out)
+    return scalars(tuple(types)).pack_ordered(values)
 
 
 def workgroups_for(ctx: DeviceContext, spec: KernelSpec, count: int,

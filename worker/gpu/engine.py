@@ -6,23 +6,27 @@ kernels: the others run with numpy, silently); can the kernel handle these input
 unusual dtypes, too many dimensions fall back to numpy with a one-time notice naming the
 operation). Then it converts operands to float32 (float64 with a notice, integers only when
 exact), launches the kernel and wraps the result in a new DeviceArray.
+
+The engine sits below the array class, which calls it for every operation: it knows device
+arrays through the :class:`DeviceArrayLike` protocol and makes them with the class it is given
+(``arrays.DeviceArray``, passed in by the runtime).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, TypeGuard
 
 import numpy as np
 
 from remote_magic.errors import GpuError
 
 from . import kernels
-from .arrays import DeviceArray
 from .context import DeviceContext
 from .convert import FLOAT64_NOTICE, convertible, is_lossy_float, to_float32
 from .host_ops import HOST_OPS
 from .matmul import matmul as matmul_kernel
+from .memory import Allocation
 from .notices import Notices
 from .stats import Stats
 
@@ -35,11 +39,47 @@ except ImportError:  # numpy 1.x
     from numpy.core.numeric import normalize_axis_tuple  # type: ignore[no-redef]
 
 
+class DeviceArrayLike(Protocol):
+    """What the engine needs of a device array; ``arrays.DeviceArray`` is the class it is given."""
+
+    def __init__(self, engine: Engine, shape: tuple[int, ...], *, alloc: Allocation | None = None,
+                 ctx: DeviceContext | None = None, host: np.ndarray | None = None, dtype: Any = np.float32,
+                 enabled: frozenset[str] | None = None) -> None: ...
+
+    @property
+    def _enabled(self) -> frozenset[str] | None:
+        """The kernels its operations may use (None: all)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    @property
+    def ndim(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def buffer(self, ctx: DeviceContext) -> Allocation:
+        """Its GPU buffer on ``ctx``, uploaded first if needed."""
+
+    def host(self) -> np.ndarray:
+        """Its values on the host (read back if needed)."""
+
+    def reshape(self, *shape: Any) -> DeviceArrayLike: ...
+
+
 class Engine:
-    """Runs operations on the current device, or with numpy when that is the right answer."""
+    """Runs operations on the current device, or with numpy when that is the right answer.
+
+    ``array_type`` is the device-array class it makes results of (``arrays.DeviceArray``).
+    """
 
     def __init__(self, open_context: Callable[[], DeviceContext] | None, stats: Stats, notices: Notices,
-                 *, active: bool, matmul_threads: int = 16) -> None:
+                 *, array_type: type[DeviceArrayLike], active: bool, matmul_threads: int = 16) -> None:
+        self._array_type = array_type
         self._open_context = open_context
         self._ctx: DeviceContext | None = None
         self.stats = stats
@@ -75,6 +115,10 @@ class Engine:
             self._ctx = None
 
     # -- values ----------------------------------------------------------------------------
+    def is_array(self, value: Any) -> TypeGuard[DeviceArrayLike]:
+        """True if ``value`` is a device array (of the class this engine makes)."""
+        return isinstance(value, self._array_type)
+
     def asarray(self, value: Any, what: str = "the array", enabled: frozenset[str] | None = None,
                 *, force: bool = False, notice: bool = True, copy: bool = False) -> Any:
         """``value`` as a DeviceArray (float32, or bool for boolean data); numpy when inactive.
@@ -83,7 +127,7 @@ class Engine:
         makes a DeviceArray even when the engine computes with numpy (for custom kernels);
         ``copy`` detaches it from ``value``'s memory (for arrays handed back to user code).
         """
-        if isinstance(value, DeviceArray):
+        if self.is_array(value):
             return value
         array = np.asarray(value)
         if not self.active and not force:
@@ -94,23 +138,23 @@ class Engine:
         if copy and np.may_share_memory(host, array):
             host = host.copy()
         dtype = np.bool_ if array.dtype.kind == "b" else np.float32
-        return DeviceArray(self, host.shape, host=host.astype(bool) if dtype is np.bool_ else host,
-                           dtype=dtype, enabled=enabled)
+        return self._array_type(self, host.shape, host=host.astype(bool) if dtype is np.bool_ else host,
+                                dtype=dtype, enabled=enabled)
 
     def wrap(self, alloc: Any, shape: tuple[int, ...], ctx: DeviceContext, sources: Sequence[Any],
-             dtype: Any = np.float32) -> DeviceArray:
+             dtype: Any = np.float32) -> DeviceArrayLike:
         """A new DeviceArray for a kernel's result, inheriting which kernels its sources enable."""
-        return DeviceArray(self, shape, alloc=alloc, ctx=ctx, dtype=dtype, enabled=_merge(sources))
+        return self._array_type(self, shape, alloc=alloc, ctx=ctx, dtype=dtype, enabled=self._merged(sources))
 
-    def download(self, array: DeviceArray) -> np.ndarray:
+    def download(self, array: DeviceArrayLike) -> np.ndarray:
         """Read ``array`` back from its device."""
         ctx = self.ctx
         values = ctx.download(array.buffer(ctx), array.size).reshape(array.shape)
         return values.astype(bool) if array.dtype == np.bool_ else values
 
-    def _operand(self, value: Any) -> DeviceArray | float | None:
+    def _operand(self, value: Any) -> DeviceArrayLike | float | None:
         """An operand for a kernel: a DeviceArray, a float for the uniform, or None if unsupported."""
-        if isinstance(value, DeviceArray):
+        if self.is_array(value):
             return value
         if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
             with np.errstate(over="ignore"):  # beyond float32's range is ±inf, as numpy casts it
@@ -123,19 +167,39 @@ class Engine:
             if is_lossy_float(value.dtype):
                 self.notices.once("float64", FLOAT64_NOTICE)
             return float(to_float32(value, "a scalar"))
-        array: DeviceArray = self.asarray(value, "an operand")
+        array: DeviceArrayLike = self.asarray(value, "an operand")
         return array
 
-    def _array_operand(self, value: Any) -> DeviceArray | None:
+    def _array_operand(self, value: Any) -> DeviceArrayLike | None:
         """A single array argument (0-d included) as a DeviceArray, or None if unsupported."""
-        if isinstance(value, DeviceArray):
+        if self.is_array(value):
             return value
         if isinstance(value, (bool, int, float, list, tuple)) and not isinstance(value, np.generic):
             value = np.asarray(value)
         if not convertible(value):
             return None
-        array: DeviceArray = self.asarray(value, "the argument")
+        array: DeviceArrayLike = self.asarray(value, "the argument")
         return array
+
+    def _merged(self, sources: Sequence[Any]) -> frozenset[str] | None:
+        """Kernels enabled for a result: all if any source enables all, else the union."""
+        sets = [a._enabled for a in sources if self.is_array(a)]
+        merged: frozenset[str] = frozenset()
+        for enabled in sets:
+            if enabled is None:
+                return None
+            merged |= enabled
+        return merged if sets else None
+
+    def _to_host(self, value: Any) -> Any:
+        """Device arrays (also inside lists, tuples and dicts) replaced by their host values."""
+        if self.is_array(value):
+            return value.host()
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._to_host(v) for v in value) if not hasattr(value, "_fields") else value
+        if isinstance(value, dict):
+            return {k: self._to_host(v) for k, v in value.items()}
+        return value
 
     # -- where an operation runs -------------------------------------------------------------
     def notice_inactive(self) -> None:
@@ -150,15 +214,15 @@ class Engine:
             return True
         if explicit:
             return False
-        arrays = [a for a in args if isinstance(a, DeviceArray)]
-        enabled = _merge(arrays)
+        arrays = [a for a in args if self.is_array(a)]
+        enabled = self._merged(arrays)
         return enabled is not None and name not in enabled
 
     def host_op(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Run the numpy version of kernel ``name`` on host copies of the arguments, silently."""
         if self.active:
             self.stats.numpy[name] += 1
-        return HOST_OPS[name](*_to_host(args), **kwargs)
+        return HOST_OPS[name](*self._to_host(args), **kwargs)
 
     def fallback(self, name: str, func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                  *, notice: bool = True) -> Any:
@@ -167,7 +231,7 @@ class Engine:
             self.notices.once(f"fallback:{name}", f"{name} has no GPU kernel for these inputs; "
                               "computed with numpy on the worker (shown once)")
         self.stats.numpy[name] += 1
-        return func(*_to_host(args), **_to_host(kwargs))
+        return func(*self._to_host(args), **self._to_host(kwargs))
 
     # -- operations ------------------------------------------------------------------------
     def elementwise(self, name: str, *args: Any, explicit: bool = False) -> Any:
@@ -175,7 +239,7 @@ class Engine:
         if self._on_host(name, args, explicit):
             return self.host_op(name, *args)
         operands = [self._operand(a) for a in args]
-        arrays = [op for op in operands if isinstance(op, DeviceArray)]
+        arrays = [op for op in operands if self.is_array(op)]
         if any(op is None for op in operands) or not arrays or all(a.dtype == np.bool_ for a in arrays):
             return self.fallback(_label(name), HOST_OPS[name], args, {})
         out_shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
@@ -194,7 +258,7 @@ class Engine:
         if self._on_host(name, (x,), explicit):
             return self.host_op(name, x, axis=axis, keepdims=keepdims)
         x = _first(self._array_operand(x), x)
-        if not isinstance(x, DeviceArray) or x.dtype == np.bool_:
+        if not self.is_array(x) or x.dtype == np.bool_:
             return self.fallback(f"np.{name}", HOST_OPS[name], (x,), {"axis": axis, "keepdims": keepdims})
         axes = tuple(range(x.ndim)) if axis is None else normalize_axis_tuple(axis, x.ndim)
         if x.size == 0:  # numpy's rules for empty reductions (0, NaN or an error) are the answer
@@ -215,7 +279,7 @@ class Engine:
         if self._on_host("softmax", (x,), explicit):
             return self.host_op("softmax", x, axis=axis)
         x = _first(self._array_operand(x), x)
-        if not isinstance(x, DeviceArray) or x.dtype == np.bool_ or x.ndim == 0:
+        if not self.is_array(x) or x.dtype == np.bool_ or x.ndim == 0:
             return self.fallback("softmax", HOST_OPS["softmax"], (x,), {"axis": axis})
         axis = normalize_axis_index(axis, x.ndim)
         ctx = self.ctx
@@ -229,7 +293,7 @@ class Engine:
         if self._on_host("transpose", (x,), explicit):
             return self.host_op("transpose", x, axes)
         x = _first(self._array_operand(x), x)
-        if not isinstance(x, DeviceArray):
+        if not self.is_array(x):
             return self.fallback("np.transpose", np.transpose, (x,), {"axes": axes})
         order = tuple(reversed(range(x.ndim))) if axes is None else normalize_axis_tuple(tuple(axes), x.ndim)
         if len(order) != x.ndim:
@@ -240,24 +304,17 @@ class Engine:
         alloc = kernels.transpose(ctx, x.buffer(ctx), x.shape, order)
         return self.wrap(alloc, tuple(x.shape[a] for a in order), ctx, [x], x.dtype)
 
-    def reshape(self, x: DeviceArray, shape: Sequence[int]) -> DeviceArray:
-        """The same buffer (or host copy) seen with a new shape; no kernel runs."""
-        new_shape = _infer_shape(tuple(int(s) for s in shape), x.size)
-        host = x._host.reshape(new_shape) if x._host is not None else None
-        return DeviceArray(self, new_shape, alloc=x._alloc, ctx=x._ctx, host=host, dtype=x.dtype,
-                           enabled=x._enabled)
-
     def matmul(self, a: Any, b: Any, *, explicit: bool = False) -> Any:
         """numpy's matmul: batched, with leading dimensions broadcast and 1-D operands promoted."""
         if self._on_host("matmul", (a, b), explicit):
             return self.host_op("matmul", a, b)
         ops = [self._operand(v) for v in (a, b)]
         for i, op in enumerate(ops):
-            if isinstance(op, float) or (isinstance(op, DeviceArray) and op.ndim == 0):
+            if isinstance(op, float) or (self.is_array(op) and op.ndim == 0):
                 raise ValueError(f"matmul: Input operand {i} does not have enough dimensions "
                                  "(has 0, gufunc core with signature (n?,k),(k,m?)->(n?,m?) requires 1)")
         x, y = ops
-        if not isinstance(x, DeviceArray) or not isinstance(y, DeviceArray) or (
+        if not self.is_array(x) or not self.is_array(y) or (
                 x.dtype == np.bool_ and y.dtype == np.bool_):
             return self.fallback("np.matmul", np.matmul, (a, b), {})
         x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
@@ -288,28 +345,6 @@ def _label(name: str) -> str:
     return f"np.{name}" if hasattr(np, name) else f"gpu.{name}"
 
 
-def _merge(arrays: Sequence[Any]) -> frozenset[str] | None:
-    """Kernels enabled for a result: all if any source enables all, else the union."""
-    sets = [a._enabled for a in arrays if isinstance(a, DeviceArray)]
-    merged: frozenset[str] = frozenset()
-    for enabled in sets:
-        if enabled is None:
-            return None
-        merged |= enabled
-    return merged if sets else None
-
-
-def _to_host(value: Any) -> Any:
-    """DeviceArrays (also inside lists, tuples and dicts) replaced by their host values."""
-    if isinstance(value, DeviceArray):
-        return value.host()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_host(v) for v in value) if not hasattr(value, "_fields") else value
-    if isinstance(value, dict):
-        return {k: _to_host(v) for k, v in value.items()}
-    return value
-
-
 def _runs(axes: Sequence[int]) -> list[tuple[int, int]]:
     """Sorted axes grouped into runs of neighbours: [0, 1, 3] -> [(0, 1), (3, 3)]."""
     runs: list[tuple[int, int]] = []
@@ -320,15 +355,3 @@ def _runs(axes: Sequence[int]) -> list[tuple[int, int]]:
             runs.append((axis, axis))
     return runs
 
-
-def _infer_shape(shape: tuple[int, ...], size: int) -> tuple[int, ...]:
-    """``shape`` with one -1 resolved so that it holds ``size`` elements, as numpy does."""
-    unknown = [i for i, s in enumerate(shape) if s == -1]
-    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
-    if len(unknown) > 1:
-        raise ValueError("can only specify one unknown dimension")
-    if unknown and known and size % known == 0:
-        shape = shape[:unknown[0]] + (size // known,) + shape[unknown[0] + 1:]
-    if int(np.prod(shape, dtype=np.int64)) != size or any(s < 0 for s in shape):
-        raise ValueError(f"cannot reshape array of size {size} into shape {shape}")
-    return shape

@@ -1,21 +1,21 @@
 """Launching the built-in elementwise, reduction, softmax and transpose kernels.
 
 Functions here take a :class:`DeviceContext`, buffers and shapes, and return new buffers; they
-know the uniform layouts of ``shaders/*.wgsl`` and nothing about numpy's API (see ``engine``).
+fill the uniforms declared in ``uniforms`` and know nothing about numpy's API (see ``engine``).
 All arrays are contiguous float32; broadcasting is expressed with zero strides.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from typing import Sequence, Union
 
 from .context import DeviceContext
 from .memory import Allocation
+from .uniforms import ELEMENTWISE, REDUCE, SOFTMAX, TRANSPOSE
 
-MAX_DIMS = 8
-"""Dimensions a kernel's uniform can describe (after merging dimensions that need no index)."""
+MAX_DIMS = ELEMENTWISE.field("shape").count
+"""Dimensions a kernel's uniform can describe (after merging dimensions that need no index): 8."""
 
 UNARY = {"copy": 0, "negative": 1, "abs": 2, "exp": 3, "log": 4, "sqrt": 5, "tanh": 6, "sigmoid": 7, "relu": 8}
 BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "power": 4, "maximum": 5, "minimum": 6,
@@ -78,11 +78,10 @@ def collapse(shape: Shape, strides: Sequence[Shape]) -> tuple[Shape, list[Shape]
     return tuple(out_shape), [tuple(o) for o in out_strides]
 
 
-def vec8(values: Sequence[int]) -> bytes:
-    """Up to eight u32 values as the uniform's ``array<vec4<u32>, 2>``."""
-    if len(values) > MAX_DIMS:
+def check_dims(shape: Sequence[int]) -> None:
+    """Refuse a shape with more dimensions than a uniform describes, as :class:`Unsupported`."""
+    if len(shape) > MAX_DIMS:
         raise Unsupported(f"more than {MAX_DIMS} dimensions")
-    return struct.pack("<8I", *values, *([0] * (MAX_DIMS - len(values))))
 
 
 def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_shape: Shape) -> Allocation:
@@ -107,8 +106,9 @@ def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_
             flags |= 1 << i  # A_DENSE / B_DENSE
     while len(strides) < 2:
         strides.append((0,) * len(shape))
-    params = (struct.pack("<IIIf", n, len(shape), flags, scalar) + vec8(shape)
-              + vec8(strides[0]) + vec8(strides[1]))
+    check_dims(shape)
+    params = ELEMENTWISE.pack(n=n, ndim=len(shape), flags=flags, scalar=scalar, shape=shape,
+                              a_strides=strides[0], b_strides=strides[1])
     unary = len(operands) == 1
     pipeline = ctx.pipelines.get("elementwise", "unary" if unary else "binary",
                                  {"OP": (UNARY if unary else BINARY)[name]})
@@ -124,7 +124,8 @@ def _reduce_pass(ctx: DeviceContext, name: str, op: int, source: Allocation, out
     chunk = math.ceil(length / chunks)
     count = outer * chunks * inner
     out = ctx.empty(4 * (count + lo_out))
-    params = struct.pack("<IIIIIIfIIfII", outer, length, inner, chunks, chunk, count, scale, lo_in, lo_out, 1.0, 0, 0)
+    params = REDUCE.pack(outer=outer, len=length, inner=inner, chunks=chunks, chunk=chunk, count=count, scale=scale,
+                         lo_in=lo_in, lo_out=lo_out, one=1.0)
     if chunk <= SHORT_AXIS:
         entry, groups = "threads", math.ceil(count / THREAD_GROUP)
     else:
@@ -161,7 +162,7 @@ def softmax(ctx: DeviceContext, alloc: Allocation, outer: int, length: int, inne
         return out
     ctx.check_binding("softmax", alloc.nbytes)
     rows = outer * inner
-    params = struct.pack("<4I", outer, length, inner, rows)
+    params = SOFTMAX.pack(outer=outer, len=length, inner=inner, rows=rows)
     if length <= THREAD_GROUP:
         entry, groups = "threads", math.ceil(rows / THREAD_GROUP)
     else:
@@ -186,11 +187,14 @@ def transpose(ctx: DeviceContext, alloc: Allocation, shape: Shape, axes: Sequenc
         batch = size_of(squeezed[:-2])
         rows, cols = cols_out, rows_out  # the input's matrix is (rows, cols)
         tiles_r, tiles_c = math.ceil(rows / 16), math.ceil(cols / 16)
-        params = struct.pack("<8I", n, ndim, rows, cols, batch, tiles_r, tiles_c, 0) + vec8([]) + vec8([])
+        params = TRANSPOSE.pack(n=n, ndim=ndim, rows=rows, cols=cols, batch=batch, tiles_r=tiles_r, tiles_c=tiles_c,
+                                shape=(), strides=())
         ctx.dispatch("transpose", ctx.pipelines.get("transpose", "tiles"), {0: alloc, 1: out}, params, 2,
                      tiles_r * tiles_c * batch)
         return out
-    params = struct.pack("<8I", n, len(squeezed), 0, 0, 0, 0, 0, 0) + vec8(squeezed) + vec8(permuted)
+    check_dims(squeezed)
+    params = TRANSPOSE.pack(n=n, ndim=len(squeezed), rows=0, cols=0, batch=0, tiles_r=0, tiles_c=0,
+                            shape=squeezed, strides=permuted)
     ctx.dispatch("transpose", ctx.pipelines.get("transpose", "permute"), {0: alloc, 1: out}, params, 2,
                  math.ceil(n / ELEMENTWISE_GROUP))
     return out

@@ -10,23 +10,15 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
 from itertools import product as cartesian
 from typing import Sequence
 
 import numpy as np
 
 from .context import Binding, DeviceContext
-from .kernels import (
-    Shape,
-    Unsupported,
-    broadcast_strides,
-    collapse,
-    contiguous_strides,
-    size_of,
-    vec8,
-)
+from .kernels import MAX_DIMS, Shape, Unsupported, broadcast_strides, collapse, contiguous_strides, size_of
 from .memory import Allocation
+from .uniforms import MATMUL
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +47,8 @@ def matmul(ctx: DeviceContext, a: Allocation, a_shape: Shape, b: Allocation, b_s
     b_bs = tuple(s * k * n for s in broadcast_strides(b_shape[:-2], batch_shape))
     c_bs = tuple(s * m * n for s in broadcast_strides(batch_shape, batch_shape))
     bshape, (a_bs, b_bs, _) = collapse(batch_shape, [a_bs, b_bs, c_bs])
-    if len(bshape) > 8:
-        raise Unsupported("more than 8 broadcast batch dimensions")
+    if len(bshape) > MAX_DIMS:
+        raise Unsupported(f"more than {MAX_DIMS} broadcast batch dimensions")
     launch = _Launcher(ctx, threads)
     if max(a.nbytes, b.nbytes, out.nbytes) <= ctx.max_binding:
         launch(a, b, out, (m, n, k), (0, 0, 0), False, bshape, a_bs, b_bs, m * n)
@@ -83,9 +75,10 @@ class _Launcher:
         tile = TILE_PER_THREAD * self.threads
         tiles_n, tiles_m = math.ceil(n / tile), math.ceil(m / tile)
         batch = size_of(bshape)
-        params = (struct.pack("<16I", m, n, k, batch, lda, ldb, ldc, int(accumulate), *offsets, len(bshape),
-                              tiles_n, tiles_m, c_bstride, 0)
-                  + vec8(bshape) + vec8(a_bs) + vec8(b_bs))
+        a_off, b_off, c_off = offsets
+        params = MATMUL.pack(M=m, N=n, K=k, batch=batch, lda=lda, ldb=ldb, ldc=ldc, accumulate=int(accumulate),
+                             a_off=a_off, b_off=b_off, c_off=c_off, batch_ndim=len(bshape), tiles_n=tiles_n,
+                             tiles_m=tiles_m, c_bstride=c_bstride, batch_shape=bshape, a_bstride=a_bs, b_bstride=b_bs)
         self.ctx.dispatch("matmul", self.pipeline, {0: a, 1: b, 2: c}, params, 3, tiles_n * tiles_m * batch)
 
 

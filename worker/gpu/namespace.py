@@ -9,26 +9,39 @@ with numpy (``--gpu auto`` on a software adapter), the same calls compute with n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
 from . import custom
 from .arrays import DeviceArray
+from .engine import Engine
 from .host_ops import BINARY, UNARY
 
-if TYPE_CHECKING:
-    from .runtime import GpuRuntime
+
+class KernelRuntime(Protocol):
+    """What the ``gpu`` object needs of its runtime; ``runtime.GpuRuntime`` is the one it gets."""
+
+    @property
+    def engine(self) -> Engine:
+        """Where operations run."""
+
+    @property
+    def custom_kernels(self) -> Mapping[str, custom.KernelSpec]:
+        """Registered custom kernels by name."""
+
+    def capabilities(self) -> dict[str, Any]:
+        """Mode, adapter and whether kernels run on the GPU."""
 
 
 class GpuNamespace:
     """Explicit GPU calls for cell code; see the module docstring."""
 
-    def __init__(self, runtime: "GpuRuntime") -> None:
+    def __init__(self, runtime: KernelRuntime) -> None:
         self._runtime = runtime
 
     @property
-    def _engine(self) -> Any:
+    def _engine(self) -> Engine:
         return self._runtime.engine
 
     def array(self, x: Any) -> Any:

@@ -8,14 +8,11 @@ notice naming the function.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from .arrays import DeviceArray
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from .engine import Engine
 
 UFUNC_KERNELS = {
     "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide", "true_divide": "divide",
@@ -30,11 +27,11 @@ REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min"}
 """``np.<ufunc>.reduce`` with a kernel."""
 
 
-def array_ufunc(engine: "Engine", ufunc: np.ufunc, method: str, inputs: tuple[Any, ...],
+def array_ufunc(engine: Engine, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
     """``DeviceArray.__array_ufunc__``: a kernel when there is one, else numpy with a notice."""
     out = kwargs.get("out")
-    if out is not None and any(isinstance(o, DeviceArray) for o in (out if isinstance(out, tuple) else (out,))):
+    if out is not None and any(engine.is_array(o) for o in (out if isinstance(out, tuple) else (out,))):
         raise TypeError("DeviceArrays are immutable, so out= cannot be one; assign the result instead")
     name = ufunc.__name__
     if method == "__call__" and not kwargs and name in UFUNC_KERNELS and len(inputs) == ufunc.nin:
@@ -49,39 +46,40 @@ def array_ufunc(engine: "Engine", ufunc: np.ufunc, method: str, inputs: tuple[An
 
 
 def _reduction(kernel: str) -> Callable[..., Any]:
-    def handler(engine: "Engine", a: Any, axis: Any = None, *rest: Any, keepdims: bool = False, **options: Any) -> Any:
+    def handler(engine: Engine, a: Any, axis: Any = None, *rest: Any, keepdims: bool = False, **options: Any) -> Any:
         if rest or options:
             raise _Unhandled
         return engine.reduce(kernel, a, axis, keepdims)
     return handler
 
 
-def _transpose(engine: "Engine", a: Any, axes: Any = None) -> Any:
+def _transpose(engine: Engine, a: Any, axes: Any = None) -> Any:
     return engine.transpose(a, None if axes is None else tuple(axes))
 
 
-def _dot(engine: "Engine", a: Any, b: Any) -> Any:
-    if all(isinstance(v, (DeviceArray, np.ndarray)) and 1 <= v.ndim <= 2 and v.dtype.kind in "fiub" for v in (a, b)):
+def _dot(engine: Engine, a: Any, b: Any) -> Any:
+    if all((engine.is_array(v) or isinstance(v, np.ndarray)) and 1 <= v.ndim <= 2 and v.dtype.kind in "fiub"
+           for v in (a, b)):
         return engine.matmul(a, b)  # numpy's dot and matmul agree on 1-D and 2-D operands
     raise _Unhandled
 
 
-def _reshape(engine: "Engine", a: Any, shape: Any = None, order: str = "C", **options: Any) -> Any:
+def _reshape(engine: Engine, a: Any, shape: Any = None, order: str = "C", **options: Any) -> Any:
     shape = options.pop("newshape", shape)
-    if order != "C" or options or not isinstance(a, DeviceArray) or shape is None:
+    if order != "C" or options or not engine.is_array(a) or shape is None:
         raise _Unhandled
     return a.reshape(shape)
 
 
-def _shape(engine: "Engine", a: Any) -> Any:
+def _shape(engine: Engine, a: Any) -> Any:
     return a.shape
 
 
-def _ndim(engine: "Engine", a: Any) -> Any:
+def _ndim(engine: Engine, a: Any) -> Any:
     return a.ndim
 
 
-def _size(engine: "Engine", a: Any, axis: int | None = None) -> Any:
+def _size(engine: Engine, a: Any, axis: int | None = None) -> Any:
     return a.size if axis is None else a.shape[axis]
 
 
@@ -100,7 +98,7 @@ for _alias, _kernel in (("amax", "max"), ("amin", "min")):
         FUNCTIONS.setdefault(getattr(np, _alias), _reduction(_kernel))
 
 
-def array_function(engine: "Engine", func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def array_function(engine: Engine, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``DeviceArray.__array_function__``: a kernel when there is one, else numpy with a notice."""
     handler = FUNCTIONS.get(func)
     if handler is not None:

@@ -3,7 +3,7 @@
 Modes:
 
 * ``off``: never touches wgpu; ``capabilities()`` says so and the ``gpu`` object computes with
-  numpy.
+  numpy. (The executor makes no runtime for ``--gpu off``: a cell's ``gpu`` there raises GpuError.)
 * ``on``: kernels always run on the adapter, software or not; no adapter is an error.
 * ``auto``: kernels run on the GPU only when the adapter is hardware. On a software adapter
   (lavapipe, ~100x slower than numpy on the same CPU) or without any adapter, operations
@@ -63,7 +63,7 @@ class GpuRuntime:
                             "on this CPU (--gpu on forces it)")
         threads = matmul_threads or DEFAULT_MATMUL_THREADS
         self.engine = Engine(self._open_context if device is not None else None, self._stats, self.notices,
-                             active=self.active, matmul_threads=threads)
+                             array_type=DeviceArray, active=self.active, matmul_threads=threads)
         if not self.active and mode != "off":
             self.engine.inactive_notice = f"computing with numpy, not the GPU: {self._reason}"
         self.gpu = GpuNamespace(self)

@@ -1,0 +1,88 @@
+"""worker/gpu imports downward only: each module imports nothing from its own layer or above.
+
+:data:`LAYERS` is the order, bottom first, written down once. Every import counts, wherever it
+is written: at the top, inside a function, or under ``if TYPE_CHECKING:``. An upper module that a
+lower one needs to call is reached through a Protocol in the lower module, or passed in.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = "remote_magic.worker.gpu"
+FOLDER = Path(__file__).resolve().parents[2] / "worker" / "gpu"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # the device and everything that needs no other module of the package
+    ("convert", "device", "host_ops", "memory", "notices", "pipelines", "stats", "uniforms"),
+    ("context",),  # one device: pool, transfers, pipelines, timer, dispatch
+    ("kernels", "custom"),  # launching the built-in shaders and users' kernels
+    ("matmul",),
+    ("engine",),  # where each operation runs; knows arrays through a Protocol
+    ("numpy_api",),  # __array_ufunc__ / __array_function__
+    ("arrays",),  # DeviceArray
+    ("namespace",),  # the cell's `gpu`; knows the runtime through a Protocol
+    ("runtime",),  # GpuRuntime, what the executor holds
+    ("__init__",),  # the public names
+)
+LAYER = {module: index for index, layer in enumerate(LAYERS) for module in layer}
+
+
+def package_imports(source: str) -> set[str]:
+    """Modules of the package that ``source`` (a module of it) imports, anywhere in the file.
+
+    ``from . import x`` names module ``x``; any other import of the package itself is ``__init__``.
+    """
+    modules = {path.stem for path in FOLDER.glob("*.py")}
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = PACKAGE.rsplit(".", node.level - 1)[0] if node.level else ""  # `from ..x` is the parent's x
+            target = ".".join(part for part in (base, node.module) if part)
+            targets = [(target, [alias.name for alias in node.names])]
+        else:
+            continue
+        for target, names in targets:
+            if target == PACKAGE:
+                found |= {name if name in modules else "__init__" for name in names} or {"__init__"}
+            elif target.startswith(PACKAGE + "."):
+                found.add(target[len(PACKAGE) + 1:].split(".")[0])
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    modules = sorted(path.stem for path in FOLDER.glob("*.py"))
+    assert modules == sorted(LAYER), "add the new module to LAYERS (or remove the old one)"
+    assert len(LAYER) == sum(len(layer) for layer in LAYERS), "a module is in two layers"
+
+
+def test_every_module_imports_only_from_lower_layers() -> None:
+    upward = []
+    for path in sorted(FOLDER.glob("*.py")):
+        module = path.stem
+        for imported in sorted(package_imports(path.read_text(encoding="utf-8"))):
+            if LAYER[imported] >= LAYER[module]:
+                upward.append(f"{module} (layer {LAYER[module]}) imports {imported} (layer {LAYER[imported]})")
+    assert upward == []
+
+
+def test_imports_count_inside_functions_and_under_type_checking() -> None:
+    source = """\
+from typing import TYPE_CHECKING
+import numpy as np
+from remote_magic.errors import GpuError
+from . import custom, DeviceArray
+from .engine import Engine
+if TYPE_CHECKING:
+    from .runtime import GpuRuntime
+
+def later():
+    from .numpy_api import array_ufunc
+    import remote_magic.worker.gpu.kernels
+    from .. import executor
+    from remote_magic.worker.gpu import GpuNamespace
+"""
+    assert package_imports(source) == {"custom", "__init__", "engine", "runtime", "numpy_api", "kernels"}
