@@ -212,8 +212,10 @@ OLDEST_SHELL = textwrap.dedent("""
 
 def test_the_oldest_supported_notebook_side_offloads_cells(
         wheel: Path, newest_worker: WorkerProcess, tmp_path: Path) -> None:
-    interpreter, version = find_python("3.10", "3.11", "3.12", "3.13")
-    if not version.startswith("3.10"):
+    interpreter, version = find_python("3.10", "3.11")
+    if not version.startswith(("3.10.", "3.11.")):  # numpy 1.24 has wheels up to Python 3.11
+        pytest.skip(f"the oldest declared versions need Python 3.10 or 3.11; this machine has {version}")
+    if not version.startswith("3.10."):
         _say(f"no Python 3.10 on this machine: the oldest-versions venv uses Python {version}")
     python = make_venv(interpreter, tmp_path / "venv")
     run_command(python, "-m", "pip", "install", *OLDEST, wheel, cwd=tmp_path)
