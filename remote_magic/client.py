@@ -118,7 +118,11 @@ class Client:
         the remote job and re-raises KeyboardInterrupt. ``gpu`` runs numpy array work on the
         worker's GPU: True for every built-in kernel, or a list of kernel names.
         """
-        return self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu).values
+        result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu)
+        if result.kept_on_worker:  # not silently: name what didn't come back
+            log.warning("not returned, left on the worker: %s",
+                        ", ".join(f"{name} ({what})" for name, what in result.kept_on_worker.items()))
+        return result.values
 
     def execute(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
                 *, worker: str | None = None, timeout: float | None = None, gpu: bool | list[str] | None = None,

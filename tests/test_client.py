@@ -221,3 +221,17 @@ def test_gpu_on_a_worker_with_the_gpu_off_says_how_to_turn_it_on(client: remote_
     with pytest.raises(GpuError, match=r"gpu\.matmul: this worker runs with --gpu off.*--gpu auto or on"):
         client.run("y = gpu.matmul(a, a)", {"a": np.eye(2)})
     assert client.run("y = repr(gpu)")["y"].startswith("<gpu: this worker runs with --gpu off")
+
+
+def test_matplotlib_objects_a_script_assigns_are_named_as_left_on_the_worker(
+        client: remote_magic.Client, caplog: pytest.LogCaptureFixture) -> None:
+    shown: list[dict] = []
+    result = client.execute("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+                            "fig = plt.figure()\nsize = list(fig.get_size_inches())", on_display=shown.append)
+    assert result.kept_on_worker == {"fig": "a matplotlib Figure"} and result.values == {
+        "matplotlib": result.values["matplotlib"], "plt": result.values["plt"], "size": [6.4, 4.8]}
+    assert [(sorted(d["data"]), d["data"]["text/plain"]) for d in shown] == [
+        (["image/png", "text/plain"], "<Figure size 640x480 with 0 Axes>")]  # the figure, as an image
+    with caplog.at_level("WARNING", logger="remote_magic.client"):
+        client.run("import matplotlib.pyplot as plt\nfig = plt.figure()")
+    assert "left on the worker: fig (a matplotlib Figure)" in caplog.text
