@@ -227,11 +227,11 @@ def test_matplotlib_objects_a_script_assigns_are_named_as_left_on_the_worker(
         client: remote_magic.Client, caplog: pytest.LogCaptureFixture) -> None:
     shown: list[dict] = []
     result = client.execute("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
-                            "fig = plt.figure()\nsize = list(fig.get_size_inches())", on_display=shown.append)
-    assert result.kept_on_worker == {"fig": "a matplotlib Figure"} and result.values == {
+                            "fig, ax = plt.subplots()\nsize = list(fig.get_size_inches())", on_display=shown.append)
+    assert result.kept_on_worker == {"fig": "a matplotlib Figure", "ax": "a matplotlib Axes"} and result.values == {
         "matplotlib": result.values["matplotlib"], "plt": result.values["plt"], "size": [6.4, 4.8]}
     assert [(sorted(d["data"]), d["data"]["text/plain"]) for d in shown] == [
-        (["image/png", "text/plain"], "<Figure size 640x480 with 0 Axes>")]  # the figure, as an image
+        (["image/png", "text/plain"], "<Figure size 640x480 with 1 Axes>")]  # the figure, as an image
     with caplog.at_level("WARNING", logger="remote_magic.client"):
         client.run("import matplotlib.pyplot as plt\nfig = plt.figure()")
     assert "left on the worker: fig (a matplotlib Figure)" in caplog.text
