@@ -19,7 +19,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 import remote_magic
 import remote_magic.wire.versions
-from remote_magic import ExecutorDied, WorkerLost
+from remote_magic import ExecutorDied, NoSuchWorker, WorkerLost
 from remote_magic.wire.protocol import PROTOCOL_VERSION, MessageType as T, decode, encode
 from remote_magic.wire.tokens import Token
 from support import WorkerProcess, start_worker, wait_for
@@ -194,6 +194,42 @@ def test_fleet_runs_jobs_on_idle_workers_and_fails_fast_when_one_is_lost(fleet, 
         assert time.monotonic() - started < 5
         assert [w["name"] for w in client.workers()] == ["home"]
         assert client.run("after = 1", worker="home") == {"after": 1}
+
+
+def test_a_job_waiting_for_a_named_worker_that_leaves_fails_at_once(fleet) -> None:
+    hub, joiner = fleet
+    with remote_magic.connect(hub.token) as client:
+        wait_for(lambda: len(client.workers()) == 2, 10, "both workers to join")
+        outcomes: dict[str, BaseException | None] = {}
+
+        def run_on_joiner(key: str, code: str) -> None:
+            outcomes[key] = _error_of(lambda: client.run(code, worker="joiner"))
+
+        running = threading.Thread(target=run_on_joiner, args=("running", "import time\ntime.sleep(60)"), daemon=True)
+        running.start()
+        wait_for(lambda: any(w["name"] == "joiner" and w["state"] == "busy" for w in client.workers()), 10,
+                 "'joiner' to run the first job")
+        queued = threading.Thread(target=run_on_joiner, args=("queued", "x = 1"), daemon=True)
+        queued.start()
+        wait_for(lambda: len(client._jobs) == 2, 10, "the second job to be submitted")
+        client.workers()  # one round trip on the same connection: the hub has queued the submit
+        joiner.process.send_signal(signal.SIGKILL)
+        started = time.monotonic()
+        for thread in (running, queued):
+            thread.join(10)
+        assert time.monotonic() - started < 5
+        assert isinstance(outcomes["running"], WorkerLost), outcomes
+        assert isinstance(outcomes["queued"], NoSuchWorker), outcomes  # before: it waited forever
+        assert "worker 'joiner', which this job was waiting for, stopped answering" in str(outcomes["queued"])
+        assert client.run("after = 2", worker="home") == {"after": 2}
+
+
+def _error_of(call) -> BaseException | None:
+    try:
+        call()
+    except BaseException as exc:  # the test inspects whatever it raised
+        return exc
+    return None
 
 
 def test_jobs_of_a_vanished_client_are_cancelled(fleet, tmp_path: Path) -> None:

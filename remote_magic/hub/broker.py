@@ -372,6 +372,14 @@ class Hub:
                     self._send(job.client, T.ERROR, error_header(WorkerLost(
                         f"worker {peer.name!r} on {host} {why} while running this job; its result is lost. "
                         "Run the cell again (another worker takes it if one is free)."), job.id))
+            if self.fleet.worker_named(peer.name) is None:  # jobs waiting for it by name would wait forever
+                known = ", ".join(sorted(w.name for w in self.fleet.workers())) or "none connected"
+                for job in [j for j in list(self.fleet.queue) if j.worker_name == peer.name]:
+                    self.fleet.finish(job.id)
+                    if job.client in self.fleet.peers:
+                        self._send(job.client, T.ERROR, error_header(NoSuchWorker(
+                            f"worker {peer.name!r}, which this job was waiting for, {why} (workers now: {known}); "
+                            "run it on another worker, or start that one again"), job.id))
         else:
             for job in self.fleet.jobs_of_client(peer.identity):
                 self._cancel(job, "the notebook that submitted it went away")
