@@ -25,7 +25,7 @@ from . import errors
 from .errors import ConnectionFailed, RemoteMagicError
 from .wire import serialization
 from .wire.connection import Connection, dial
-from .wire.failures import error_from_header
+from .wire.failures import error_from_header, error_header
 from .wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
@@ -189,8 +189,9 @@ class Client:
                 self._requests.pop(request, None)
 
     def close(self) -> None:
-        """Disconnect; jobs still running are cancelled by the hub."""
+        """Disconnect: jobs still running are cancelled by the hub, and their futures end with JobCancelled."""
         self._connection.close()
+        self._fail_every_job(errors.JobCancelled("the client was closed before the job finished"))
         self._context.term()
 
     def __enter__(self) -> "Client":
@@ -314,12 +315,14 @@ class Client:
                 job.future.set_exception(exc)
 
     def _on_lost(self, reason: str) -> None:
+        self._fail_every_job(ConnectionFailed(f"{reason}; the job's result is lost"))
+
+    def _fail_every_job(self, error: RemoteMagicError) -> None:
+        """End every job still waiting here (its future, or the run() waiting on it) with ``error``."""
         with self._lock:
             jobs, self._jobs = list(self._jobs.values()), {}
         for job in jobs:
-            failure = Message(T.ERROR, {"job": job.id, "error": "ConnectionFailed",
-                                        "message": f"{reason}; the job's result is lost"})
-            self._deliver(job, failure)
+            self._deliver(job, Message(T.ERROR, error_header(error, job.id)))
 
     def differences_with(self, worker: Mapping[str, Any]) -> list[str]:
         """Versions that differ between this notebook and a worker (from ``workers()``), in words."""

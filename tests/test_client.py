@@ -17,6 +17,7 @@ from remote_magic import (
     ExecutorDied,
     GpuError,
     InputError,
+    JobCancelled,
     JobTimeout,
     NoSuchWorker,
     OutputError,
@@ -235,3 +236,13 @@ def test_matplotlib_objects_a_script_assigns_are_named_as_left_on_the_worker(
     with caplog.at_level("WARNING", logger="remote_magic.client"):
         client.run("import matplotlib.pyplot as plt\nfig = plt.figure()")
     assert "left on the worker: fig (a matplotlib Figure)" in caplog.text
+
+
+def test_close_ends_pending_futures_with_job_cancelled(worker) -> None:
+    client = remote_magic.connect(worker.token, timeout=10)
+    future = client.submit(time.sleep, 30)
+    started = time.monotonic()
+    client.close()
+    assert time.monotonic() - started < 1
+    with pytest.raises(JobCancelled, match="the client was closed before the job finished"):
+        future.result(timeout=1)  # before: pending forever
