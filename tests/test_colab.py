@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -68,9 +69,12 @@ def _freeze(python: Path) -> dict[str, str]:
     return {_normalise(p["name"]): p["version"] for p in listed}
 
 
-def _say(text: str) -> None:
-    """Test output a reader of the CI log needs (which Pythons ran), shown with -s and in the report."""
+def _say(text: str, *, always: bool = False) -> None:
+    """Test output a reader of the CI log needs (which Pythons ran): with -s, and ``always`` in the
+    warnings summary of every run too."""
     print(f"[colab test] {text}", file=sys.stderr)
+    if always:
+        warnings.warn(f"[colab test] {text}", stacklevel=2)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +83,7 @@ def colab_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Itera
     tmp = tmp_path_factory.mktemp("colab")
     interpreter, version = find_python("3.13", "3.12", "3.11", "3.10")
     if not version.startswith("3.13"):
-        _say(f"no Python 3.13 on this machine: the Colab venv uses Python {version} instead")
+        _say(f"no Python 3.13 on this machine: the Colab venv uses Python {version} instead", always=True)
     python = make_venv(interpreter, tmp / "venv")
     pins = _constraints(tmp / "colab-constraints.txt")
     _say(f"Colab's pins from {COLAB_FREEZE}")
@@ -216,7 +220,7 @@ def test_the_oldest_supported_notebook_side_offloads_cells(
     if not version.startswith(("3.10.", "3.11.")):  # numpy 1.24 has wheels up to Python 3.11
         pytest.skip(f"the oldest declared versions need Python 3.10 or 3.11; this machine has {version}")
     if not version.startswith("3.10."):
-        _say(f"no Python 3.10 on this machine: the oldest-versions venv uses Python {version}")
+        _say(f"no Python 3.10 on this machine: the oldest-versions venv uses Python {version}", always=True)
     python = make_venv(interpreter, tmp_path / "venv")
     run_command(python, "-m", "pip", "install", *OLDEST, wheel, cwd=tmp_path)
     installed = _freeze(python)
