@@ -84,7 +84,8 @@ class Client:
         self.token = token if isinstance(token, Token) else Token.decode(token)
         if self.token.role is not Role.CLIENT:
             raise errors.TokenError("this is a worker token (rmw1.…): it joins a fleet with "
-                                    "`remote-worker --join TOKEN`. A notebook needs the client token (rmc1.…).")
+                                    "`REMOTE_MAGIC_JOIN_TOKEN=TOKEN remote-worker --join`. "
+                                    "A notebook needs the client token (rmc1.…).")
         self._jobs: dict[str, _Job] = {}
         self._requests: dict[str, Future[list[dict[str, Any]]]] = {}
         self._lock = threading.Lock()

@@ -13,9 +13,9 @@ import remote_magic
 from support import WorkerProcess, start_worker
 
 
-def _remote_worker(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _remote_worker(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["remote-worker", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "REMOTE_MAGIC_HOME": str(home)})
+                          env={**os.environ, "REMOTE_MAGIC_HOME": str(home), **(env or {})})
 
 
 def test_token_file_is_one_owner_only_line_matching_the_printed_token(worker: WorkerProcess) -> None:
@@ -43,7 +43,7 @@ def test_tokens_are_never_logged_whole(worker: WorkerProcess) -> None:
 
 
 def test_join_with_a_client_token_says_which_token_to_use(worker: WorkerProcess, tmp_path: Path) -> None:
-    result = _remote_worker(tmp_path, "--join", worker.token, "--gpu", "off")
+    result = _remote_worker(tmp_path, "--join", "--gpu", "off", env={"REMOTE_MAGIC_JOIN_TOKEN": worker.token})
     assert result.returncode == 1
     assert "this is a client token" in result.stderr and "remote-worker token --worker" in result.stderr
 
@@ -131,3 +131,28 @@ def test_verbose_logs_what_happens(tmp_path: Path) -> None:
         worker.stop()
     log = worker.log()
     assert "INFO" in log and "worker 'chatty' joined" in log
+
+
+def test_a_join_token_never_goes_on_the_command_line(worker: WorkerProcess, tmp_path: Path) -> None:
+    worker_token = _remote_worker(worker.home, "token", "--worker").stdout.strip()
+    refused = _remote_worker(tmp_path, "--join", worker_token, "--gpu", "off")
+    assert refused.returncode == 2
+    assert "can be read by every user of this machine" in refused.stderr
+    assert "REMOTE_MAGIC_JOIN_TOKEN=rmw1.… remote-worker --join" in refused.stderr and "--join-file" in refused.stderr
+    missing = _remote_worker(tmp_path, "--join", "--gpu", "off", env={"REMOTE_MAGIC_JOIN_TOKEN": ""})
+    assert missing.returncode == 2 and "--join needs the worker token in $REMOTE_MAGIC_JOIN_TOKEN" in missing.stderr
+
+
+def test_a_worker_joins_with_its_token_in_a_file(worker: WorkerProcess, tmp_path: Path) -> None:
+    token_file = tmp_path / "worker-token"
+    token_file.write_text(_remote_worker(worker.home, "token", "--worker").stdout)
+    token_file.chmod(0o600)
+    joined = start_worker(tmp_path / "w", "--join-file", str(token_file), "--gpu", "off", "--name", "from-file",
+                          token_file=False)
+    try:
+        with remote_magic.connect(worker.token, timeout=10) as client:
+            assert "from-file" in [w["name"] for w in client.workers()]
+            assert client.run("x = 6 * 7", worker="from-file") == {"x": 42}
+    finally:
+        joined.stop()
+    assert str(token_file) in " ".join(joined.process.args)  # the path is on the command line, not the token

@@ -342,8 +342,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorkerProc
     hub = start_worker(tmp / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
                        "--max-message-size", str(MAX_MESSAGE_BYTES))
     try:
-        joiner = start_worker(tmp / "joiner", "--join", _worker_token(hub).encode(), "--gpu", "off",
-                              "--name", "joiner", token_file=False)
+        joiner = start_worker(tmp / "joiner", "--join", "--gpu", "off", "--name", "joiner", token_file=False,
+                              env={"REMOTE_MAGIC_JOIN_TOKEN": _worker_token(hub).encode()})
     except BaseException:
         hub.stop()
         raise

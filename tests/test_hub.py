@@ -152,8 +152,8 @@ def fleet(tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
                                   check=True).stdout.strip()
     address = Token.decode(hub.token).address
     worker_token = Token.decode(worker_token).with_address(address).encode()
-    joiner = start_worker(tmp_path / "joiner", "--join", worker_token, "--gpu", "off", "--name", "joiner",
-                          token_file=False)
+    joiner = start_worker(tmp_path / "joiner", "--join", "--gpu", "off", "--name", "joiner", token_file=False,
+                          env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token})
     yield hub, joiner
     joiner.stop()
     hub.stop()

@@ -139,12 +139,13 @@ def test_offload_serve_hosts_a_hub_that_workers_join(tmp_path, monkeypatch) -> N
         with capture_output() as out:
             shell.run_line_magic("offload_serve", "--listen 127.0.0.1:0 --advertise tcp://127.0.0.1:45999")
         command = next(line.strip() for line in out.stdout.splitlines() if "remote-worker --join" in line)
-        token = command.split()[-1]
+        token = command.split()[0].removeprefix("REMOTE_MAGIC_JOIN_TOKEN=")
         advertised = Token.decode(token)
         assert advertised.role.value == "worker" and advertised.address == "tcp://127.0.0.1:45999"
         magics = shell.magics_manager.registry["OffloadMagics"]
         real = advertised.with_address(f"tcp://127.0.0.1:{magics.served.hub.port}").encode()  # no forwarder here
-        joined = start_worker(tmp_path, "--join", real, "--gpu", "off", "--name", "dialed-in", token_file=False)
+        joined = start_worker(tmp_path, "--join", "--gpu", "off", "--name", "dialed-in", token_file=False,
+                              env={"REMOTE_MAGIC_JOIN_TOKEN": real})
         try:
             wait_for(lambda: "dialed-in" in repr(shell.run_line_magic("offload_workers", "")), 20, "the worker")
             shell.user_ns["a"] = np.arange(4.0)

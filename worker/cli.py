@@ -36,6 +36,9 @@ if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() check
 log = logging.getLogger("remote-worker")
 
 DEFAULT_LISTEN = "0.0.0.0:5587"
+JOIN_TOKEN_ENV = "REMOTE_MAGIC_JOIN_TOKEN"
+"""Where `remote-worker --join` reads its worker token: an environment variable is readable only
+by its own user (/proc/PID/environ), a command line by everyone (ps)."""
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 
@@ -64,8 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"where the hub listens (default {DEFAULT_LISTEN}; port 0 picks a free port)")
     parser.add_argument("--token-file", type=Path, metavar="PATH",
                         help="also write the client token to PATH (owner-only) once the worker accepts jobs")
-    parser.add_argument("--join", metavar="TOKEN",
-                        help="join the hub this worker token points at instead of starting a hub")
+    parser.add_argument("--join", nargs="?", const="", metavar="TOKEN",
+                        help=f"join the hub a worker token points at instead of starting a hub; the token comes "
+                             f"from ${JOIN_TOKEN_ENV} or --join-file (never the command line, which every "
+                             "user of this machine can read)")
+    parser.add_argument("--join-file", type=Path, metavar="PATH",
+                        help="join the hub whose worker token is in PATH (implies --join)")
     parser.add_argument("--name", default=platform.node() or "worker", help="this worker's name in the fleet")
     parser.add_argument("--advertise", type=_endpoint, metavar="tcp://HOST:PORT",
                         help="the address to put in the token when you forward the port yourself")
@@ -165,15 +172,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .supervisor import ExecutorOptions, Supervisor
 
+    try:
+        join = join_token(args)
+    except ValueError as exc:
+        print(f"remote-worker: {exc}", file=sys.stderr)
+        return 2
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     try:
-        local = None if args.join else LocalHub(args)
+        local = None if join else LocalHub(args)
         if local is not None:
             supervisor = local.local_worker(args.name, options)
         else:
-            supervisor = Supervisor(Token.decode(args.join), args.name, options)
+            supervisor = Supervisor(Token.decode(join), args.name, options)
         supervisor.start()
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
@@ -202,6 +214,27 @@ def main(argv: list[str] | None = None) -> int:
         if local is not None:
             local.close()
     return 0
+
+
+def join_token(args: argparse.Namespace) -> str | None:
+    """The worker token to join with (from --join-file or $REMOTE_MAGIC_JOIN_TOKEN), or None to serve a hub."""
+    if args.join:  # a value on the command line
+        raise ValueError(
+            "a token on the command line can be read by every user of this machine (ps). Give it through the "
+            f"environment, `{JOIN_TOKEN_ENV}=rmw1.… remote-worker --join`, or a file only you can read, "
+            "`remote-worker --join-file PATH`")
+    if args.join_file is not None:
+        try:
+            return args.join_file.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"can't read the worker token from {args.join_file}: {exc.strerror}") from None
+    if args.join is None:
+        return None
+    token = os.environ.get(JOIN_TOKEN_ENV, "").strip()
+    if not token:
+        raise ValueError(f"--join needs the worker token in ${JOIN_TOKEN_ENV} (or use --join-file PATH); "
+                         "`remote-worker token --worker` on the hub's machine prints it")
+    return token
 
 
 def missing_worker_packages(args: argparse.Namespace) -> list[str]:

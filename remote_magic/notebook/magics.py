@@ -82,7 +82,7 @@ class OffloadMagics(Magics):
     def offload_serve(self, line: str) -> None:
         """Host a hub in this kernel, so workers dial in to the notebook.
 
-        Prints the `remote-worker --join TOKEN` command to run on each worker machine; this
+        Prints the `remote-worker --join` command to run on each worker machine; this
         notebook is connected to its own hub at once. With --ngrok the hub is reachable through a
         public ngrok TCP address; with --advertise, through your own forwarding.
         """
@@ -102,7 +102,7 @@ class OffloadMagics(Magics):
             self.disconnect()
             raise
         print(f"Serving a hub at {self.served.address}. On each worker machine run:\n\n"
-              f"    remote-worker --join {self.served.token(Role.WORKER).encode()}\n\n"
+              f"    REMOTE_MAGIC_JOIN_TOKEN={self.served.token(Role.WORKER).encode()} remote-worker --join\n\n"
               "This notebook is connected to it; %offload_workers lists the workers that joined.")
 
     @line_magic

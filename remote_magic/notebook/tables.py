@@ -46,7 +46,8 @@ class WorkersTable:
 
     def __repr__(self) -> str:
         if not self.workers:
-            return "no workers connected: start `remote-worker` (or `remote-worker --join TOKEN`) on a machine"
+            return ("no workers connected: start `remote-worker` on a machine (or `remote-worker --join`, with "
+                    "the worker token in $REMOTE_MAGIC_JOIN_TOKEN)")
         table = [COLUMNS, *rows(self.workers)]
         widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
