@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     try:
-        local = None if join else LocalHub(args)
-        if local is not None:
+        if join is None:
+            local = LocalHub(args)
             supervisor = local.local_worker(args.name, options)
         else:
             supervisor = Supervisor(Token.decode(join), args.name, options)
@@ -224,8 +224,9 @@ def join_token(args: argparse.Namespace) -> str | None:
             f"environment, `{JOIN_TOKEN_ENV}=rmw1.… remote-worker --join`, or a file only you can read, "
             "`remote-worker --join-file PATH`")
     if args.join_file is not None:
+        path: Path = args.join_file
         try:
-            return args.join_file.read_text().strip()
+            return path.read_text().strip()
         except OSError as exc:
             raise ValueError(f"can't read the worker token from {args.join_file}: {exc.strerror}") from None
     if args.join is None:
