@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,22 @@ def test_a_worker_joins_with_its_token_in_a_file(worker: WorkerProcess, tmp_path
     finally:
         joined.stop()
     assert str(token_file) in " ".join(joined.process.args)  # the path is on the command line, not the token
+
+
+def test_a_killed_workers_temporary_folder_is_removed_by_the_next_worker(tmp_path: Path) -> None:
+    def folders_of(process: subprocess.Popen[str]) -> list[Path]:
+        return list(Path(tempfile.gettempdir()).glob(f"remote-magic-{process.pid}-*"))
+
+    killed = start_worker(tmp_path / "killed", "--listen", "127.0.0.1:0", "--gpu", "off")
+    left = folders_of(killed.process)
+    assert len(left) == 1
+    killed.process.kill()
+    killed.process.wait()
+    assert left[0].exists()  # a SIGKILL cleans nothing up
+    second = start_worker(tmp_path / "second", "--listen", "127.0.0.1:0", "--gpu", "off")
+    try:
+        assert not left[0].exists()
+        assert len(folders_of(second.process)) == 1
+    finally:
+        second.stop()
+    assert folders_of(second.process) == []  # a clean exit removes its own

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,12 +73,30 @@ class RunningJob:
     reason: str = ""  # why it was interrupted: "cancel" or "timeout"
 
 
+TEMP_PREFIX = "remote-magic-"
+"""Each worker's temporary folder (the executor's socket, its runtime dir) is TEMP_PREFIX + its pid."""
+
+
+def remove_abandoned_dirs() -> list[Path]:
+    """Remove the temporary folders of workers that were killed (their pid is gone); the ones removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
+        pid = folder.name[len(TEMP_PREFIX):].partition("-")[0]
+        if not pid.isdigit() or psutil.pid_exists(int(pid)) or folder.stat().st_uid != os.getuid():
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+        log.info("removed %s, left by a worker that was killed", folder)
+    return removed
+
+
 class ExecutorProcess:
     """One executor child and the ROUTER socket it dials; restartable."""
 
     def __init__(self, context: zmq.Context[Any], options: ExecutorOptions) -> None:
         self.options = options
-        self._dir = tempfile.TemporaryDirectory(prefix="remote-magic-")
+        remove_abandoned_dirs()
+        self._dir = tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
         self.socket = context.socket(zmq.ROUTER)
         self.socket.linger = 0
         self.socket.router_mandatory = True
