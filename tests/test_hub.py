@@ -329,3 +329,13 @@ def test_an_address_with_many_failed_handshakes_is_blocked(tmp_path: Path) -> No
         assert "blocking 127.0.0.1" in w.log() and w.process.poll() is None
     finally:
         w.stop()
+
+
+def test_after_a_rotation_a_stale_worker_is_told_the_worker_command(fleet) -> None:
+    hub, joiner = fleet
+    subprocess.run(["remote-worker", "token", "--rotate"], capture_output=True, text=True, check=True,
+                   env={**__import__("os").environ, "REMOTE_MAGIC_HOME": str(hub.home)})
+    wait_for(lambda: "rotated" in joiner.log(), 15, "the joined worker to hear of the rotation")
+    line = next(line for line in joiner.log().splitlines() if "rotated" in line)
+    assert "`remote-worker token --worker` on the hub's machine" in line  # before: `remote-worker token`
+    assert "reconnecting" not in line

@@ -253,7 +253,10 @@ class Supervisor:
             log.warning("the hub says: %s", msg.header.get("message"))
 
     def _on_hub_lost(self, reason: str) -> None:
-        log.warning("%s; reconnecting", reason)
+        if self._connection is not None and self._connection.refused:
+            log.error("%s", reason)  # final: these credentials won't work again
+        else:
+            log.warning("%s; reconnecting", reason)
         if self.job is not None:  # its client can't get the result; free the executor for later
             self._interrupt("cancel")
 

@@ -253,7 +253,7 @@ class Hub:
     def _on_hello(self, identity: bytes, role: Role, key: bytes, msg: Message) -> None:
         if key != _LOCAL_KEY and self.keys.role_of(key) is not role:
             self._send(identity, T.ERROR, error_header(
-                PermissionDenied("these credentials were rotated out: get a new token with `remote-worker token`")))
+                PermissionDenied(f"these credentials were rotated out: {new_token_advice(role)}")))
             return
         claimed = msg.header.get("role")
         if claimed != role.value:
@@ -392,8 +392,16 @@ class Hub:
             if peer.local:
                 continue
             self._send(peer.identity, T.ERROR, error_header(
-                CredentialsRotated("the hub's keys were rotated: get a new token with `remote-worker token`")))
+                CredentialsRotated(f"the hub's keys were rotated: {new_token_advice(peer.role)}")))
             self._forget(peer, "holds rotated-out credentials")
+
+
+def new_token_advice(role: Role) -> str:
+    """What a peer holding rotated-out credentials does next, by its role."""
+    if role is Role.WORKER:
+        return ("get the new worker token with `remote-worker token --worker` on the hub's machine and "
+                "start this worker again with it")
+    return "get the new token with `remote-worker token` on the worker machine and connect again"
 
 
 def _job_id(msg: Message) -> str | None:

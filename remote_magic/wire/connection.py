@@ -31,6 +31,7 @@ from .protocol import (
     HEARTBEAT_LIVENESS,
     Message,
     MessageType as T,
+    Role,
     decode,
     encode,
 )
@@ -62,8 +63,9 @@ def _explain_failure(token: Token, timeout: float, events: set[int], refusal: Me
     if refusal is not None:
         return f"the hub at {where} refused us: {refusal.header.get('message', 'no reason given')}"
     if zmq.EVENT_HANDSHAKE_FAILED_AUTH in events:
+        command = "remote-worker token --worker" if token.role is Role.WORKER else "remote-worker token"
         return (f"the hub at {where} refused these credentials: the token is wrong or its keys were "
-                "rotated. Get the current one with `remote-worker token` on the worker machine.")
+                f"rotated. Get the current one with `{command}` on the hub's machine.")
     if zmq.EVENT_HANDSHAKE_SUCCEEDED in events:
         return (f"connected securely to {where}, but no answer to hello within {timeout:g} s: "
                 "the hub may be overloaded or an older version")
