@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import psutil
 import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -282,8 +283,30 @@ def test_runaway_memory_kills_only_the_executor(tmp_path: Path) -> None:
                 client.run("import numpy as np\nblocks = []\nfor _ in range(200):\n"
                            "    blocks.append(np.ones(2**22))\n")
             assert client.run("fine = True") == {"fine": True}
+            # Memory a job's child process uses counts too (before: only the executor's own).
+            with pytest.raises(ExecutorDied, match="over the 0.29 GiB limit"):
+                client.run("import subprocess, sys\nsubprocess.run([sys.executable, '-c', "
+                           "'import time; block = bytearray(600_000_000); time.sleep(60)'])")
+            assert client.run("fine = True") == {"fine": True}
     finally:
         w.stop()
+
+
+def test_processes_a_job_started_end_with_its_executor(client: remote_magic.Client, tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(ExecutorDied, match="exited with status 3"):
+        client.run("import os, subprocess\nchild = subprocess.Popen(['sleep', '300'])\n"
+                   "open(path, 'w').write(str(child.pid))\nos._exit(3)", {"path": str(pid_file)})
+    pid = int(pid_file.read_text())
+
+    def ended() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(ended, 10, f"the job's child process {pid} to end with its executor")  # before: it ran on
+    assert client.run("fine = True") == {"fine": True}
 
 
 def test_handshakes_without_the_hubs_public_key_never_count_towards_a_block(tmp_path: Path) -> None:

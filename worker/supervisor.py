@@ -168,19 +168,36 @@ class ExecutorProcess:
         return f"exited with status {code}"
 
     def memory_bytes(self) -> int:
+        """What the executor and every process it started use (resident), for --max-memory."""
+        if self.process is None:
+            return 0
         try:
-            return psutil.Process(self.process.pid).memory_info().rss if self.process else 0
+            executor = psutil.Process(self.process.pid)
+            processes = [executor, *executor.children(recursive=True)]
         except psutil.Error:
             return 0
+        total = 0
+        for process in processes:
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:  # ended meanwhile
+                continue
+        return total
 
     def interrupt(self) -> None:
         if self.process and self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGINT)
 
     def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        """Kill the executor and everything it started: its process group, which outlives it while
+        any of its children run (an executor that crashed leaves them behind)."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # its own session: the group's id is its pid
+        except ProcessLookupError:
+            pass  # the group is gone: nothing left to stop
+        self.process.wait()
 
     def close(self) -> None:
         self.kill()
