@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ from remote_magic import (
     RemoteError,
     TokenError,
 )
+from remote_magic.errors import NotConnected
+from support import start_worker, wait_for
 
 
 def test_run_returns_assigned_names_and_arrays(client: remote_magic.Client) -> None:
@@ -246,3 +249,38 @@ def test_close_ends_pending_futures_with_job_cancelled(worker) -> None:
     assert time.monotonic() - started < 1
     with pytest.raises(JobCancelled, match="the client was closed before the job finished"):
         future.result(timeout=1)  # before: pending forever
+
+
+def test_a_job_sent_to_a_restarted_hub_ends_instead_of_waiting(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = tmp_path / "home"
+    first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off",
+                         "--heartbeat-interval", "5", home=home)
+    with remote_magic.connect(first.token, timeout=10) as client:
+        assert client.run("x = 1") == {"x": 1}
+        first.process.kill()
+        first.process.wait()
+        second = start_worker(tmp_path / "second", "--listen", f"127.0.0.1:{port}", "--gpu", "off",
+                              "--heartbeat-interval", "5", home=home)
+        try:
+            outcome: list[object] = []
+            runner = threading.Thread(target=lambda: outcome.append(_result_or_error(client, "y = 2")),
+                                      daemon=True)
+            runner.start()
+            runner.join(15)
+            assert outcome, "the job sent to the restarted hub never ended"  # before: it waited forever
+            assert outcome[0] == {"y": 2} or isinstance(outcome[0], NotConnected), outcome
+            if isinstance(outcome[0], NotConnected):
+                assert "it did not run this job: run it again" in str(outcome[0])
+            wait_for(lambda: _result_or_error(client, "z = 3") == {"z": 3}, 15, "the client to be known again")
+        finally:
+            second.stop()
+
+
+def _result_or_error(client: remote_magic.Client, code: str) -> object:
+    try:
+        return client.run(code)
+    except remote_magic.RemoteMagicError as exc:
+        return exc

@@ -232,8 +232,11 @@ class Hub:
             self._on_hello(identity, role, key.encode(), msg)
             return
         if peer is None:
-            self._send(identity, T.ERROR, error_header(
-                NotConnected("send hello first: this hub doesn't know you (it may have restarted)")))
+            job = _job_id(msg)  # a job sent to a hub that restarted: fail it now, don't leave it waiting
+            self._send(identity, T.ERROR, error_header(NotConnected(
+                "this hub doesn't know you (it restarted, or timed you out), so it did not run this job: "
+                "run it again" if job else "send hello first: this hub doesn't know you (it may have restarted)"),
+                job))
             return
         if msg.type not in _ALLOWED[role]:
             what = "a client token can't act as a worker" if role is Role.CLIENT else "a worker token can't submit jobs"

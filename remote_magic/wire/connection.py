@@ -267,5 +267,7 @@ class Connection:
                 self._last_hello = now
                 log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
                 self._send_or_drop(encode(T.HELLO, self._hello))
+            if msg.header.get("job") is not None:
+                self._guarded(self._on_message, msg)  # the job it refused ends with this error
             return
         self._guarded(self._on_message, msg)
