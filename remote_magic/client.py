@@ -26,7 +26,7 @@ from .errors import ConnectionFailed, RemoteMagicError
 from .wire import serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
-from .wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role
+from .wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, MAX_HEADER_BYTES, Message, MessageType as T, Role, encode_header
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
 
@@ -216,6 +216,11 @@ class Client:
             header["worker"] = worker
         if timeout is not None:
             header["timeout"] = float(timeout)
+        if len(encode_header(header)) > MAX_HEADER_BYTES:  # the hub would refuse it: say why here
+            size = len(str(header.get("code", "")).encode()) / 2**20
+            raise errors.InputError(
+                f"the cell's source is {size:.1f} MiB, over the {MAX_HEADER_BYTES / 2**20:.0f} MiB a job's header "
+                "may hold: keep large data in variables (they travel as frames), not in the source")
         with self._lock:
             self._jobs[job.id] = job
         try:

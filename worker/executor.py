@@ -225,7 +225,19 @@ def _remote_error(exc: BaseException, job: str, cell_files: list[str]) -> dict[s
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    return error_header(RemoteError(name, str(exc), text), job)
+    return error_header(RemoteError(name, _clip(str(exc)), _clip(text)), job)
+
+
+MAX_ERROR_CHARS = 64 * 1024
+"""How much of an exception's message, and of its traceback, travels: a header has a size limit."""
+
+
+def _clip(text: str) -> str:
+    """``text``, or its start and end with a marker saying how much was cut between them."""
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    half = MAX_ERROR_CHARS // 2
+    return f"{text[:half]}\n[… {len(text) - 2 * half:,} characters cut …]\n{text[-half:]}"
 
 
 def _interrupted_an_import(exc: BaseException, cell_files: list[str]) -> bool:

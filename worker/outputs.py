@@ -17,7 +17,7 @@ import time
 import types
 from typing import Any, Callable, Sequence
 
-from remote_magic.wire.protocol import MessageType as T
+from remote_magic.wire.protocol import MAX_HEADER_BYTES, MessageType as T, encode_header
 
 Send = Callable[[T, dict[str, Any]], None]
 
@@ -25,6 +25,9 @@ STREAM_FLUSH_INTERVAL_S = 0.05
 """Text printed by a job reaches the notebook within about this long."""
 
 STREAM_FLUSH_BYTES = 64 * 1024
+
+MAX_DISPLAY_BYTES = MAX_HEADER_BYTES - 4096
+"""The largest display output that travels: it rides in a message header (a little room for the rest)."""
 
 FIGURE_FORMATS = ("png", "retina", "png2x", "jpeg", "jpg", "svg", "pdf")
 """Formats a notebook may ask figures in (IPython's InlineBackend.figure_formats)."""
@@ -58,8 +61,9 @@ class ForwardedStream(io.TextIOBase):
     def flush(self) -> None:
         with self._lock:
             text, self._parts, self._size = "".join(self._parts), [], 0
-        if text:
-            self._send(T.STREAM, {"job": self._job, "name": self.name, "text": text})
+        # One large write goes in pieces: a message's header (which carries the text) has a size limit.
+        for start in range(0, len(text), STREAM_FLUSH_BYTES):
+            self._send(T.STREAM, {"job": self._job, "name": self.name, "text": text[start:start + STREAM_FLUSH_BYTES]})
 
 
 class JobOutputs:
@@ -103,7 +107,16 @@ class JobOutputs:
 
     def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
         clean = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in data.items()}
-        self._send(T.DISPLAY, {"job": self.job, "data": clean, "metadata": metadata or {}})
+        header = {"job": self.job, "data": clean, "metadata": metadata or {}}
+        size = len(encode_header(header))
+        if size > MAX_DISPLAY_BYTES:  # not silently: say what was left out, where the output would be
+            kinds = ", ".join(sorted(clean))
+            self.stderr.write(f"[remote-magic: a display output ({kinds}) of {size / 2**20:.1f} MiB was left out: "
+                              f"one output may be at most {MAX_DISPLAY_BYTES / 2**20:.0f} MiB. Save it to a file "
+                              "or make it smaller]\n")
+            self.stderr.flush()
+            return
+        self._send(T.DISPLAY, header)
 
     def show_value(self, value: Any) -> None:
         """Show a cell's value that can't travel, as the notebook would; a figure shown so isn't shown again."""
