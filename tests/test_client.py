@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import socket
@@ -301,3 +302,12 @@ def test_outputs_and_errors_over_a_headers_size_travel_or_say_what_was_cut(clien
     with pytest.raises(InputError, match=r"the cell's source is 1\.1 MiB, over the 1 MiB"):
         client.run("big = '" + "a" * 1_200_000 + "'")  # before: the cell hung
     assert client.run("fine = True") == {"fine": True}
+
+
+def test_a_burst_of_submits_waits_for_room_and_loses_nothing(client: remote_magic.Client) -> None:
+    """Before: the connection dropped what its full queue couldn't take (about half of such a burst)."""
+    block = np.ones(50_000)  # 400 KB each: the queue to the hub fills long before the burst ends
+    futures = [client.submit(len, block) for _ in range(2500)]
+    done, pending = concurrent.futures.wait(futures, timeout=120)
+    assert not pending, f"{len(pending)} of {len(futures)} futures never ended"
+    assert [f.result() for f in futures] == [50_000] * 2500

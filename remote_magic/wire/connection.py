@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from typing import Any, Callable, Sequence
 
 import zmq
@@ -156,13 +157,16 @@ class Connection:
         self._outbox.linger = 0
         self._outbox.connect(self._endpoint)
         self._send_lock = threading.Lock()
+        # Messages the socket's queue had no room for yet, in order. While any wait, the outbox isn't
+        # read, so it fills and send() blocks: backpressure to the caller instead of loss.
+        self._backlog: deque[list[Any]] = deque()
         self._closing = False
         self._last_hello = 0.0
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
     def send(self, msg_type: T, header: dict[str, Any] | None = None, buffers: Sequence[Any] = ()) -> None:
-        """Queue a message for the hub; safe from any thread."""
+        """Queue a message for the hub; safe from any thread. Waits while the queue to the hub is full."""
         with self._send_lock:
             if self._closing:
                 raise ConnectionFailed("this connection is closed: connect again")
@@ -175,7 +179,7 @@ class Connection:
 
     def send_now(self, frames: list[Any]) -> None:
         """Send already-encoded frames to the hub; only from the I/O thread (watch/tick callbacks)."""
-        self._send_or_drop(frames)
+        self._send(frames)
 
     def close(self, timeout: float = 2.0) -> None:
         """Say goodbye, stop the I/O thread and close the socket; idempotent."""
@@ -198,26 +202,32 @@ class Connection:
         wait_s = self.interval / 2
         try:
             while True:
+                backlog = bool(self._backlog)
+                poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if backlog else 0))
+                poller.modify(outbox, 0 if backlog else zmq.POLLIN)
                 ready = dict(poller.poll(int(wait_s * 1000)))
                 now = time.monotonic()
                 for extra, handler in self._watched.items():
                     if extra in ready:
                         self._guarded(handler, extra.recv_multipart(copy=False))
-                if outbox in ready:
+                if ready.get(sock, 0) & zmq.POLLOUT:
+                    self._drain()
+                if ready.get(outbox, 0) & zmq.POLLIN:
                     frames = outbox.recv_multipart(copy=False)
                     if len(frames) == 1 and frames[0].bytes == b"close":
-                        sock.send_multipart(encode(T.BYE))
+                        self._drain()
+                        self._send(encode(T.BYE))
                         return
-                    self._send_or_drop(frames)
+                    self._send(frames)
                     last_sent = now
-                if sock in ready:
+                if ready.get(sock, 0) & zmq.POLLIN:
                     last_heard = now
                     if not self.connected:
                         self.connected = True
                         log.info("the hub answers again")
                     self._receive(sock.recv_multipart(copy=False))
-                if now - last_sent >= self.interval and not self.refused:
-                    self._send_or_drop(encode(T.HEARTBEAT, self._heartbeat_header()))
+                if now - last_sent >= self.interval and not self.refused and not self._backlog:
+                    self._send(encode(T.HEARTBEAT, self._heartbeat_header()))
                     last_sent = now
                 if self.connected and now - last_heard > self.expiry_s:
                     self.lost = f"the hub stopped answering for {self.expiry_s:.0f} s"
@@ -233,12 +243,21 @@ class Connection:
             outbox.close()
             sock.close()
 
-    def _send_or_drop(self, frames: list[Any]) -> None:
-        # Never block the I/O thread: after a long outage the queue to the hub can be full.
+    def _send(self, frames: list[Any]) -> None:
+        """Send in order without ever blocking the I/O thread: what the full queue can't take waits."""
+        if self._backlog or not self._try_send(frames):
+            self._backlog.append(frames)
+
+    def _drain(self) -> None:
+        while self._backlog and self._try_send(self._backlog[0]):
+            self._backlog.popleft()
+
+    def _try_send(self, frames: list[Any]) -> bool:
         try:
             self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            log.debug("the queue to the hub is full; dropped a message")
+        except zmq.Again:  # the queue to the hub is full (a slow link, or the hub is away)
+            return False
+        return True
 
     def _guarded(self, handler: Callable[[Any], None], argument: Any) -> None:
         try:
@@ -266,7 +285,7 @@ class Connection:
             if now - self._last_hello >= self.interval:  # one hello per interval, however many replies
                 self._last_hello = now
                 log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
-                self._send_or_drop(encode(T.HELLO, self._hello))
+                self._send(encode(T.HELLO, self._hello))
             if msg.header.get("job") is not None:
                 self._guarded(self._on_message, msg)  # the job it refused ends with this error
             return
