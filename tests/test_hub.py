@@ -275,6 +275,19 @@ def test_oversized_frames_are_refused_and_the_hub_keeps_serving(fleet) -> None:
         assert hub.process.poll() is None
 
 
+@pytest.mark.parametrize("worker_name", ["home", "joiner"])  # the in-process worker and a joined one
+def test_a_result_over_the_limit_fails_its_job_and_the_worker_serves_on(fleet, worker_name: str) -> None:
+    hub, _ = fleet
+    with remote_magic.connect(hub.token) as client:
+        wait_for(lambda: len(client.workers()) == 2, 10, "both workers to join")
+        with pytest.raises(remote_magic.OutputError) as info:  # before: the client waited forever
+            client.run("big = bytearray(2 * 2**20)\nsmall = 1", worker=worker_name)
+        assert "`big` needs a 2.0 MiB frame, over the hub's 1.0 MiB limit" in str(info.value)
+        assert "--max-message-size" in str(info.value) and info.value.name == "big"
+        assert client.run("after = 3", worker=worker_name) == {"after": 3}
+        assert {w["name"]: w["state"] for w in client.workers()}[worker_name] == "idle"
+
+
 def test_runaway_memory_kills_only_the_executor(tmp_path: Path) -> None:
     w = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--max-memory", "300M")
     try:

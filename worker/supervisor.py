@@ -29,10 +29,12 @@ from remote_magic.errors import (
     JobCancelled,
     JobError,
     JobTimeout,
+    OutputError,
 )
+from remote_magic.wire import serialization
 from remote_magic.wire.connection import Connection, dial
 from remote_magic.wire.failures import error_header
-from remote_magic.wire.protocol import Message, MessageType as T, Role, decode, encode
+from remote_magic.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role, decode, encode
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
 
@@ -307,6 +309,8 @@ class Supervisor:
                 msg.header.update(error_header(self._interrupted_error(self.job)))
             self._count(msg.header.get("stats"))
             replace = bool(msg.header.pop("replace_executor", False))
+            if msg.type is T.RESULT and (too_large := self._oversized(msg)) is not None:
+                msg = Message(T.ERROR, error_header(too_large, self.job.id))
             self._connection.send_now(encode(msg.type, msg.header, msg.buffers))  # type: ignore[union-attr]
             self.job = None
             if replace:
@@ -315,6 +319,23 @@ class Supervisor:
             self._start_pending()
         else:
             self._connection.send_now(list(frames[1:]))  # type: ignore[union-attr]
+
+    def _oversized(self, result: Message) -> OutputError | None:
+        """A result with a frame the hub would refuse (and cut this connection for): its job fails instead."""
+        limit = int((self.welcome.header if self.welcome else {}).get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
+        try:
+            values = list(serialization.per_name(result.header["names"], result.header["counts"], result.buffers))
+        except (KeyError, TypeError):
+            return None
+        for name, frames in values:
+            largest = max(serialization.nbytes([frame]) for frame in frames)
+            if largest > limit:
+                shown = "the cell's value" if name == "__value__" else f"`{name}`"
+                return OutputError(
+                    f"{shown} needs a {largest / 2**20:.1f} MiB frame, over the hub's {limit / 2**20:.1f} MiB limit: "
+                    "return less (or a part at a time), or start the hub's remote-worker with a larger "
+                    "--max-message-size", None if name == "__value__" else name)
+        return None
 
     def _count(self, stats: Any) -> None:
         """Add one job's GPU counters to the totals the worker listing shows."""
