@@ -311,3 +311,26 @@ def test_a_burst_of_submits_waits_for_room_and_loses_nothing(client: remote_magi
     done, pending = concurrent.futures.wait(futures, timeout=120)
     assert not pending, f"{len(pending)} of {len(futures)} futures never ended"
     assert [f.result() for f in futures] == [50_000] * 2500
+
+
+def test_a_job_in_flight_when_its_hub_restarts_ends_with_a_reason(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = tmp_path / "home"
+    first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
+    second = None
+    try:
+        with remote_magic.connect(first.token, timeout=10) as client:
+            future = client.submit(time.sleep, 60)
+            wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "the job to start")
+            first.process.kill()
+            first.process.wait()
+            second = start_worker(tmp_path / "second", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
+            with pytest.raises(ConnectionFailed, match="the hub forgot this connection"):
+                future.result(timeout=20)  # before: pending forever, the new hub knew nothing of it
+            wait_for(lambda: _result_or_error(client, "z = 3") == {"z": 3}, 15, "the client to be known again")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

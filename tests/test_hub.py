@@ -225,6 +225,26 @@ def test_a_job_waiting_for_a_named_worker_that_leaves_fails_at_once(fleet) -> No
         assert client.run("after = 2", worker="home") == {"after": 2}
 
 
+def test_a_worker_stopped_mid_job_and_continued_drops_the_abandoned_job(fleet) -> None:
+    hub, joiner = fleet
+    with remote_magic.connect(hub.token) as client:
+        wait_for(lambda: len(client.workers()) == 2, 10, "both workers to join")
+
+        def stop_joiner(header: dict) -> None:
+            if "spinning" in header["text"]:
+                joiner.process.send_signal(signal.SIGSTOP)
+
+        with pytest.raises(WorkerLost):
+            client.execute("print('spinning', flush=True)\nwhile True:\n    pass", worker="joiner",
+                           on_stream=stop_joiner)
+        joiner.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: "joiner" in [w["name"] for w in client.workers()], 15, "'joiner' to rejoin")
+        started = time.monotonic()
+        # Before: it rejoined as idle while its executor still spun, and this waited forever.
+        assert client.run("after = 4", worker="joiner", timeout=30) == {"after": 4}
+        assert time.monotonic() - started < 15
+
+
 def _error_of(call) -> BaseException | None:
     try:
         call()

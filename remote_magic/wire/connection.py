@@ -162,6 +162,7 @@ class Connection:
         self._backlog: deque[list[Any]] = deque()
         self._closing = False
         self._last_hello = 0.0
+        self._forgotten = False  # the hub said it doesn't know us, and hasn't welcomed us back yet
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -288,5 +289,10 @@ class Connection:
                 self._send(encode(T.HELLO, self._hello))
             if msg.header.get("job") is not None:
                 self._guarded(self._on_message, msg)  # the job it refused ends with this error
+            if not self._forgotten:  # whatever the hub held for us is gone with its memory of us
+                self._forgotten = True
+                self._on_lost("the hub forgot this connection (it restarted, or timed it out)")
             return
+        if msg.type is T.WELCOME:
+            self._forgotten = False
         self._guarded(self._on_message, msg)
