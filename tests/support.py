@@ -6,6 +6,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -148,3 +149,10 @@ def find_python(*minors: str) -> tuple[str, str]:
             if probe.returncode == 0 and version.startswith(f"{minor}."):
                 return candidate, version
     return sys.executable, platform.python_version()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a hub restarted on the same port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from remote_magic import (
     TokenError,
 )
 from remote_magic.errors import NotConnected
-from support import start_worker, wait_for
+from support import free_port, start_worker, wait_for
 
 
 def test_run_returns_assigned_names_and_arrays(client: remote_magic.Client) -> None:
@@ -253,9 +252,7 @@ def test_close_ends_pending_futures_with_job_cancelled(worker) -> None:
 
 
 def test_a_job_sent_to_a_restarted_hub_ends_instead_of_waiting(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     home = tmp_path / "home"
     first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off",
                          "--heartbeat-interval", "5", home=home)
@@ -314,9 +311,7 @@ def test_a_burst_of_submits_waits_for_room_and_loses_nothing(client: remote_magi
 
 
 def test_a_job_in_flight_when_its_hub_restarts_ends_with_a_reason(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     home = tmp_path / "home"
     first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
     second = None
