@@ -164,3 +164,12 @@ def test_names_a_definition_evaluates_are_there_before_it_is_compiled(ip: Intera
     result, _ = run(ip, "%%offload\nd = Derived()\nvalues = (d.area(), d.scale, isinstance(d, Base))\n")
     assert result.success, result.error_in_exec
     assert ip.user_ns["values"] == (6, 30, True) and type(ip.user_ns["d"]) is ip.user_ns["Derived"]
+
+
+def test_a_cell_that_raises_shows_its_figure_there_and_not_in_the_next_cell(ip: InteractiveShell) -> None:
+    result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+                          "raise ValueError('after plotting')")
+    assert not result.success
+    assert len([o for o in out.outputs if "image/png" in o.data]) == 1  # as the inline backend shows it locally
+    result, out = run(ip, "%%offload\nnothing = None")
+    assert result.success and [o for o in out.outputs if "image/png" in o.data] == []
