@@ -216,8 +216,11 @@ class Client:
             header["worker"] = worker
         if timeout is not None:
             header["timeout"] = float(timeout)
-        if len(encode_header(header)) > MAX_HEADER_BYTES:  # the hub would refuse it: say why here
-            size = len(str(header.get("code", "")).encode()) / 2**20
+        code = str(header.get("code", ""))
+        # The hub would refuse a header over its limit: say why here. Encoding the header twice is
+        # only worth it for a source that could reach the limit (at most 12 bytes a character in JSON).
+        if len(code) * 12 + 65536 > MAX_HEADER_BYTES and len(encode_header(header)) > MAX_HEADER_BYTES:
+            size = len(code.encode()) / 2**20
             raise errors.InputError(
                 f"the cell's source is {size:.1f} MiB, over the {MAX_HEADER_BYTES / 2**20:.0f} MiB a job's header "
                 "may hold: keep large data in variables (they travel as frames), not in the source")
