@@ -236,13 +236,13 @@ class Client:
 
     def _check_size(self, packed: serialization.Packed) -> None:
         """Refuse here what the hub's socket would drop without a word."""
-        for name, frames in serialization.per_name(packed.names, packed.counts, packed.frames):
-            largest = max(serialization.nbytes([f]) for f in frames)
-            if largest > self.max_message_bytes:
-                raise errors.InputError(
-                    f"`{name}` needs a {largest / 2**20:.1f} MiB frame, over the hub's "
-                    f"{self.max_message_bytes / 2**20:.1f} MiB limit: split it, or start remote-worker "
-                    "with a larger --max-message-size", name)
+        over = serialization.frame_over(packed.names, packed.counts, packed.frames, self.max_message_bytes)
+        if over is not None:
+            name, largest = over
+            raise errors.InputError(
+                f"`{name}` needs a {largest / 2**20:.1f} MiB frame, over the hub's "
+                f"{self.max_message_bytes / 2**20:.1f} MiB limit: split it, or start remote-worker "
+                "with a larger --max-message-size", name)
 
     def _next_event(self, job: _Job) -> Message:
         while True:

@@ -324,18 +324,17 @@ class Supervisor:
         """A result with a frame the hub would refuse (and cut this connection for): its job fails instead."""
         limit = int((self.welcome.header if self.welcome else {}).get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
         try:
-            values = list(serialization.per_name(result.header["names"], result.header["counts"], result.buffers))
+            over = serialization.frame_over(result.header["names"], result.header["counts"], result.buffers, limit)
         except (KeyError, TypeError):
             return None
-        for name, frames in values:
-            largest = max(serialization.nbytes([frame]) for frame in frames)
-            if largest > limit:
-                shown = "the cell's value" if name == "__value__" else f"`{name}`"
-                return OutputError(
-                    f"{shown} needs a {largest / 2**20:.1f} MiB frame, over the hub's {limit / 2**20:.1f} MiB limit: "
-                    "return less (or a part at a time), or start the hub's remote-worker with a larger "
-                    "--max-message-size", None if name == "__value__" else name)
-        return None
+        if over is None:
+            return None
+        name, largest = over
+        shown = "the cell's value" if name == "__value__" else f"`{name}`"
+        return OutputError(
+            f"{shown} needs a {largest / 2**20:.1f} MiB frame, over the hub's {limit / 2**20:.1f} MiB limit: "
+            "return less (or a part at a time), or start the hub's remote-worker with a larger "
+            "--max-message-size", None if name == "__value__" else name)
 
     def _count(self, stats: Any) -> None:
         """Add one job's GPU counters to the totals the worker listing shows."""

@@ -221,6 +221,16 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
     return values
 
 
+def frame_over(names: Sequence[str], counts: Sequence[int], frames: Sequence[Any],
+               limit: int) -> tuple[str, int] | None:
+    """The first value with a frame over ``limit`` bytes (what a hub's socket refuses), and its size."""
+    for name, parts in per_name(names, counts, frames):
+        largest = max(nbytes([part]) for part in parts)
+        if largest > limit:
+            return name, largest
+    return None
+
+
 def nbytes(frames: Iterable[Any]) -> int:
     """Total payload size of some frames, for stats and logs."""
     total = 0
