@@ -312,9 +312,8 @@ class Hub:
         wanted = msg.header.get("worker")
         wanted = None if wanted is None else str(wanted)  # as the fleet will compare it with names
         if wanted is not None and self.fleet.worker_named(wanted) is None:
-            known = ", ".join(sorted(w.name for w in self.fleet.workers())) or "none connected"
             self._send(peer.identity, T.ERROR, error_header(NoSuchWorker(
-                f"no worker is named {wanted!r} (workers: {known}); see %offload_workers"), job_id))
+                f"no worker is named {wanted!r} (workers: {self._worker_names()}); see %offload_workers"), job_id))
             return
         self.fleet.enqueue(Job(job_id, peer.identity, wanted, frames))
         self._dispatch()
@@ -376,7 +375,7 @@ class Hub:
                         f"worker {peer.name!r} on {host} {why} while running this job; its result is lost. "
                         "Run the cell again (another worker takes it if one is free)."), job.id))
             if self.fleet.worker_named(peer.name) is None:  # jobs waiting for it by name would wait forever
-                known = ", ".join(sorted(w.name for w in self.fleet.workers())) or "none connected"
+                known = self._worker_names()
                 for job in [j for j in list(self.fleet.queue) if j.worker_name == peer.name]:
                     self.fleet.finish(job.id)
                     if job.client in self.fleet.peers:
@@ -387,6 +386,9 @@ class Hub:
             for job in self.fleet.jobs_of_client(peer.identity):
                 self._cancel(job, "the notebook that submitted it went away")
         self._dispatch()
+
+    def _worker_names(self) -> str:
+        return ", ".join(sorted(w.name for w in self.fleet.workers())) or "none connected"
 
     def _drop_stale_keys(self) -> None:
         # After rotation libzmq keeps established sessions; forget peers so they must HELLO
@@ -404,7 +406,7 @@ def new_token_advice(role: Role) -> str:
     if role is Role.WORKER:
         return ("get the new worker token with `remote-worker token --worker` on the hub's machine and "
                 "start this worker again with it")
-    return "get the new token with `remote-worker token` on the worker machine and connect again"
+    return "get the new token with `remote-worker token` on the hub's machine and connect again"
 
 
 def _job_id(msg: Message) -> str | None:
