@@ -201,11 +201,13 @@ class Connection:
             poller.register(extra, zmq.POLLIN)
         last_heard = last_sent = time.monotonic()
         wait_s = self.interval / 2
+        waiting_for_room = False  # polling for the socket to take the backlog, not reading the outbox
         try:
             while True:
-                backlog = bool(self._backlog)
-                poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if backlog else 0))
-                poller.modify(outbox, 0 if backlog else zmq.POLLIN)
+                if bool(self._backlog) != waiting_for_room:  # re-arm the poller only when that changes
+                    waiting_for_room = not waiting_for_room
+                    poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if waiting_for_room else 0))
+                    poller.modify(outbox, 0 if waiting_for_room else zmq.POLLIN)
                 ready = dict(poller.poll(int(wait_s * 1000)))
                 now = time.monotonic()
                 for extra, handler in self._watched.items():
