@@ -14,6 +14,7 @@ From a script::
 from ._version import __version__
 from .client import Client, JobResult, connect
 from .errors import (
+    Busy,
     ConnectionFailed,
     ExecutorDied,
     GpuError,
@@ -37,7 +38,7 @@ from .errors import (
 
 __all__ = [
     "__version__", "Client", "JobResult", "connect",
-    "RemoteMagicError", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
+    "RemoteMagicError", "Busy", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "GpuError", "ShaderError",
     "GpuLimitError", "TunnelError",

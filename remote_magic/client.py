@@ -26,6 +26,7 @@ from .errors import ConnectionFailed, RemoteMagicError
 from .wire import serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
+from .wire.lifecycle import JobState, Lifecycle
 from .wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, MAX_HEADER_BYTES, Message, MessageType as T, Role, encode_header
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
@@ -55,6 +56,10 @@ class _Job:
     events: "queue.SimpleQueue[Message]" = field(default_factory=queue.SimpleQueue)
     future: "Future[Any] | None" = None
     worker: str = ""
+    lifecycle: Lifecycle = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lifecycle = Lifecycle(self.id, "client")
 
 
 def _write_stream(header: Mapping[str, Any]) -> None:
@@ -80,12 +85,13 @@ class Client:
     """A connection to a hub, from a notebook or a script. Use ``connect()`` to make one."""
 
     def __init__(self, token: Token | str, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 name: str | None = None) -> None:
+                 name: str | None = None, send_timeout: float | None = None) -> None:
         self.token = token if isinstance(token, Token) else Token.decode(token)
         if self.token.role is not Role.CLIENT:
             raise errors.TokenError("this is a worker token (rmw1.…): it joins a fleet with "
                                     "`REMOTE_MAGIC_JOIN_TOKEN=TOKEN remote-worker --join`. "
                                     "A notebook needs the client token (rmc1.…).")
+        self.send_timeout = send_timeout
         self._jobs: dict[str, _Job] = {}
         self._requests: dict[str, Future[list[dict[str, Any]]]] = {}
         self._lock = threading.Lock()
@@ -159,8 +165,8 @@ class Client:
             self._interrupt(job, on_stream)
             raise
         finally:
-            with self._lock:
-                self._jobs.pop(job.id, None)
+            if self._end(job.id, errors.JobCancelled("stopped in the notebook")):  # it hadn't ended: stop it there too
+                self._cancel(job.id)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[Any]":
         """Call ``fn(*args, **kwargs)`` on a worker; a Future holds its return value.
@@ -227,11 +233,13 @@ class Client:
         with self._lock:
             self._jobs[job.id] = job
         try:
-            self._connection.send(T.SUBMIT, header, packed.frames)
-        except ConnectionFailed:
-            with self._lock:
-                self._jobs.pop(job.id, None)
+            self._connection.send(T.SUBMIT, header, packed.frames, timeout=self.send_timeout)
+        except RemoteMagicError as exc:  # nothing was sent
+            self._end(job.id, exc)
             raise
+        with self._lock:
+            if job.lifecycle.state is JobState.QUEUED:  # its answer may be here already
+                job.lifecycle.move(JobState.SENT)
         return job
 
     def _check_size(self, packed: serialization.Packed) -> None:
@@ -293,8 +301,13 @@ class Client:
                 future.set_result(list(msg.header.get("workers", [])))
             return
         job_id = msg.header.get("job")
-        with self._lock:
-            job = self._jobs.get(job_id) if isinstance(job_id, str) else None
+        ends = msg.type in (T.RESULT, T.ERROR)
+        with self._lock:  # one owner per ending: whoever takes the job out of the table
+            job = (self._jobs.pop if ends else self._jobs.get)(job_id, None) if isinstance(job_id, str) else None
+            if job is not None and ends:
+                job.lifecycle.end(msg.header if msg.type is T.ERROR else None)
+            elif job is not None and msg.type is T.STARTED:
+                job.lifecycle.move(JobState.RUNNING)
         if job is None:
             if msg.type is T.ERROR:
                 log.warning("the hub says: %s", msg.header.get("message"))
@@ -314,8 +327,6 @@ class Client:
         elif msg.type is T.DISPLAY:
             _show_display(msg.header)
         elif msg.type in (T.RESULT, T.ERROR):
-            with self._lock:
-                self._jobs.pop(job.id, None)
             if job.future.done():
                 return
             try:
@@ -329,9 +340,19 @@ class Client:
     def _fail_every_job(self, error: RemoteMagicError) -> None:
         """End every job still waiting here (its future, or the run() waiting on it) with ``error``."""
         with self._lock:
-            jobs, self._jobs = list(self._jobs.values()), {}
-        for job in jobs:
-            self._deliver(job, Message(T.ERROR, error_header(error, job.id)))
+            job_ids = list(self._jobs)
+        for job_id in job_ids:
+            self._end(job_id, error)
+
+    def _end(self, job_id: str, error: RemoteMagicError) -> bool:
+        """End a job here with ``error`` unless it ended already (then False); its future or run() gets it."""
+        with self._lock:
+            job = self._jobs.pop(job_id, None)
+            if job is None:
+                return False
+            job.lifecycle.end(error)
+        self._deliver(job, Message(T.ERROR, error_header(error, job.id)))
+        return True
 
     def differences_with(self, worker: Mapping[str, Any]) -> list[str]:
         """Versions that differ between this notebook and a worker (from ``workers()``), in words."""
@@ -340,13 +361,16 @@ class Client:
 
 
 def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-            name: str | None = None) -> Client:
+            name: str | None = None, send_timeout: float | None = None) -> Client:
     """Connect to the hub a token points at (default: $REMOTE_MAGIC_TOKEN).
 
     Raises ConnectionFailed within ``timeout`` seconds with what to check when the hub can't
     be reached or refuses the token. The Client is a context manager.
+
+    Jobs are never dropped: when more are submitted than the link to the hub carries, ``submit``
+    and ``run`` wait for room; with ``send_timeout`` they wait at most that long, then raise Busy.
     """
     token = token or os.environ.get("REMOTE_MAGIC_TOKEN")
     if not token:
         raise errors.TokenError("no token: pass the line remote-worker printed, or set REMOTE_MAGIC_TOKEN")
-    return Client(token, timeout=timeout, name=name)
+    return Client(token, timeout=timeout, name=name, send_timeout=send_timeout)

@@ -10,6 +10,8 @@ Every error a user can catch derives from one root::
     │   └── NotConnected      the hub doesn't know this peer (it restarted, or timed us out)
     ├── TokenError            a token is malformed, or of the wrong kind
     ├── ProtocolError         a peer sent a message that breaks the wire protocol
+    │   └── InvalidTransition  a job was moved to a state it can't reach from where it is
+    ├── Busy                  the queue to the hub stayed full past the bound the caller set
     ├── SerializationError    a value could not be pickled or unpickled
     │   ├── InputError        ... a variable sent to the worker (names it)
     │   └── OutputError       ... a variable coming back (names it)
@@ -65,6 +67,14 @@ class TokenError(RemoteMagicError, ValueError):
 
 class ProtocolError(RemoteMagicError):
     """A peer sent a message that does not follow the wire protocol."""
+
+
+class InvalidTransition(ProtocolError):
+    """A job was moved to a state it can't reach from its current one (a STARTED after its RESULT)."""
+
+
+class Busy(RemoteMagicError):
+    """The queue to the hub stayed full for longer than the client's ``send_timeout``: nothing was sent."""
 
 
 class SerializationError(RemoteMagicError):

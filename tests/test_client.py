@@ -25,7 +25,7 @@ from remote_magic import (
     RemoteError,
     TokenError,
 )
-from remote_magic.errors import NotConnected
+from remote_magic.errors import Busy, NotConnected
 from support import free_port, start_worker, wait_for
 
 
@@ -308,6 +308,31 @@ def test_a_burst_of_submits_waits_for_room_and_loses_nothing(client: remote_magi
     done, pending = concurrent.futures.wait(futures, timeout=120)
     assert not pending, f"{len(pending)} of {len(futures)} futures never ended"
     assert [f.result() for f in futures] == [50_000] * 2500
+
+
+def test_with_a_send_timeout_a_full_link_raises_busy_and_what_was_sent_still_arrives(tmp_path: Path) -> None:
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
+    try:
+        with remote_magic.connect(hub.token, send_timeout=0.5) as client:
+            block = bytes(64 * 1024)
+            hub.process.send_signal(signal.SIGSTOP)  # the hub reads nothing: the link fills
+            futures: list[concurrent.futures.Future[int]] = []
+            busy = None
+            deadline = time.monotonic() + 3  # well within the heartbeat bound: the hub isn't taken for gone
+            while busy is None and time.monotonic() < deadline:
+                try:
+                    futures.append(client.submit(len, block))
+                except Busy as exc:
+                    busy = exc
+            hub.process.send_signal(signal.SIGCONT)
+            assert busy is not None, f"all {len(futures)} submits found room"
+            assert "the queue to the hub stayed full for 0.5 s" in str(busy) and "not sent" in str(busy)
+            done, pending = concurrent.futures.wait(futures, timeout=120)
+            assert not pending, f"{len(pending)} of {len(futures)} futures never ended"
+            assert [f.result() for f in futures] == [len(block)] * len(futures)
+    finally:
+        hub.process.send_signal(signal.SIGCONT)
+        hub.stop()
 
 
 def test_a_job_in_flight_when_its_hub_restarts_ends_with_a_reason(tmp_path: Path) -> None:

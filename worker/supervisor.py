@@ -30,10 +30,12 @@ from remote_magic.errors import (
     JobError,
     JobTimeout,
     OutputError,
+    WorkerLost,
 )
 from remote_magic.wire import serialization
 from remote_magic.wire.connection import Connection, dial
 from remote_magic.wire.failures import error_header
+from remote_magic.wire.lifecycle import JobState, Lifecycle
 from remote_magic.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role, decode, encode
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
@@ -67,12 +69,24 @@ class ExecutorOptions:
 
 
 @dataclass
-class RunningJob:
+class HeldJob:
+    """A job this worker holds: queued while its executor is busy or restarting, then running there."""
+
     id: str
+    frames: list[Any]  # the SUBMIT for the executor, until it has it
     timeout: float | None
-    deadline: float | None
+    lifecycle: Lifecycle
+    deadline: float | None = None
     interrupted_at: float | None = None
-    reason: str = ""  # why it was interrupted: "cancel" or "timeout"
+    reason: str = ""  # why it was interrupted: "cancel", "timeout" or "lost"
+
+    @classmethod
+    def from_submit(cls, msg: Message, party: str) -> "HeldJob":
+        asked = msg.header.get("timeout")
+        valid = isinstance(asked, (int, float)) and 0 < asked <= sys.float_info.max  # not NaN, inf, 10**400
+        job_id = str(msg.header["job"])
+        return cls(job_id, encode(T.SUBMIT, msg.header, msg.buffers), float(asked) if valid else None,  # type: ignore[arg-type]
+                   Lifecycle(job_id, party))
 
 
 TEMP_PREFIX = "remote-magic-"
@@ -222,8 +236,8 @@ class Supervisor:
         self.name = name
         self.options = options
         self.connect_timeout = connect_timeout
-        self.job: RunningJob | None = None
-        self._pending: list[tuple[dict[str, Any], list[Any]]] = []  # jobs that came while the executor restarts
+        self.job: HeldJob | None = None  # the one running in the executor
+        self._pending: list[HeldJob] = []  # jobs that came while the executor was busy or restarting
         self._own_context = context is None
         self._context = context or zmq.Context()
         self.executor = ExecutorProcess(self._context, options)
@@ -260,14 +274,14 @@ class Supervisor:
 
     def _on_hub_message(self, msg: Message) -> None:
         if msg.type is T.SUBMIT:
-            frames = encode(T.SUBMIT, msg.header, msg.buffers)
-            if self.job is None and self.executor.ready:
-                self._start_job(msg.header, frames)
-            else:
-                self._pending.append((msg.header, frames))
+            self._pending.append(HeldJob.from_submit(msg, f"worker {self.name!r}"))
+            self._start_pending()
         elif msg.type is T.CANCEL:
-            if self.job is not None and self.job.id == msg.header.get("job"):
+            job_id = msg.header.get("job")
+            if self.job is not None and self.job.id == job_id:
                 self._interrupt("cancel")
+            for job in [j for j in self._pending if j.id == job_id]:
+                self._end_pending(job, JobCancelled("the job was cancelled before it started"))
         elif msg.type is T.ERROR:
             log.warning("the hub says: %s", msg.header.get("message"))
 
@@ -276,16 +290,26 @@ class Supervisor:
             log.error("%s", reason)  # final: these credentials won't work again
         else:
             log.warning("%s; reconnecting", reason)
-        if self.job is not None:  # its client can't get the result; free the executor for later
-            self._interrupt("cancel")
+        # Their clients can't get their results: stop the running job (its executor is killed if it
+        # doesn't stop), so this worker is free when the hub takes it back, and drop the waiting ones.
+        if self.job is not None:
+            self._interrupt("lost")
+        for job in list(self._pending):
+            self._end_pending(job, WorkerLost(f"worker {self.name!r} lost its link to the hub before the job "
+                                              f"started ({reason}); run it again"))
 
-    def _start_job(self, header: dict[str, Any], frames: list[Any]) -> None:
-        asked = header.get("timeout")
-        valid = isinstance(asked, (int, float)) and 0 < asked <= sys.float_info.max  # not NaN, inf, 10**400
-        timeout = float(asked) if valid else None  # type: ignore[arg-type]
-        self.job = RunningJob(str(header["job"]), timeout, time.monotonic() + timeout if timeout else None)
+    def _start_job(self, job: HeldJob) -> None:
+        self.job = job
+        job.deadline = time.monotonic() + job.timeout if job.timeout else None
+        job.lifecycle.move(JobState.RUNNING)
+        frames, job.frames = job.frames, []
         self.executor.send(frames)
-        self._send_hub(T.STARTED, {"job": self.job.id, "worker": self.name})
+        self._send_hub(T.STARTED, {"job": job.id, "worker": self.name})
+
+    def _end_pending(self, job: HeldJob, error: JobError) -> None:
+        self._pending.remove(job)
+        job.lifecycle.end(error)
+        self._send_hub(T.ERROR, error_header(error, job.id))
 
     def _send_hub(self, msg_type: T, header: dict[str, Any]) -> None:
         assert self._connection is not None
@@ -311,6 +335,7 @@ class Supervisor:
             replace = bool(msg.header.pop("replace_executor", False))
             if msg.type is T.RESULT and (too_large := self._oversized(msg)) is not None:
                 msg = Message(T.ERROR, error_header(too_large, self.job.id))
+            self.job.lifecycle.end(msg.header if msg.type is T.ERROR else None)
             self._connection.send_now(encode(msg.type, msg.header, msg.buffers))  # type: ignore[union-attr]
             self.job = None
             if replace:
@@ -347,7 +372,7 @@ class Supervisor:
 
     def _start_pending(self) -> None:
         if self.job is None and self.executor.ready and self._pending:
-            self._start_job(*self._pending.pop(0))
+            self._start_job(self._pending.pop(0))
 
     # -- health ----------------------------------------------------------------------------
 
@@ -388,13 +413,17 @@ class Supervisor:
             self.job.reason = reason
             self.executor.interrupt()
 
-    def _interrupted_error(self, job: RunningJob, detail: str = "") -> JobError:
+    def _interrupted_error(self, job: HeldJob, detail: str = "") -> JobError:
         if job.reason == "timeout":
             return JobTimeout(f"the job ran past its {job.timeout:g} s timeout and was stopped "
                               f"(raise it with --timeout){detail}")
+        if job.reason == "lost":
+            return WorkerLost(f"worker {self.name!r} lost its link to the hub while running this job, so it "
+                              f"stopped the job{detail}; run it again")
         return JobCancelled(f"the job was interrupted{detail}")
 
-    def _fail_job(self, job: RunningJob, error: JobError) -> None:
+    def _fail_job(self, job: HeldJob, error: JobError) -> None:
+        job.lifecycle.end(error)
         self._send_hub(T.ERROR, error_header(error, job.id))
         self.job = None
         self._replace_executor()

@@ -3,7 +3,9 @@
 Clients and workers both dial the hub's one TCP port (so one tunnel serves everyone),
 authenticate with CurveZMQ, and say who they are in a HELLO. The hub queues jobs, hands each
 to an idle worker, relays what the worker says back to the job's client, and watches
-heartbeats: a silent worker's job fails with WorkerLost, a silent client's jobs are cancelled.
+heartbeats: a worker that is gone fails its job with WorkerLost, a client that is gone has its
+jobs cancelled. Gone means silent with its connection down (libzmq's own heartbeats, which need
+no GIL, say whether it is up), or silent for much longer with it up: a hung process.
 The hub never unpickles anything; payload frames pass through untouched.
 """
 
@@ -18,21 +20,25 @@ import zmq
 
 from ..errors import (
     CredentialsRotated,
+    InvalidTransition,
     JobCancelled,
     NoSuchWorker,
     NotConnected,
     PermissionDenied,
     ProtocolError,
+    RemoteMagicError,
     VersionMismatch,
     WorkerLost,
 )
 from ..wire.auth import HubAuthenticator
 from ..wire.failures import error_header
 from ..wire.keys import HubKeys
+from ..wire.lifecycle import JobState
 from ..wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
+    HEARTBEAT_STALL_LIVENESS,
     Message,
     MessageType as T,
     Role,
@@ -69,6 +75,7 @@ class Hub:
         self.listen = listen
         self.heartbeat_interval = heartbeat_interval
         self.expiry_s = heartbeat_interval * HEARTBEAT_LIVENESS
+        self.stall_s = heartbeat_interval * HEARTBEAT_STALL_LIVENESS
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet()
         self.port = 0  # the bound TCP port, once started
@@ -97,6 +104,10 @@ class Hub:
         sock.router_handover = True  # a peer that reconnects keeps its identity
         sock.router_mandatory = True  # sending to a vanished peer raises instead of vanishing
         sock.maxmsgsize = self.max_message_bytes
+        # libzmq's heartbeats, on its own I/O thread: a peer's connection closes once it stops
+        # answering them, and peers close theirs (the TTL) once the hub stops.
+        sock.heartbeat_ivl = int(self.heartbeat_interval * 1000)
+        sock.heartbeat_timeout = sock.heartbeat_ttl = int(self.expiry_s * 1000)
         try:
             sock.bind(self.listen)
         except zmq.ZMQError as exc:
@@ -246,7 +257,7 @@ class Hub:
         try:
             handler = getattr(self, f"_on_{msg.type.value}")
             handler(peer, msg, frames[1:])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, InvalidTransition) as exc:
             self._peer_warnings.warning(user_id, "bad %s from %s: %s", msg.type.value, peer.name, exc)
             self._send(identity, T.ERROR, error_header(
                 ProtocolError(f"bad {msg.type.value} message: {exc}"), _job_id(msg)))
@@ -330,8 +341,10 @@ class Hub:
         if job is None or job.worker != peer.identity:
             log.debug("event for unknown job %r from %s", job_id, peer.name)
             return
-        if msg.type in (T.RESULT, T.ERROR):
-            self.fleet.finish(job_id)
+        if msg.type is T.STARTED:
+            job.lifecycle.move(JobState.RUNNING, f"on worker {peer.name!r}")
+        elif msg.type in (T.RESULT, T.ERROR):
+            self.fleet.finish(job_id, msg.header if msg.type is T.ERROR else None)
         if job.client in self.fleet.peers:
             self._send_frames(job.client, list(frames))
         if msg.type in (T.RESULT, T.ERROR):
@@ -349,19 +362,37 @@ class Hub:
 
     def _cancel(self, job: Job, reason: str) -> None:
         if job.worker is None:  # still queued: answer for the worker
-            self.fleet.finish(job.id)
-            if job.client in self.fleet.peers:
-                self._send(job.client, T.ERROR, error_header(JobCancelled(reason), job.id))
+            self._end(job, JobCancelled(reason))
         else:
             self._send(job.worker, T.CANCEL, {"job": job.id, "reason": reason})
 
+    def _end(self, job: Job, error: RemoteMagicError) -> None:
+        """End a job here, for its worker, and tell its client why."""
+        self.fleet.finish(job.id, error)
+        if job.client in self.fleet.peers:
+            self._send(job.client, T.ERROR, error_header(error, job.id))
+
     def _tick(self) -> None:
         now = time.monotonic()
-        for peer in self.fleet.expired(now, self.expiry_s):
-            self._forget(peer, f"stopped answering for {self.expiry_s:.1f} s")
+        for peer in self.fleet.silent(now, self.expiry_s):
+            if now - peer.last_seen > self.stall_s:
+                self._forget(peer, f"said nothing for {self.stall_s:.0f} s though its connection is up (hung?)")
+            elif not self._connected(peer):
+                self._forget(peer, f"stopped answering for {self.expiry_s:.1f} s")
         for peer in list(self.fleet.peers.values()):
             if now - peer.last_sent >= self.heartbeat_interval:
                 self._send(peer.identity, T.HEARTBEAT)
+
+    def _connected(self, peer: Peer) -> bool:
+        """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""
+        assert self._socket is not None
+        try:
+            self._socket.send_multipart([peer.identity, *encode(T.HEARTBEAT)], zmq.NOBLOCK)
+        except zmq.Again:
+            return True  # connected, only not reading
+        except zmq.ZMQError:  # EHOSTUNREACH
+            return False
+        return True
 
     def _forget(self, peer: Peer, why: str) -> None:
         self.fleet.peers.pop(peer.identity, None)
@@ -369,19 +400,15 @@ class Hub:
         if peer.role is Role.WORKER:
             host = peer.capabilities.get("hostname", "?")
             for job in [j for j in self.fleet.jobs.values() if j.worker == peer.identity]:
-                self.fleet.finish(job.id)
-                if job.client in self.fleet.peers:
-                    self._send(job.client, T.ERROR, error_header(WorkerLost(
-                        f"worker {peer.name!r} on {host} {why} while running this job; its result is lost. "
-                        "Run the cell again (another worker takes it if one is free)."), job.id))
+                self._end(job, WorkerLost(
+                    f"worker {peer.name!r} on {host} {why} while running this job; its result is lost. "
+                    "Run the cell again (another worker takes it if one is free)."))
             if self.fleet.worker_named(peer.name) is None:  # jobs waiting for it by name would wait forever
                 known = self._worker_names()
                 for job in [j for j in list(self.fleet.queue) if j.worker_name == peer.name]:
-                    self.fleet.finish(job.id)
-                    if job.client in self.fleet.peers:
-                        self._send(job.client, T.ERROR, error_header(NoSuchWorker(
-                            f"worker {peer.name!r}, which this job was waiting for, {why} (workers now: {known}); "
-                            "run it on another worker, or start that one again"), job.id))
+                    self._end(job, NoSuchWorker(
+                        f"worker {peer.name!r}, which this job was waiting for, {why} (workers now: {known}); "
+                        "run it on another worker, or start that one again"))
         else:
             for job in self.fleet.jobs_of_client(peer.identity):
                 self._cancel(job, "the notebook that submitted it went away")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from ..errors import RemoteMagicError
+from ..wire.lifecycle import JobState, Lifecycle
 from ..wire.protocol import Role
 
 
@@ -51,6 +53,10 @@ class Job:
     worker_name: str | None
     frames: list[Any]
     worker: bytes | None = None
+    lifecycle: Lifecycle = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lifecycle = Lifecycle(self.id, "hub")
 
 
 class Fleet:
@@ -93,14 +99,17 @@ class Fleet:
             idle.remove(worker)
             self.queue.remove(job)
             job.worker, worker.job = worker.identity, job
+            job.lifecycle.move(JobState.SENT, f"to worker {worker.name!r}")
             assigned.append((job, worker))
         return assigned
 
-    def finish(self, job_id: str) -> Job | None:
-        """Forget a job that ended; frees its worker."""
+    def finish(self, job_id: str, error: Mapping[str, Any] | RemoteMagicError | None = None) -> Job | None:
+        """End a job (with ``error``, an exception or ERROR header, when it failed) and forget it;
+        frees its worker."""
         job = self.jobs.pop(job_id, None)
         if job is None:
             return None
+        job.lifecycle.end(error)
         if job in self.queue:
             self.queue.remove(job)
         worker = self.peers.get(job.worker) if job.worker else None
@@ -109,8 +118,9 @@ class Fleet:
             worker.jobs_done += 1
         return job
 
-    def expired(self, now: float, expiry_s: float) -> list[Peer]:
-        return [p for p in self.peers.values() if now - p.last_seen > expiry_s]
+    def silent(self, now: float, seconds: float) -> list[Peer]:
+        """Peers that said nothing for more than ``seconds``."""
+        return [p for p in self.peers.values() if now - p.last_seen > seconds]
 
     def jobs_of_client(self, identity: bytes) -> list[Job]:
         return [j for j in self.jobs.values() if j.client == identity]

@@ -20,6 +20,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ..errors import (
+    Busy,
     ConnectionFailed,
     CredentialsRotated,
     NotConnected,
@@ -30,6 +31,7 @@ from .failures import is_error
 from .protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
+    HEARTBEAT_STALL_LIVENESS,
     Message,
     MessageType as T,
     Role,
@@ -40,6 +42,8 @@ from .tokens import Token
 
 log = logging.getLogger(__name__)
 
+_LINK_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 _MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
               | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
               | zmq.EVENT_DISCONNECTED)
@@ -126,8 +130,10 @@ class Connection:
     """Owns a dialed socket from a background thread; thread-safe ``send``.
 
     ``on_message(msg)`` runs on the I/O thread for every message except heartbeats.
-    ``on_lost(reason)`` runs when the hub has been silent for ``HEARTBEAT_LIVENESS`` intervals;
-    the socket keeps reconnecting and says HELLO again when the hub asks for it.
+    ``on_lost(reason)`` runs when the hub has been silent for ``HEARTBEAT_LIVENESS`` intervals with
+    the connection down (libzmq's heartbeats, which need no GIL, keep it up while the hub's process
+    runs), or for ``HEARTBEAT_STALL_LIVENESS`` intervals with it up; the socket keeps reconnecting
+    and says HELLO again when the hub asks for it.
     ``watch`` adds another socket to the I/O thread's poll loop (a worker's executor link), and
     ``on_tick()`` runs after every poll, returning how many seconds the next poll may wait.
     """
@@ -147,6 +153,7 @@ class Connection:
         self._on_tick = on_tick
         self.interval = float(welcome.header.get("heartbeat_interval", HEARTBEAT_INTERVAL_S))
         self.expiry_s = self.interval * HEARTBEAT_LIVENESS
+        self.stall_s = self.interval * HEARTBEAT_STALL_LIVENESS
         self.connected = True
         self.lost = ""  # why the hub is out of reach, while it is
         self.refused: str | None = None  # set when this can't work again (keys rotated, I/O thread died)
@@ -163,12 +170,22 @@ class Connection:
         self._closing = False
         self._last_hello = 0.0
         self._forgotten = False  # the hub said it doesn't know us, and hasn't welcomed us back yet
+        self._link_events = sock.get_monitor_socket(_LINK_EVENTS, f"inproc://remote-magic-link-{id(self)}")
+        self._link_up = True  # libzmq's view of the connection: dial() just completed its handshake
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
-    def send(self, msg_type: T, header: dict[str, Any] | None = None, buffers: Sequence[Any] = ()) -> None:
-        """Queue a message for the hub; safe from any thread. Waits while the queue to the hub is full."""
-        with self._send_lock:
+    def send(self, msg_type: T, header: dict[str, Any] | None = None, buffers: Sequence[Any] = (),
+             timeout: float | None = None) -> None:
+        """Queue a message for the hub; safe from any thread.
+
+        Waits while the queue to the hub is full: forever, or at most ``timeout`` seconds, then
+        raises Busy and sends nothing.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._send_lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise self._busy(timeout)
+        try:
             if self._closing:
                 raise ConnectionFailed("this connection is closed: connect again")
             if self.refused:
@@ -176,7 +193,18 @@ class Connection:
             if not self.connected:  # it would wait unseen until the hub is back: say so now
                 raise ConnectionFailed(f"{self.lost}, so nothing was sent. This connection keeps trying; "
                                        "run it again once the hub (or the tunnel in front of it) is back")
+            if deadline is not None and not self._outbox.poll(max(0, deadline - time.monotonic()) * 1000,
+                                                              zmq.POLLOUT):
+                raise self._busy(timeout)
             self._outbox.send_multipart(encode(msg_type, header, buffers), copy=False)
+        finally:
+            self._send_lock.release()
+
+    @staticmethod
+    def _busy(timeout: float | None) -> Busy:
+        return Busy(f"the queue to the hub stayed full for {timeout:g} s (a slow link, or more jobs at once "
+                    "than it carries), so this one was not sent: submit it again later, or wait longer "
+                    "(send_timeout)")
 
     def send_now(self, frames: list[Any]) -> None:
         """Send already-encoded frames to the hub; only from the I/O thread (watch/tick callbacks)."""
@@ -197,6 +225,7 @@ class Connection:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(outbox, zmq.POLLIN)
+        poller.register(self._link_events, zmq.POLLIN)
         for extra in self._watched:
             poller.register(extra, zmq.POLLIN)
         last_heard = last_sent = time.monotonic()
@@ -210,6 +239,9 @@ class Connection:
                     poller.modify(outbox, 0 if waiting_for_room else zmq.POLLIN)
                 ready = dict(poller.poll(int(wait_s * 1000)))
                 now = time.monotonic()
+                if self._link_events in ready:
+                    event = recv_monitor_message(self._link_events)["event"]
+                    self._link_up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
                 for extra, handler in self._watched.items():
                     if extra in ready:
                         self._guarded(handler, extra.recv_multipart(copy=False))
@@ -232,8 +264,10 @@ class Connection:
                 if now - last_sent >= self.interval and not self.refused and not self._backlog:
                     self._send(encode(T.HEARTBEAT, self._heartbeat_header()))
                     last_sent = now
-                if self.connected and now - last_heard > self.expiry_s:
-                    self.lost = f"the hub stopped answering for {self.expiry_s:.0f} s"
+                silent = now - last_heard
+                if self.connected and silent > self.expiry_s and (not self._link_up or silent > self.stall_s):
+                    self.lost = (f"the hub stopped answering for {self.expiry_s:.0f} s" if not self._link_up else
+                                 f"the hub said nothing for {self.stall_s:.0f} s though its connection is up")
                     self.connected = False
                     self._on_lost(self.lost)
                 wait_s = min(self.interval / 2, self._on_tick()) if self._on_tick else self.interval / 2
@@ -244,6 +278,8 @@ class Connection:
             self._on_lost(self.refused)
         finally:
             outbox.close()
+            sock.disable_monitor()
+            self._link_events.close()
             sock.close()
 
     def _send(self, frames: list[Any]) -> None:

@@ -27,7 +27,15 @@ HEARTBEAT_INTERVAL_S = 1.0
 """How often every peer sends a heartbeat when it has nothing else to say."""
 
 HEARTBEAT_LIVENESS = 5
-"""How many intervals of silence before a peer is declared gone."""
+"""How many intervals of silence before a peer whose connection is down is declared gone."""
+
+HEARTBEAT_STALL_LIVENESS = 120
+"""How many intervals a peer whose connection is up may say nothing before it is declared hung.
+
+Whether a connection is up is libzmq's to say: its own heartbeats (ZMTP PING/PONG) are answered by
+libzmq's I/O thread, without Python's GIL. So a notebook busy in one long call that holds the GIL
+keeps its jobs, and its I/O thread catches up after; a peer that is stopped, killed or cut off
+loses its connection within HEARTBEAT_LIVENESS intervals."""
 
 MAX_HEADER_BYTES = 1 << 20
 """Headers are small JSON objects; anything larger is refused before parsing."""

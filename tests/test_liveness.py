@@ -1,0 +1,105 @@
+"""Liveness that tells the truth (issue 10, defect 8): a process busy in one long call that holds
+the GIL is alive, and keeps its jobs; libzmq's own heartbeats, answered without the GIL, say so.
+
+The GIL is held with a C call made through ``ctypes.PyDLL``, which (unlike ``ctypes.CDLL``) keeps
+the GIL for the whole call, as a long numpy or builtin call in a notebook does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+import remote_magic
+from remote_magic.hub.served import ServedHub
+from remote_magic.wire.keys import HubKeys
+from remote_magic.wire.protocol import HEARTBEAT_LIVENESS, Role
+from support import WorkerProcess, start_worker, wait_for
+
+HEARTBEAT_INTERVAL_S = 0.2
+EXPIRY_S = HEARTBEAT_INTERVAL_S * HEARTBEAT_LIVENESS
+GIL_HELD_S = 3 * EXPIRY_S
+
+
+def hold_the_gil(seconds: float) -> None:
+    """Block this whole process's Python for ``seconds``: no other thread of it runs meanwhile."""
+    ctypes.PyDLL(None).usleep(int(seconds * 1e6))
+
+
+def slow_square() -> Callable[[int], int]:
+    """A slow job's function; made inside a function, so it travels by value to the worker."""
+    def square(x: int) -> int:
+        time.sleep(1.5)
+        return x * x
+    return square
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[WorkerProcess]:
+    worker = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
+                          "--heartbeat-interval", str(HEARTBEAT_INTERVAL_S))
+    yield worker
+    worker.stop()
+
+
+def test_a_client_holding_the_gil_keeps_its_jobs(hub: WorkerProcess) -> None:
+    with remote_magic.connect(hub.token) as client:
+        future = client.submit(slow_square(), 7)
+        wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "the job to start")
+        held_from = time.monotonic()
+        hold_the_gil(GIL_HELD_S)
+        assert time.monotonic() - held_from >= GIL_HELD_S  # this process really was stalled that long
+        # Before: the hub dropped this client after EXPIRY_S of silence and cancelled its job.
+        assert future.result(timeout=20) == 49
+        assert client.run("after = 1") == {"after": 1}
+    assert "left" not in hub.log().split("joined", 1)[-1].split("said goodbye")[0]
+
+
+def test_a_hub_in_a_busy_notebook_keeps_its_workers_jobs(tmp_path: Path) -> None:
+    """%offload_serve: the hub runs in the notebook's process, so the notebook stalls it too."""
+    served = ServedHub(HubKeys.generate(), "127.0.0.1", 0, heartbeat_interval=HEARTBEAT_INTERVAL_S)
+    joiner = None
+    try:
+        joiner = start_worker(tmp_path, "--join", "--gpu", "off", "--name", "joiner", token_file=False,
+                              env={"REMOTE_MAGIC_JOIN_TOKEN": served.loopback_token(Role.WORKER).encode()})
+        with remote_magic.connect(served.loopback_token(Role.CLIENT)) as client:
+            future = client.submit(slow_square(), 9)
+            wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "the job to start")
+            hold_the_gil(GIL_HELD_S)
+            # Before: the worker took the silent hub for gone after EXPIRY_S and stopped the job.
+            assert future.result(timeout=20) == 81
+            assert [w["name"] for w in client.workers()] == ["joiner"]
+        assert "reconnecting" not in joiner.log()
+    finally:
+        if joiner is not None:
+            joiner.stop()
+        served.close()
+
+
+def test_a_stopped_worker_is_still_noticed_within_the_heartbeat_bound(tmp_path: Path) -> None:
+    """The other side of the same rule: a process that can't answer libzmq's heartbeats is gone."""
+    served = ServedHub(HubKeys.generate(), "127.0.0.1", 0, heartbeat_interval=HEARTBEAT_INTERVAL_S)
+    joiner = None
+    try:
+        joiner = start_worker(tmp_path, "--join", "--gpu", "off", "--name", "joiner", token_file=False,
+                              env={"REMOTE_MAGIC_JOIN_TOKEN": served.loopback_token(Role.WORKER).encode()})
+        with remote_magic.connect(served.loopback_token(Role.CLIENT)) as client:
+            future = client.submit(slow_square(), 3)
+            wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "the job to start")
+            os.kill(joiner.process.pid, 19)  # SIGSTOP
+            stopped = time.monotonic()
+            try:
+                with pytest.raises(remote_magic.WorkerLost, match="'joiner'.*stopped answering"):
+                    future.result(timeout=30)
+                assert time.monotonic() - stopped < 2 * EXPIRY_S + 3
+            finally:
+                os.kill(joiner.process.pid, 18)  # SIGCONT
+    finally:
+        if joiner is not None:
+            joiner.stop()
+        served.close()
