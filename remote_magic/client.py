@@ -110,6 +110,7 @@ class Client:
         for note in self.version_notes:
             log.info("%s", note)
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost)
+        self._connection.start()
         log.info("connected to %s", self.token.redacted())
 
     # -- public API ------------------------------------------------------------------------

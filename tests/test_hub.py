@@ -3,6 +3,7 @@ fail-fast WorkerLost, cancelled jobs of vanished clients, queueing across worker
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import subprocess
@@ -143,18 +144,21 @@ def test_a_client_token_cannot_act_as_a_worker(worker: WorkerProcess) -> None:
         context.destroy(linger=0)
 
 
+def _join(hub: WorkerProcess, folder: Path, name: str) -> WorkerProcess:
+    """Start a worker process that joins ``hub`` as ``name``."""
+    worker_token = subprocess.run(["remote-worker", "token", "--worker"], capture_output=True, text=True,
+                                  env={**os.environ, "REMOTE_MAGIC_HOME": str(hub.home)}, check=True).stdout.strip()
+    worker_token = Token.decode(worker_token).with_address(Token.decode(hub.token).address).encode()
+    return start_worker(folder, "--join", "--gpu", "off", "--name", name, token_file=False,
+                        env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token})
+
+
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
     """A hub with worker 'home', and a second worker process 'joiner' that joined it."""
     hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
                        "--heartbeat-interval", "0.2", "--max-message-size", "1M")
-    worker_token = subprocess.run(["remote-worker", "token", "--worker"], capture_output=True, text=True,
-                                  env={**__import__("os").environ, "REMOTE_MAGIC_HOME": str(hub.home)},
-                                  check=True).stdout.strip()
-    address = Token.decode(hub.token).address
-    worker_token = Token.decode(worker_token).with_address(address).encode()
-    joiner = start_worker(tmp_path / "joiner", "--join", "--gpu", "off", "--name", "joiner", token_file=False,
-                          env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token})
+    joiner = _join(hub, tmp_path / "joiner", "joiner")
     yield hub, joiner
     joiner.stop()
     hub.stop()
@@ -243,6 +247,47 @@ def test_a_worker_stopped_mid_job_and_continued_drops_the_abandoned_job(fleet) -
         # Before: it rejoined as idle while its executor still spun, and this waited forever.
         assert client.run("after = 4", worker="joiner", timeout=30) == {"after": 4}
         assert time.monotonic() - started < 15
+
+
+def test_a_job_waiting_when_a_worker_joins_starts_there_and_says_where(tmp_path: Path) -> None:
+    """Found by the soak test: the worker's first job could arrive before it kept its connection,
+    and the STARTED naming it was lost (the job still ran, but ``worker`` came back empty)."""
+    hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home")
+    try:
+        with remote_magic.connect(hub.token) as client:
+            busy = client.submit(time.sleep, 60)
+            wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "'home' to be busy")
+            results: list[remote_magic.JobResult] = []
+            waiting = threading.Thread(target=lambda: results.append(client.execute("x = 1")))
+            waiting.start()  # it waits in the hub's queue: the only worker is busy
+            joiner = _join(hub, tmp_path / "joiner", "joiner")
+            try:
+                waiting.join(60)
+                assert [(r.values, r.worker) for r in results] == [({"x": 1}, "joiner")]
+                assert "Traceback" not in joiner.log()
+            finally:
+                joiner.stop()
+            busy.cancel()
+    finally:
+        hub.stop()
+
+
+def test_a_job_for_an_executor_that_died_idle_waits_for_a_fresh_one(tmp_path: Path) -> None:
+    """Found by the soak test: such a job failed with ExecutorDied, though it never ran anywhere."""
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "-v")
+    try:
+        with remote_magic.connect(hub.token) as client:
+            assert client.run("x = 1") == {"x": 1}
+            (executor,) = psutil.Process(hub.process.pid).children()
+            executor.kill()
+            # Until its last thread exits, a killed process can't be reaped: the worker can't know yet.
+            tasks = Path(f"/proc/{executor.pid}/task")
+            wait_for(lambda: executor.status() == psutil.STATUS_ZOMBIE and len(list(tasks.iterdir())) <= 1, 10,
+                     "the executor to die")
+            assert client.run("y = 2", timeout=120) == {"y": 2}
+            assert "started executor 2" in hub.log()
+    finally:
+        hub.stop()
 
 
 def _error_of(call) -> BaseException | None:
@@ -390,7 +435,7 @@ def test_an_address_with_many_failed_handshakes_is_blocked(tmp_path: Path) -> No
 def test_after_a_rotation_a_stale_worker_is_told_the_worker_command(fleet) -> None:
     hub, joiner = fleet
     subprocess.run(["remote-worker", "token", "--rotate"], capture_output=True, text=True, check=True,
-                   env={**__import__("os").environ, "REMOTE_MAGIC_HOME": str(hub.home)})
+                   env={**os.environ, "REMOTE_MAGIC_HOME": str(hub.home)})
     wait_for(lambda: "rotated" in joiner.log(), 15, "the joined worker to hear of the rotation")
     line = next(line for line in joiner.log().splitlines() if "rotated" in line)
     assert "`remote-worker token --worker` on the hub's machine" in line  # before: `remote-worker token`

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -103,3 +104,32 @@ def test_a_stopped_worker_is_still_noticed_within_the_heartbeat_bound(tmp_path: 
         if joiner is not None:
             joiner.stop()
         served.close()
+
+
+def test_output_that_piles_up_while_the_client_holds_the_gil_all_arrives(hub: WorkerProcess) -> None:
+    """The hub keeps what a busy client can't take yet; before, it dropped it past 1000 messages."""
+    lines, size = 3000, 64 * 1024  # far more than the queues and TCP buffers between hub and client hold
+    code = f"for i in range({lines}):\n    print(str(i).rjust({size - 1}, '.'), flush=True)\ndone = {lines}"
+    received: list[int] = []
+    first = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def on_stream(header: dict[str, object]) -> None:
+        received.extend(int(line.lstrip(".")) for line in str(header["text"]).splitlines())
+        first.set()
+
+    with remote_magic.connect(hub.token) as client:
+        def run() -> None:
+            try:
+                outcome["values"] = client.execute(code, on_stream=on_stream).values
+            except Exception as exc:  # the test reports whatever it raised
+                outcome["error"] = exc
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        assert first.wait(30), "no output arrived"
+        hold_the_gil(GIL_HELD_S)
+        runner.join(60)
+        assert not runner.is_alive(), f"the job never ended for the client ({len(received)} of {lines} lines came)"
+    assert outcome == {"values": {"i": lines - 1, "done": lines}}
+    assert received == list(range(lines))

@@ -259,6 +259,7 @@ class Supervisor:
             heartbeat_header=lambda: {"stats": {"gpu": self.totals}},
             watch={self.executor.socket: self._on_executor_message}, on_tick=self._tick,
             name="remote-worker-io")
+        self._connection.start()  # only now: its callbacks use self._connection
         log.info("worker %r joined %s", self.name, self.token.redacted())
 
     def stop(self) -> None:
@@ -299,11 +300,17 @@ class Supervisor:
                                               f"started ({reason}); run it again"))
 
     def _start_job(self, job: HeldJob) -> None:
+        try:
+            self.executor.send(job.frames)
+        except zmq.ZMQError:  # no route to the executor: it died idle, and the job never reached it
+            log.info("the idle executor is gone; starting a new one")
+            self._pending.insert(0, job)
+            self._replace_executor()
+            return
         self.job = job
+        job.frames = []
         job.deadline = time.monotonic() + job.timeout if job.timeout else None
         job.lifecycle.move(JobState.RUNNING)
-        frames, job.frames = job.frames, []
-        self.executor.send(frames)
         self._send_hub(T.STARTED, {"job": job.id, "worker": self.name})
 
     def _end_pending(self, job: HeldJob, error: JobError) -> None:
@@ -371,16 +378,23 @@ class Supervisor:
             self.totals[key] += stats.get(key) or 0
 
     def _start_pending(self) -> None:
-        if self.job is None and self.executor.ready and self._pending:
+        if self.job is None and self.executor.ready and self._pending and not self._replaced_dead_executor():
             self._start_job(self._pending.pop(0))
+
+    def _replaced_dead_executor(self) -> bool:
+        """An idle executor that died (killed from outside) is replaced; the next job waits for the new one."""
+        if (death := self.executor.died()) is None:
+            return False
+        log.info("the idle executor %s; starting a new one", death)
+        self._replace_executor()
+        return True
 
     # -- health ----------------------------------------------------------------------------
 
     def _tick(self) -> float:
         if self.job is None:
-            if self.executor.died() is not None and self.executor.ready:
-                log.info("the idle executor %s; starting a new one", self.executor.died())
-                self.executor.spawn()
+            if self.executor.ready:
+                self._replaced_dead_executor()
             return 0.5
         now = time.monotonic()
         if now < self._next_health_check:

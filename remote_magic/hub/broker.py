@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import zmq
@@ -58,6 +60,19 @@ _ALLOWED = {
 }
 _LOCAL_KEY = b"in-process"
 
+MAX_HELD_BYTES = 1 << 30
+"""How much may wait for one peer that isn't reading (a notebook busy holding the GIL while its job
+prints, a peer reconnecting) before the hub takes it for gone; one larger message still waits alone."""
+
+HELD_RETRY_MS = 10
+"""While messages wait for a peer: how often the hub tries to send them."""
+
+
+@dataclass
+class _Held:
+    messages: deque[list[Any]] = field(default_factory=deque)
+    bytes: int = 0
+
 
 class Hub:
     """A broker between clients and workers, served by a background thread.
@@ -85,7 +100,7 @@ class Hub:
         self._socket: zmq.Socket[Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._not_reading: set[bytes] = set()  # peers whose queue was full at the last send
+        self._held: dict[bytes, _Held] = {}  # per peer whose queue is full: what waits for it, in order
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
@@ -174,6 +189,9 @@ class Hub:
         try:
             while not self._stopping.is_set():
                 timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
+                if self._held:  # the socket can't say when a peer's queue has room again: look often
+                    self._send_held()
+                    timeout_ms = min(timeout_ms, HELD_RETRY_MS)
                 events = dict(poller.poll(timeout_ms))
                 if wake in events:
                     command = wake.recv()
@@ -200,23 +218,53 @@ class Hub:
         self._send_frames(identity, encode(msg_type, header, buffers))
 
     def _send_frames(self, identity: bytes, frames: list[Any]) -> None:
+        """Send without ever blocking the hub: what a peer's full queue can't take waits for it, in order."""
+        held = self._held.get(identity)
+        if held is not None:
+            self._hold(identity, held, frames)
+        elif not self._try_send(identity, frames):
+            peer = self.fleet.peers.get(identity)
+            if peer is None:  # not (or no longer) a peer: nothing to keep it for
+                log.debug("dropped a message to %r, which is not reading and not a peer", identity)
+                return
+            log.info("%s %r is not reading what the hub sends, or is reconnecting; keeping its messages "
+                     "until it reads", peer.role.value, peer.name)
+            self._held[identity] = held = _Held()
+            self._hold(identity, held, frames)
+
+    def _try_send(self, identity: bytes, frames: list[Any]) -> bool:
+        """Send one message if the peer's queue has room; False if it has none (nothing was sent)."""
         assert self._socket is not None
         try:
-            # Never block: a peer that stops reading must not stall the hub for everyone else.
             self._socket.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            if identity not in self._not_reading:  # say it once, not once per message
-                self._not_reading.add(identity)
-                log.warning("dropping messages to %r: it is not reading what the hub sends (%d messages "
-                            "wait for it)", identity, self._socket.sndhwm)
-            return
-        except zmq.ZMQError as exc:  # EHOSTUNREACH: the peer is gone; heartbeats will tidy up
-            log.debug("could not send to %r: %s", identity, exc)
-            return
-        self._not_reading.discard(identity)
+        except zmq.Again:  # its queue is full
+            return False
+        except zmq.ZMQError:  # EHOSTUNREACH: its connection is down, until it reconnects or is forgotten
+            return False
         peer = self.fleet.peers.get(identity)
         if peer is not None:
             peer.last_sent = time.monotonic()
+        return True
+
+    def _hold(self, identity: bytes, held: "_Held", frames: list[Any]) -> None:
+        size = sum(len(frame) for frame in frames)
+        peer = self.fleet.peers.get(identity)
+        if held.messages and held.bytes + size > MAX_HELD_BYTES and peer is not None:
+            log.warning("%s %r stopped reading while %.0f MiB waited for it; dropping it and what waited",
+                        peer.role.value, peer.name, held.bytes / 2**20)
+            self._forget(peer, f"stopped reading while {held.bytes / 2**20:.0f} MiB waited for it")
+            return
+        held.messages.append(frames)
+        held.bytes += size
+
+    def _send_held(self) -> None:
+        """Send what waits for peers that read again."""
+        for identity, held in list(self._held.items()):
+            while held.messages and self._try_send(identity, held.messages[0]):
+                held.bytes -= sum(len(frame) for frame in held.messages.popleft())
+            if not held.messages:
+                del self._held[identity]
+                log.info("%r reads again: sent what waited for it", identity)
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
         identity = frames[0].bytes
@@ -396,6 +444,7 @@ class Hub:
 
     def _forget(self, peer: Peer, why: str) -> None:
         self.fleet.peers.pop(peer.identity, None)
+        self._held.pop(peer.identity, None)
         log.info("%s %r left: %s", peer.role.value, peer.name, why)
         if peer.role is Role.WORKER:
             host = peer.capabilities.get("hostname", "?")

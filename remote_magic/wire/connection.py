@@ -127,7 +127,7 @@ def dial(context: zmq.Context[Any], token: Token, hello: dict[str, Any],
 
 
 class Connection:
-    """Owns a dialed socket from a background thread; thread-safe ``send``.
+    """Owns a dialed socket from a background thread (once ``start``-ed); thread-safe ``send``.
 
     ``on_message(msg)`` runs on the I/O thread for every message except heartbeats.
     ``on_lost(reason)`` runs when the hub has been silent for ``HEARTBEAT_LIVENESS`` intervals with
@@ -173,7 +173,11 @@ class Connection:
         self._link_events = sock.get_monitor_socket(_LINK_EVENTS, f"inproc://remote-magic-link-{id(self)}")
         self._link_up = True  # libzmq's view of the connection: dial() just completed its handshake
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+
+    def start(self) -> "Connection":
+        """Start the I/O thread; callbacks may run from now on, so keep a reference first."""
         self._thread.start()
+        return self
 
     def send(self, msg_type: T, header: dict[str, Any] | None = None, buffers: Sequence[Any] = (),
              timeout: float | None = None) -> None:
