@@ -25,7 +25,7 @@ from remote_magic import (
     RemoteError,
     TokenError,
 )
-from remote_magic.errors import Busy, NotConnected
+from remote_magic.errors import Busy, NotConnected, WorkerLost
 from support import free_port, start_worker, wait_for
 
 
@@ -332,6 +332,22 @@ def test_with_a_send_timeout_a_full_link_raises_busy_and_what_was_sent_still_arr
             assert [f.result() for f in futures] == [len(block)] * len(futures)
     finally:
         hub.process.send_signal(signal.SIGCONT)
+        hub.stop()
+
+
+def test_a_job_in_flight_when_its_hub_shuts_down_ends_saying_so(tmp_path: Path) -> None:
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home")
+    try:
+        with remote_magic.connect(hub.token) as client:
+            future = client.submit(time.sleep, 60)
+            wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "the job to start")
+            hub.process.send_signal(signal.SIGTERM)
+            # Before: "said goodbye", then "the hub stopped answering for 5 s", as if the network had failed.
+            with pytest.raises(WorkerLost, match="^worker 'home' on .* shut down while running this job"):
+                future.result(timeout=30)
+            wait_for(lambda: "the hub shut down, so nothing was sent" in str(_result_or_error(client, "x = 1")),
+                     10, "the client to hear that the hub shut down")
+    finally:
         hub.stop()
 
 

@@ -290,6 +290,23 @@ def test_a_job_for_an_executor_that_died_idle_waits_for_a_fresh_one(tmp_path: Pa
         hub.stop()
 
 
+def test_a_job_cancelled_while_it_waits_for_a_fresh_executor_never_runs(tmp_path: Path) -> None:
+    """Before: the worker ignored a cancel for a job it hadn't started, and ran it once it could."""
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
+    ran = tmp_path / "ran"
+    try:
+        with remote_magic.connect(hub.token) as client:
+            with pytest.raises(ExecutorDied):
+                client.run("import os\nos._exit(3)")
+            # The worker now starts a fresh executor; this job waits for it there.
+            waiting = client.submit(ran.touch)
+            assert waiting.cancel()
+            assert client.run("x = 1", timeout=120) == {"x": 1}  # after the fresh executor's first job
+            assert not ran.exists()
+    finally:
+        hub.stop()
+
+
 def _error_of(call) -> BaseException | None:
     try:
         call()

@@ -42,7 +42,7 @@ def slow_square() -> Callable[[int], int]:
 
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[WorkerProcess]:
-    worker = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
+    worker = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home", "-v",
                           "--heartbeat-interval", str(HEARTBEAT_INTERVAL_S))
     yield worker
     worker.stop()
@@ -58,7 +58,7 @@ def test_a_client_holding_the_gil_keeps_its_jobs(hub: WorkerProcess) -> None:
         # Before: the hub dropped this client after EXPIRY_S of silence and cancelled its job.
         assert future.result(timeout=20) == 49
         assert client.run("after = 1") == {"after": 1}
-    assert "left" not in hub.log().split("joined", 1)[-1].split("said goodbye")[0]
+    assert "client" in hub.log() and "stopped answering" not in hub.log()  # the hub never took it for gone
 
 
 def test_a_hub_in_a_busy_notebook_keeps_its_workers_jobs(tmp_path: Path) -> None:

@@ -64,6 +64,9 @@ MAX_HELD_BYTES = 1 << 30
 """How much may wait for one peer that isn't reading (a notebook busy holding the GIL while its job
 prints, a peer reconnecting) before the hub takes it for gone; one larger message still waits alone."""
 
+GOODBYE_LINGER_MS = 1000
+"""At shutdown, how long the hub's socket may take to deliver its goodbyes."""
+
 HELD_RETRY_MS = 10
 """While messages wait for a peer: how often the hub tries to send them."""
 
@@ -209,9 +212,17 @@ class Hub:
                 if time.monotonic() >= next_tick:
                     self._tick()
                     next_tick = time.monotonic() + self.heartbeat_interval / 2
+            self._say_goodbye()
         finally:
             wake.close()
             sock.close()
+
+    def _say_goodbye(self) -> None:
+        """Tell every peer the hub is stopping, so their jobs fail now, saying why, not at the heartbeat bound."""
+        assert self._socket is not None
+        for peer in list(self.fleet.peers.values()):
+            self._try_send(peer.identity, encode(T.BYE, {"reason": "the hub shut down"}))
+        self._socket.linger = GOODBYE_LINGER_MS
 
     def _send(self, identity: bytes, msg_type: T, header: dict[str, Any] | None = None,
               buffers: Sequence[Any] = ()) -> None:
@@ -355,7 +366,7 @@ class Hub:
             peer.stats = msg.header["stats"]
 
     def _on_bye(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
-        self._forget(peer, "said goodbye")
+        self._forget(peer, "shut down" if peer.role is Role.WORKER else "disconnected")
 
     def _on_workers(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         self._send(peer.identity, T.WORKERS, {

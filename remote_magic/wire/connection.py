@@ -316,6 +316,11 @@ class Connection:
             return
         if msg.type is T.HEARTBEAT:
             return
+        if msg.type is T.BYE:  # the hub is stopping: what we wait for won't come. We reconnect when it's back
+            self.connected = False
+            self.lost = str(msg.header.get("reason") or "the hub shut down")
+            self._on_lost(self.lost)
+            return
         if msg.type is T.ERROR and is_error(msg.header, CredentialsRotated):
             self.connected = False
             self.refused = str(msg.header.get("message", "the hub's keys were rotated"))

@@ -62,7 +62,7 @@ class MessageType(str, Enum):
     ERROR = "error"            # any direction: something was refused or failed
     CANCEL = "cancel"          # client -> hub -> worker: stop a job
     WORKERS = "workers"        # client -> hub (request), hub -> client (listing)
-    BYE = "bye"                # peer -> hub: leaving
+    BYE = "bye"                # peer -> hub: leaving; hub -> peer: shutting down
 
 
 _TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}
