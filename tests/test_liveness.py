@@ -19,7 +19,7 @@ import pytest
 import remote_magic
 from remote_magic.hub.served import ServedHub
 from remote_magic.wire.keys import HubKeys
-from remote_magic.wire.protocol import HEARTBEAT_LIVENESS, Role
+from remote_magic.wire.protocol import HEARTBEAT_LIVENESS, LINK_PING_INTERVAL_S, Role
 from support import WorkerProcess, start_worker, wait_for
 
 HEARTBEAT_INTERVAL_S = 0.2
@@ -128,7 +128,9 @@ def test_output_that_piles_up_while_the_client_holds_the_gil_all_arrives(hub: Wo
         runner = threading.Thread(target=run)
         runner.start()
         assert first.wait(30), "no output arrived"
-        hold_the_gil(GIL_HELD_S)
+        # Longer than the client's own link timeout: libzmq used to abort this process then (its
+        # input stopped for a full queue when a heartbeat timed out, zeromq/libzmq#3937).
+        hold_the_gil(LINK_PING_INTERVAL_S * HEARTBEAT_LIVENESS + 1)
         runner.join(60)
         assert not runner.is_alive(), f"the job never ended for the client ({len(received)} of {lines} lines came)"
     assert outcome == {"values": {"i": lines - 1, "done": lines}}

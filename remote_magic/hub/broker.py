@@ -41,6 +41,7 @@ from ..wire.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
     HEARTBEAT_STALL_LIVENESS,
+    LINK_PING_INTERVAL_S,
     Message,
     MessageType as T,
     Role,
@@ -123,9 +124,12 @@ class Hub:
         sock.router_mandatory = True  # sending to a vanished peer raises instead of vanishing
         sock.maxmsgsize = self.max_message_bytes
         # libzmq's heartbeats, on its own I/O thread: a peer's connection closes once it stops
-        # answering them, and peers close theirs (the TTL) once the hub stops.
+        # answering them (peers time out the hub with their own). One interval short of the expiry,
+        # so a connection that died is down by the time its silence counts; but never shorter than
+        # two of the peers' own pings, which are all a peer that isn't reading sends.
         sock.heartbeat_ivl = int(self.heartbeat_interval * 1000)
-        sock.heartbeat_timeout = sock.heartbeat_ttl = int(self.expiry_s * 1000)
+        sock.heartbeat_timeout = int(max(self.expiry_s - self.heartbeat_interval, 2 * LINK_PING_INTERVAL_S) * 1000)
+        sock.rcvhwm = 0  # never stop reading a peer: see the same line in wire/connection.py
         try:
             sock.bind(self.listen)
         except zmq.ZMQError as exc:

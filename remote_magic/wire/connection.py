@@ -32,6 +32,7 @@ from .protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
     HEARTBEAT_STALL_LIVENESS,
+    LINK_PING_INTERVAL_S,
     Message,
     MessageType as T,
     Role,
@@ -58,8 +59,10 @@ def _open_socket(context: zmq.Context[Any], token: Token) -> zmq.Socket[Any]:
     sock.curve_secretkey = token.secret
     sock.reconnect_ivl = 100
     sock.reconnect_ivl_max = 2000  # capped backoff while the hub or tunnel is away
-    sock.heartbeat_ivl = 1000  # ZMTP pings notice a dead TCP connection under NAT/tunnels
-    sock.heartbeat_timeout = 5000
+    sock.heartbeat_ivl = int(LINK_PING_INTERVAL_S * 1000)  # ZMTP pings notice a dead TCP connection under NAT/tunnels
+    sock.heartbeat_timeout = int(LINK_PING_INTERVAL_S * HEARTBEAT_LIVENESS * 1000)
+    sock.rcvhwm = 0  # never stop reading: libzmq aborts when a heartbeat times out on a connection it stopped
+    # reading for a full queue (zeromq/libzmq#3937), as it would while the notebook holds the GIL
     return sock
 
 

@@ -29,6 +29,10 @@ HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_LIVENESS = 5
 """How many intervals of silence before a peer whose connection is down is declared gone."""
 
+LINK_PING_INTERVAL_S = 1.0
+"""How often a peer's libzmq pings the hub (ZMTP PING): traffic that tells the hub the peer's
+connection is up even while the peer's Python reads nothing."""
+
 HEARTBEAT_STALL_LIVENESS = 120
 """How many intervals a peer whose connection is up may say nothing before it is declared hung.
 
