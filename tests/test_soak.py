@@ -531,10 +531,11 @@ def _serves(client: remote_magic.Client, runs: Path, worker: str | None, within:
         time.sleep(0.2)  # a retry's period while the client reconnects; the deadline bounds it
 
 
-def test_a_fleet_under_random_faults_ends_every_job_once_and_serves_on(soak_fleet: SoakFleet,
-                                                                      tmp_path: Path) -> None:
+def test_a_fleet_under_random_faults_ends_every_job_once_and_serves_on(soak_fleet: SoakFleet, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     seed = int(os.environ.get("REMOTE_MAGIC_SOAK_SEED") or random.SystemRandom().randrange(2**32))
-    print(f"\nsoak: seed {seed} (REMOTE_MAGIC_SOAK_SEED={seed} replays it), {SOAK_S:g} s, logs in {tmp_path}")
+    with capsys.disabled():  # the counts belong in CI's log, passed or not
+        print(f"\nsoak: seed {seed} (REMOTE_MAGIC_SOAK_SEED={seed} replays it), {SOAK_S:g} s, logs in {tmp_path}")
     started = time.monotonic()
     fleet = soak_fleet
     runs = tmp_path / "runs" / "runs.log"
@@ -581,7 +582,8 @@ def test_a_fleet_under_random_faults_ends_every_job_once_and_serves_on(soak_flee
     summary = tally.summary(seed, ran, duplicates, time.monotonic() - started)
     lost = [f"{job.kind} {job.token} submitted {job.submitted_at - started:.1f} s in, "
             f"{'ended after its deadline' if job.future.done() else 'still pending'}" for job in tally.lost]
-    print("\n".join([summary, *(f"  lost: {line}" for line in lost), *(f"  hung: {line}" for line in tally.hung)]))
+    with capsys.disabled():
+        print("\n".join([summary, *(f"  lost: {line}" for line in lost), *(f"  hung: {line}" for line in tally.hung)]))
     where = f"\n{summary}\nworker logs: {tmp_path}/*/worker.log"
     assert not fleet.anomalies, f"{fleet.anomalies}{where}"
     assert not lost and not tally.hung, f"jobs that never ended: {lost[:10]} {tally.hung}{where}"
