@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
-import datetime as dt
 import logging
 import os
 import platform
@@ -50,8 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Coroutine, Iterator, Sequence
 
 import psutil
-import zmq
-from report import RESULTS_PATH, code_version, machine, write_section
+from report import RESULTS_PATH, write_section, zmq_peer_lines
 
 log = logging.getLogger("bench_faults")
 
@@ -739,24 +737,6 @@ def run_faults(faults: Sequence[str], repeat: int) -> dict[str, list[FaultOutcom
 
 # -- report ----------------------------------------------------------------------------------
 
-def machine_lines(load_before: tuple[float, float, float]) -> list[str]:
-    import remote_magic
-
-    versions = [f"remote-magic {remote_magic.__version__}", f"pyzmq {zmq.__version__}", f"libzmq {zmq.zmq_version()}"]
-    for module in ("ipyparallel", "distributed"):
-        try:
-            versions.append(f"{'dask' if module == 'distributed' else module} {__import__(module).__version__}")
-        except ImportError:
-            pass
-    load_after = os.getloadavg()
-    return [
-        f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {machine()}",
-        f"- Python {platform.python_version()}; {', '.join(versions)}; {code_version()}",
-        f"- Load average (1 min) before / after the run: {load_before[0]:.2f} / {load_after[0]:.2f}",
-    ]
-
-
 def seconds_text(value: float) -> str:
     return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.2f} s"
 
@@ -887,7 +867,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(parts).rstrip("\n"))
     if not args.no_write:
         command = " ".join(["python benchmarks/bench_faults.py", *arguments])
-        body = "\n".join([f"Measured by `{command}`.", "", *machine_lines(load_before), "", *parts,
+        body = "\n".join([f"Measured by `{command}`.", "", *zmq_peer_lines(load_before), "", *parts,
                           method_text(args.burst, args.deadline, args.repeat)])
         write_section(SECTION_TITLE, body)
         log.info("wrote the tables to %s", RESULTS_PATH)

@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import io
 import logging
 import os
-import platform
 import select
 import shutil
 import signal
@@ -47,7 +45,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import zmq
-from report import RESULTS_PATH, code_version, machine, write_section
+from report import RESULTS_PATH, write_section, zmq_peer_lines
 
 log = logging.getLogger("bench_roundtrip")
 
@@ -360,25 +358,6 @@ def bench_dask(warmup: int, iterations: int) -> Sample | None:
 
 # -- report ----------------------------------------------------------------------------------
 
-def machine_lines(load_before: tuple[float, float, float]) -> list[str]:
-    import remote_magic
-
-    versions = [f"remote-magic {remote_magic.__version__}", f"pyzmq {zmq.__version__}",
-                f"libzmq {zmq.zmq_version()}", f"numpy {np.__version__}"]
-    for module in ("ipyparallel", "distributed"):
-        try:
-            versions.append(f"{'dask' if module == 'distributed' else module} {__import__(module).__version__}")
-        except ImportError:
-            pass
-    load_after = os.getloadavg()
-    return [
-        f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {machine()}",
-        f"- Python {platform.python_version()}; {', '.join(versions)}; {code_version()}",
-        f"- Load average (1 min) before / after the run: {load_before[0]:.2f} / {load_after[0]:.2f}",
-    ]
-
-
 def ms(seconds: float) -> str:
     value = seconds * 1e3
     return f"{value:.3f} ms" if value < 10 else f"{value:.1f} ms" if value < 1000 else f"{value:.0f} ms"
@@ -551,8 +530,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join([table, "", summary, *notes]))
     if not args.no_write:
         command = " ".join(["python benchmarks/bench_roundtrip.py", *arguments])
-        body = "\n".join([f"Measured by `{command}`.", "", *machine_lines(load_before), "", table, "",
-                          summary, *notes, "", method_text(run)])
+        body = "\n".join([f"Measured by `{command}`.", "", *zmq_peer_lines(load_before, f"numpy {np.__version__}"),
+                          "", table, "", summary, *notes, "", method_text(run)])
         write_section(SECTION_TITLE, body)
         log.info("wrote the table to %s", RESULTS_PATH)
     return 0

@@ -3,6 +3,7 @@ of results.md (replaced in place; other benchmarks' sections stay as they are)."
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import platform
 import subprocess
@@ -39,6 +40,29 @@ def code_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return "commit unknown"
     return f"commit {commit}{' with uncommitted changes' if dirty else ''}"
+
+
+def zmq_peer_lines(load_before: tuple[float, float, float], *versions: str) -> list[str]:
+    """The lines under a section's title for a benchmark of remote-magic beside pyzmq, ipyparallel and
+    Dask: date, machine, Python and those libraries' versions (with ``versions``), commit, load."""
+    import zmq
+
+    import remote_magic
+
+    found = [f"remote-magic {remote_magic.__version__}", f"pyzmq {zmq.__version__}", f"libzmq {zmq.zmq_version()}",
+             *versions]
+    for module, shown in (("ipyparallel", "ipyparallel"), ("distributed", "dask")):
+        try:
+            found.append(f"{shown} {__import__(module).__version__}")
+        except ImportError:
+            pass
+    load_after = os.getloadavg()
+    return [
+        f"- Date: {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Machine: {machine()}",
+        f"- Python {platform.python_version()}; {', '.join(found)}; {code_version()}",
+        f"- Load average (1 min) before / after the run: {load_before[0]:.2f} / {load_after[0]:.2f}",
+    ]
 
 
 def write_section(title: str, body: str, path: Path = RESULTS_PATH) -> None:
