@@ -307,6 +307,24 @@ def test_a_job_cancelled_while_it_waits_for_a_fresh_executor_never_runs(tmp_path
         hub.stop()
 
 
+def test_jobs_for_an_executor_that_cannot_start_fail_saying_why_and_the_worker_tries_again(tmp_path: Path) -> None:
+    """Before: a fresh executor that died while starting left the jobs waiting for it forever."""
+    hooks = tmp_path / "hooks"  # on the executors' sys.path: a sitecustomize.py there runs as each starts
+    hooks.mkdir()
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", env={"PYTHONPATH": str(hooks)})
+    try:
+        with remote_magic.connect(hub.token) as client:
+            hook = hooks / "sitecustomize.py"
+            with pytest.raises(ExecutorDied):  # every executor started from now on exits at once
+                client.run(f"open({str(hook)!r}, 'w').write('import os; os._exit(7)')\nimport os\nos._exit(1)")
+            with pytest.raises(ExecutorDied, match="exited with status 7 while starting, so this job did not run"):
+                client.submit(int, "1").result(timeout=60)
+            hook.unlink()
+            assert client.submit(int, "2").result(timeout=120) == 2
+    finally:
+        hub.stop()
+
+
 def _error_of(call) -> BaseException | None:
     try:
         call()

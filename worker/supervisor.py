@@ -123,6 +123,7 @@ class ExecutorProcess:
         self.endpoint = self.socket.last_endpoint.decode()
         self.generation = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.spawned_at = 0.0
         self.ready = False
         self.capabilities: dict[str, Any] = {}
 
@@ -133,6 +134,7 @@ class ExecutorProcess:
     def spawn(self) -> None:
         self.generation += 1
         self.ready = False
+        self.spawned_at = time.monotonic()
         command = [sys.executable, "-c", EXECUTOR_LAUNCHER, self.endpoint, str(self.generation),
                    "--gpu", self.options.gpu]
         if self.options.adapter:
@@ -244,6 +246,7 @@ class Supervisor:
         self._connection: Connection | None = None
         self.welcome: Message | None = None
         self._next_health_check = 0.0
+        self._start_failure: str | None = None  # why the last fresh executor never said hello
         self.totals: dict[str, Any] = {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0}
 
     def start(self) -> None:
@@ -378,8 +381,29 @@ class Supervisor:
             self.totals[key] += stats.get(key) or 0
 
     def _start_pending(self) -> None:
+        if self.job is None and self._pending and self._start_failure is not None:
+            self._start_failure = None  # a new job: try a fresh executor once more, for it
+            self.executor.spawn()
         if self.job is None and self.executor.ready and self._pending and not self._replaced_dead_executor():
             self._start_job(self._pending.pop(0))
+
+    def _failed_to_start(self) -> str | None:
+        """Why the executor being started will never say hello (None while it still may)."""
+        if (death := self.executor.died()) is not None:
+            return f"{death} while starting"
+        if time.monotonic() - self.executor.spawned_at > EXECUTOR_START_TIMEOUT_S:
+            return f"did not start within {EXECUTOR_START_TIMEOUT_S:g} s"
+        return None
+
+    def _give_up_starting(self, why: str) -> None:
+        """Fail the jobs waiting for an executor that won't start; the next job that comes tries again."""
+        log.error("the worker's job process %s; run remote-worker with -v to see its output", why)
+        self._start_failure = why
+        self.executor.kill()
+        for job in list(self._pending):
+            self._end_pending(job, ExecutorDied(
+                f"the worker's job process {why}, so this job did not run. The worker starts another for "
+                "the next job; if this repeats, see the worker's log (remote-worker -v)"))
 
     def _replaced_dead_executor(self) -> bool:
         """An idle executor that died (killed from outside) is replaced; the next job waits for the new one."""
@@ -395,6 +419,8 @@ class Supervisor:
         if self.job is None:
             if self.executor.ready:
                 self._replaced_dead_executor()
+            elif self._start_failure is None and (why := self._failed_to_start()) is not None:
+                self._give_up_starting(why)
             return 0.5
         now = time.monotonic()
         if now < self._next_health_check:
