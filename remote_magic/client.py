@@ -48,6 +48,8 @@ class JobResult:
     stats: dict[str, Any] = field(default_factory=dict)
     kept_on_worker: dict[str, str] = field(default_factory=dict)
     """Names the code assigned that stayed on the worker, with why (matplotlib objects: figures come as images)."""
+    deleted: list[str] = field(default_factory=list)
+    """Names the code deleted (``del x``): gone from its namespace, as they would be locally."""
 
 
 @dataclass
@@ -269,9 +271,11 @@ class Client:
         has_value = "__value__" in values
         value = values.pop("__value__", None)
         kept = msg.header.get("kept_on_worker")
+        deleted = msg.header.get("deleted")
         return JobResult(values, str(msg.header.get("worker", job.worker)), has_value, value,
                          msg.header.get("stats") or {},
-                         {str(k): str(v) for k, v in kept.items()} if isinstance(kept, dict) else {})
+                         {str(k): str(v) for k, v in kept.items()} if isinstance(kept, dict) else {},
+                         [str(name) for name in deleted] if isinstance(deleted, list) else [])
 
     def _cancel(self, job_id: str) -> None:
         try:

@@ -101,13 +101,13 @@ class Executor:
                 try:
                     self._running = True
                     try:
-                        values = self._execute(msg, outputs)
+                        values, deleted = self._execute(msg, outputs)
                     finally:
                         self._running = False
                     packed = self._pack_result(msg, values, outputs)
                 finally:
                     outputs.show_figures()  # a cell that raised shows its figures too, as it would locally
-            self._send_result(job, packed, started)
+            self._send_result(job, packed, started, deleted)
         except KeyboardInterrupt as exc:
             # A C extension whose import was cut short can never be imported again in this
             # process ("cannot load module more than once"): ask for a fresh executor.
@@ -120,7 +120,8 @@ class Executor:
         finally:
             self._outputs = None
 
-    def _execute(self, msg: Message, outputs: JobOutputs) -> dict[str, Any]:
+    def _execute(self, msg: Message, outputs: JobOutputs) -> tuple[dict[str, Any], list[str]]:
+        """Run the job; returns the values that go back, and the names the code deleted."""
         header = msg.header
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "display": outputs.display}
         # Notebook functions and classes arrive as source and are compiled here, in the cell's
@@ -129,7 +130,7 @@ class Executor:
             inputs = serialization.unpack(header, msg.buffers, InputError,
                                           sides=("on the worker", "in the notebook"))
         if header.get("kind") == "call":
-            return {"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))}
+            return {"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))}, []
         code = str(header.get("code", ""))
         gpu_choice = header.get("gpu")
         if self.gpu is not None:
@@ -144,10 +145,14 @@ class Executor:
         body, last = split_last_expression(code, filename)
         namespace["gpu"] = self.gpu.gpu if self.gpu is not None else _NoGpu(self.no_gpu)
         namespace.update(inputs)
+        before = dict(namespace)
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
         wanted = header.get("outputs")
         names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
+        if wanted is None:  # and what no static analysis sees: star imports, globals()[...], `global` in callees
+            names += [name for name in namespace_changes(before, namespace) if name not in names]
+        deleted = [name for name in before if name not in namespace and not _is_dunder(name)]
         missing = [n for n in names if n not in namespace] if wanted is not None else []
         if missing:
             raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
@@ -159,7 +164,7 @@ class Executor:
             values["__value__"] = value
         if self.gpu is not None and gpu_choice:
             values = self.gpu.to_host(values)
-        return values
+        return values, deleted
 
     def _register_kernels(self, kernels: dict[str, str]) -> None:
         for name, source in kernels.items():
@@ -177,11 +182,13 @@ class Executor:
             outputs.show_value(values["__value__"])
         return packed
 
-    def _send_result(self, job: str, packed: serialization.Packed, started: float) -> None:
+    def _send_result(self, job: str, packed: serialization.Packed, started: float, deleted: list[str]) -> None:
         header = {"job": job, **packed.header(), "duration_s": time.perf_counter() - started,
                   "versions": local_versions()}
         if packed.kept:
             header["kept_on_worker"] = packed.kept
+        if deleted:
+            header["deleted"] = deleted
         if self.gpu is not None:
             header["stats"] = self.gpu.take_stats()
         self.send(T.RESULT, header, packed.frames)
@@ -191,6 +198,17 @@ class Executor:
         self._sources.append(filename)
         while len(self._sources) > _KEPT_SOURCES:
             linecache.cache.pop(self._sources.pop(0), None)
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+def namespace_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Names the code bound or rebound in its namespace, in the order they now appear there
+    (Python's own ``__dunder__`` bookkeeping, such as ``__annotations__``, left out)."""
+    return [name for name, value in after.items()
+            if not _is_dunder(name) and (name not in before or before[name] is not value)]
 
 
 GPU_OFF = "this worker runs with --gpu off, so it has no GPU: restart remote-worker with --gpu auto or on"

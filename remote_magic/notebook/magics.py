@@ -165,6 +165,8 @@ class OffloadMagics(Magics):
             on_module_error=lambda name, ref, exc: _notice(
                 f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"))
         namespace.update(result.values)
+        for name in result.deleted:
+            namespace.pop(name, None)
         if result.kept_on_worker:
             kept = ", ".join(f"`{name}` ({what})" for name, what in result.kept_on_worker.items())
             _notice(f"{kept} stayed on the worker and not set here: matplotlib objects don't cross "

@@ -27,10 +27,13 @@ def names_read(code: str) -> set[str]:
             continue
         read |= {s.get_name() for s in table.get_symbols()
                  if s.is_global() and (s.is_referenced() or s.is_declared_global())}
-    # `x += 1` and `x[0] = 1` read x, but only `x[0] = 1` marks it referenced in every version.
+    # `x += 1` and `x[0] = 1` read x, but only `x[0] = 1` marks it referenced in every version; and
+    # `del x` needs x there to delete it.
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             read.add(node.target.id)
+        elif isinstance(node, ast.Delete):
+            read |= {part.id for target in node.targets for part in ast.walk(target) if isinstance(part, ast.Name)}
     return read
 
 
