@@ -240,7 +240,7 @@ def join_token(args: argparse.Namespace) -> str | None:
 
 def missing_worker_packages(args: argparse.Namespace) -> list[str]:
     """The [worker] extra's packages these options need and this environment lacks."""
-    needed = ["psutil"] + (["wgpu"] if args.gpu != "off" else []) + (["ngrok"] if args.ngrok else [])
+    needed = ["psutil", "xxhash"] + (["wgpu"] if args.gpu != "off" else []) + (["ngrok"] if args.ngrok else [])
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
 

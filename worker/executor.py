@@ -40,6 +40,7 @@ from remote_magic.wire.versions import local_versions
 
 from . import WORKER_INSTALL
 from .outputs import JobOutputs, flush_periodically, install_display
+from .tracking import changed_in_place, fingerprints
 
 log = logging.getLogger(__name__)
 
@@ -146,19 +147,28 @@ class Executor:
         namespace["gpu"] = self.gpu.gpu if self.gpu is not None else _NoGpu(self.no_gpu)
         namespace.update(inputs)
         before = dict(namespace)
+        wanted = header.get("outputs")
+        # What the worker put in scope (display, gpu) stays here: the notebook has its own.
+        provided = {id(v) for v in (getattr(builtins, "display", None), outputs.display, namespace.get("gpu"))
+                    if v is not None}
+        # The cell's inputs and the globals its notebook functions brought may change in place, through
+        # any method call; GPU arrays can't.
+        tracked: dict[str, bytes] = {}
+        if wanted is None and not gpu_choice:
+            tracked = fingerprints({name: value for name, value in before.items()
+                                    if not _is_dunder(name) and id(value) not in provided})
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
-        wanted = header.get("outputs")
         names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
-        if wanted is None:  # and what no static analysis sees: star imports, globals()[...], `global` in callees
-            names += [name for name in namespace_changes(before, namespace) if name not in names]
+        if wanted is None:  # and what no static analysis sees: star imports, globals()[...], `global` in
+            # callees, and objects changed in place by the methods the cell called
+            for name in [*namespace_changes(before, namespace), *changed_in_place(tracked, namespace, before)]:
+                if name not in names:
+                    names.append(name)
         deleted = [name for name in before if name not in namespace and not _is_dunder(name)]
         missing = [n for n in names if n not in namespace] if wanted is not None else []
         if missing:
             raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
-        # What the worker put in scope (display, gpu) stays here: the notebook has its own.
-        provided = {id(v) for v in (getattr(builtins, "display", None), outputs.display, namespace.get("gpu"))
-                    if v is not None}
         values = {name: namespace[name] for name in names if name in namespace and id(namespace[name]) not in provided}
         if value is not None:
             values["__value__"] = value

@@ -179,9 +179,12 @@ class Hub:
 
     def _call_soon(self, command: str) -> None:
         waker = self.context.socket(zmq.PUSH)
-        waker.linger = 1000  # inproc delivers at once; the linger only guards a hub that is gone
+        waker.linger = 0
         waker.connect(self._wake_endpoint)
-        waker.send(command.encode())
+        try:
+            waker.send(command.encode(), zmq.NOBLOCK)
+        except zmq.Again:  # the hub's thread has ended (it saw _stopping first): nothing left to wake
+            pass
         waker.close()
 
     # -- the loop --------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""An offloaded cell leaves the notebook's namespace as the same cell run locally would (issue 9):
+every namespace edit it makes (star imports, `del`, `global` inside functions it calls,
+`import x as y`, names bound through `globals()`; item 3), and every object it changes in place
+through a method (`L.sort()`, `d.update()`, `model.fit()`, a random Generator that draws; item 2).
+
+Each case runs twice in a real IPython shell, after the same setup cells: once plain, once with its
+cells under %%offload; the namespaces the notebook is left with must be the same.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from support import run
+
+CASES: dict[str, tuple[list[str], str | list[str]]] = {
+    "star import": ([], "from math import *"),
+    "star import that shadows builtins": ([], "from numpy import *\nbiggest = max(array([3, 1, 2]))"),
+    "del": (["x = 1\ny = [1, 2]"], "del x"),
+    "del of several, one of them read": (["x = 1\ny = 2\nz = 3"], "total = x + y\ndel x, y"),
+    "global in a function the cell calls": (
+        ["counter = 0\ndef bump(by=1):\n    global counter\n    counter += by"], "bump()\nbump(5)"),
+    "a function's global that didn't exist before": (
+        ["def make():\n    global made\n    made = 'here'"], "make()"),
+    "import as": ([], "import os.path as osp\nfrom collections import OrderedDict as OD"),
+    "globals() in a loop": ([], "for name in ['p', 'qq']:\n    globals()[name] = len(name)"),
+    "globals().update": ([], "globals().update({'a1': 1, 'b2': [2]})"),
+    "a list sorted in place": (["L = [3, 1, 2]"], "L.sort()"),
+    "a dict and a set changed by methods": (["d = {'a': 1}\ns = {1}"], "d.update(b=2)\ns.add(2)"),
+    "an array sorted in place": (["import numpy as np\na = np.array([3.0, 1.0, 2.0])"], "a.sort()"),
+    "an object fitted through its method": (
+        ["class Model:\n    coef = None\n    def fit(self, xs):\n        self.coef = sum(xs) / len(xs)\n"
+         "        return self\nm = Model()"], "m.fit([1, 2, 6])"),
+    "a function that appends to a global list": (["calls = []\ndef log(x):\n    calls.append(x)"], "log(1)\nlog(2)"),
+    "a random Generator that draws, cell after cell": (
+        ["import numpy as np\nrng = np.random.default_rng(0)"], ["first = rng.normal()", "second = rng.normal()"]),
+}
+
+
+def _described(value: Any) -> str:
+    """A value, comparably across processes: modules by name, functions and classes by qualified name,
+    the rest by repr without memory addresses."""
+    if isinstance(value, types.ModuleType):
+        return f"module {value.__name__}"
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{type(value).__name__} {getattr(value, '__module__', '?')}.{value.__qualname__}"
+    if type(value).__module__ == "__main__":  # an instance of a notebook class: by its attributes
+        return f"{type(value).__qualname__} {sorted((k, _described(v)) for k, v in vars(value).items())}"
+    return f"{type(value).__name__} {re.sub(' at 0x[0-9a-fA-F]+', '', repr(value))}"  # copies live elsewhere
+
+
+def _namespace_after(ip: InteractiveShell, setup: list[str], cells: list[str], offload: bool) -> dict[str, str]:
+    ip.reset(new_session=False)
+    for code in setup:
+        result, _ = run(ip, code)
+        assert result.success, result.error_in_exec
+    for cell in cells:
+        result, out = run(ip, f"%%offload\n{cell}" if offload else cell)
+        assert result.success, f"{result.error_in_exec}\n{out.stdout}\n{out.stderr}"
+    hidden = ip.user_ns_hidden
+    return {name: _described(value) for name, value in ip.user_ns.items()
+            if not name.startswith("_") and name not in hidden}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_an_offloaded_cell_leaves_the_namespace_as_a_local_one_does(ip: InteractiveShell, case: str) -> None:
+    setup, cells = CASES[case]
+    cells = [cells] if isinstance(cells, str) else cells
+    local = _namespace_after(ip, setup, cells, offload=False)
+    offloaded = _namespace_after(ip, setup, cells, offload=True)
+    assert offloaded == local
