@@ -122,8 +122,9 @@ class Client:
             gpu: bool | list[str] | None = None) -> dict[str, Any]:
         """Run ``code`` on a worker with ``inputs`` as its globals; return its outputs.
 
-        Returns ``{name: value}`` for the names in ``outputs``, or for every name the code
-        assigns when ``outputs`` is None. Remote stdout/stderr stream to the local ones while it
+        Returns ``{name: value}`` for the names in ``outputs``, or, when ``outputs`` is None, for
+        every name the code binds (star imports and ``globals()`` included) and every input it
+        changes in place (``L.sort()``). Remote stdout/stderr stream to the local ones while it
         runs. A remote exception raises ``RemoteError`` with the remote traceback; Ctrl-C stops
         the remote job and re-raises KeyboardInterrupt. ``gpu`` runs numpy array work on the
         worker's GPU: True for every built-in kernel, or a list of kernel names.
