@@ -74,3 +74,20 @@ def test_an_offloaded_cell_leaves_the_namespace_as_a_local_one_does(ip: Interact
     local = _namespace_after(ip, setup, cells, offload=False)
     offloaded = _namespace_after(ip, setup, cells, offload=True)
     assert offloaded == local
+
+
+def test_what_cant_be_pickled_stays_on_the_worker_named_and_the_rest_comes_back(ip: InteractiveShell) -> None:
+    """Before, one such value failed the whole cell's outputs (issue 9, item 4)."""
+    ip.reset(new_session=False)
+    result, out = run(ip, "%%offload\nimport threading\ng = (i for i in range(3))\nlock = threading.Lock()\nn = 5")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["n"] == 5 and ip.user_ns["threading"].__name__ == "threading"
+    assert "g" not in ip.user_ns and "lock" not in ip.user_ns
+    assert ("`g` (a generator, which can't be pickled: TypeError: cannot pickle 'generator' object), "
+            "`lock` (a lock, which can't be pickled: TypeError: cannot pickle '_thread.lock' object)") in out.stderr
+    assert "stayed on the worker and not set here: what can't be pickled can't cross" in out.stderr
+    # Alone, too: the worker once compared its own objects by a temporary's id, which the cell's next
+    # object reused, and the lock vanished without a word.
+    result, out = run(ip, "%%offload\nimport threading\nlock = threading.Lock()")
+    assert result.success and "lock" not in ip.user_ns
+    assert "`lock` (a lock, which can't be pickled" in out.stderr

@@ -149,14 +149,15 @@ class Executor:
         before = dict(namespace)
         wanted = header.get("outputs")
         # What the worker put in scope (display, gpu) stays here: the notebook has its own.
-        provided = {id(v) for v in (getattr(builtins, "display", None), outputs.display, namespace.get("gpu"))
-                    if v is not None}
+        # Held, not their ids: a temporary's id (a bound method's) is free for the cell's next object.
+        provided = [v for v in (getattr(builtins, "display", None), namespace["display"], namespace["gpu"])
+                    if v is not None]
         # The cell's inputs and the globals its notebook functions brought may change in place, through
         # any method call; GPU arrays can't.
         tracked: dict[str, bytes] = {}
         if wanted is None and not gpu_choice:
             tracked = fingerprints({name: value for name, value in before.items()
-                                    if not _is_dunder(name) and id(value) not in provided})
+                                    if not _is_dunder(name) and not _is_any(value, provided)})
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
         names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
@@ -169,7 +170,8 @@ class Executor:
         missing = [n for n in names if n not in namespace] if wanted is not None else []
         if missing:
             raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
-        values = {name: namespace[name] for name in names if name in namespace and id(namespace[name]) not in provided}
+        values = {name: namespace[name] for name in names
+                  if name in namespace and not _is_any(namespace[name], provided)}
         if value is not None:
             values["__value__"] = value
         if self.gpu is not None and gpu_choice:
@@ -183,11 +185,13 @@ class Executor:
                 self._kernels[name] = source
 
     def _pack_result(self, msg: Message, values: dict[str, Any], outputs: JobOutputs) -> serialization.Packed:
-        """Pickle what goes back; a cell's matplotlib objects stay here and its figures travel as images."""
-        keep_back = _matplotlib_object if msg.header.get("kind") == "code" else None
+        """Pickle what goes back. A cell's matplotlib objects stay here (its figures travel as images), and so
+        do values that can't be pickled; the others still go."""
+        cell = msg.header.get("kind") == "code"  # a call's one result can't stay behind: it fails instead
         notebook = msg.header.get("versions") or {}
-        packed = serialization.pack(values, OutputError, keep_back,
-                                    portable_pandas=notebook.get("pandas") != local_versions().get("pandas"))
+        packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
+                                    portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
+                                    keep_unpicklable=cell)
         if packed.kept.pop("__value__", None) is not None:
             outputs.show_value(values["__value__"])
         return packed
@@ -208,6 +212,10 @@ class Executor:
         self._sources.append(filename)
         while len(self._sources) > _KEPT_SOURCES:
             linecache.cache.pop(self._sources.pop(0), None)
+
+
+def _is_any(value: Any, objects: list[Any]) -> bool:
+    return any(value is obj for obj in objects)
 
 
 def _is_dunder(name: str) -> bool:

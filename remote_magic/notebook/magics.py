@@ -169,8 +169,10 @@ class OffloadMagics(Magics):
             namespace.pop(name, None)
         if result.kept_on_worker:
             kept = ", ".join(f"`{name}` ({what})" for name, what in result.kept_on_worker.items())
-            _notice(f"{kept} stayed on the worker and not set here: matplotlib objects don't cross "
-                    "between versions, so figures come back as images instead")
+            whys = {"matplotlib objects don't cross between versions, so figures come back as images instead"
+                    if what.startswith("a matplotlib") else "what can't be pickled can't cross: make it in the "
+                    "offloaded cell that uses it" for what in result.kept_on_worker.values()}
+            _notice(f"{kept} stayed on the worker and not set here: {'; '.join(sorted(whys))}")
         if args.stats:
             _notice(_format_stats(result.worker, result.stats))
         return result.value if result.has_value else None

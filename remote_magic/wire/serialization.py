@@ -138,8 +138,9 @@ def _dumps(value: Any, keep_back: KeepBack | None, portable_pandas: bool) -> tup
 
 
 def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError,
-         keep_back: KeepBack | None = None, portable_pandas: bool = False) -> Packed:
-    """Pickle each value; a failure raises ``error`` naming the variable.
+         keep_back: KeepBack | None = None, portable_pandas: bool = False, keep_unpicklable: bool = False) -> Packed:
+    """Pickle each value; a failure raises ``error`` naming the variable, or with ``keep_unpicklable``
+    leaves that value out, listed in ``kept`` with why, and packs the others.
 
     A value holding an object that ``keep_back`` refuses is left out and listed in ``kept``.
     With ``portable_pandas`` (the receiver's pandas differs), pandas objects travel in a form
@@ -155,6 +156,9 @@ def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError
             packed.kept[name] = str(kept)
             continue
         except Exception as exc:  # pickling runs arbitrary __reduce__ code; any failure names the variable
+            if keep_unpicklable:
+                packed.kept[name] = f"{_a(type(value).__name__)}, which can't be pickled: {type(exc).__name__}: {exc}"
+                continue
             raise error(
                 f"`{name}` ({type(value).__name__}) can't be pickled: {type(exc).__name__}: {exc}. "
                 "Recreate it inside the cell instead of passing it in, or convert it to plain data.",
@@ -166,6 +170,10 @@ def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError
         if about:
             packed.about[name] = about
     return packed
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _writable(frame: Any) -> Any:
