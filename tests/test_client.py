@@ -111,10 +111,13 @@ def test_input_that_cannot_be_pickled_names_the_variable(client: remote_magic.Cl
     assert client.run("x = 1") == {"x": 1}
 
 
-def test_output_that_cannot_come_back_names_the_variable(client: remote_magic.Client) -> None:
-    with pytest.raises(OutputError, match="`gen`") as info:
-        client.run("gen = (i for i in range(3))\nok = 1")
+def test_output_that_cannot_come_back_names_the_variable(client: remote_magic.Client, caplog) -> None:
+    with pytest.raises(OutputError, match="`gen`") as info:  # asked for by name: it must come, or fail
+        client.run("gen = (i for i in range(3))\nok = 1", outputs=["gen", "ok"])
     assert info.value.name == "gen"
+    # Every name the code binds: the rest still comes, and what stayed on the worker is named.
+    assert client.run("gen = (i for i in range(3))\nok = 1") == {"ok": 1}
+    assert "left on the worker: gen (a generator, which can't be pickled" in caplog.text
 
 
 def test_timeout_stops_the_job(client: remote_magic.Client) -> None:

@@ -186,12 +186,12 @@ class Executor:
 
     def _pack_result(self, msg: Message, values: dict[str, Any], outputs: JobOutputs) -> serialization.Packed:
         """Pickle what goes back. A cell's matplotlib objects stay here (its figures travel as images), and so
-        do values that can't be pickled; the others still go."""
+        do values that can't be pickled, unless the caller asked for them by name; the others still go."""
         cell = msg.header.get("kind") == "code"  # a call's one result can't stay behind: it fails instead
         notebook = msg.header.get("versions") or {}
         packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
                                     portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
-                                    keep_unpicklable=cell)
+                                    keep_unpicklable=cell and msg.header.get("outputs") is None)
         if packed.kept.pop("__value__", None) is not None:
             outputs.show_value(values["__value__"])
         return packed
