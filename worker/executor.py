@@ -40,7 +40,7 @@ from remote_magic.wire.versions import local_versions
 
 from . import WORKER_INSTALL
 from .outputs import JobOutputs, flush_periodically, install_display
-from .tracking import changed_in_place, fingerprints
+from .tracking import changed_in_place, deleted_names, fingerprints, is_dunder, namespace_changes
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class Executor:
         tracked: dict[str, bytes] = {}
         if wanted is None and not gpu_choice:
             tracked = fingerprints({name: value for name, value in before.items()
-                                    if not _is_dunder(name) and not _is_any(value, provided)})
+                                    if not is_dunder(name) and not _is_any(value, provided)})
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
         names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
@@ -166,7 +166,7 @@ class Executor:
             for name in [*namespace_changes(before, namespace), *changed_in_place(tracked, namespace, before)]:
                 if name not in names:
                     names.append(name)
-        deleted = [name for name in before if name not in namespace and not _is_dunder(name)]
+        deleted = deleted_names(before, namespace)
         missing = [n for n in names if n not in namespace] if wanted is not None else []
         if missing:
             raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
@@ -216,17 +216,6 @@ class Executor:
 
 def _is_any(value: Any, objects: list[Any]) -> bool:
     return any(value is obj for obj in objects)
-
-
-def _is_dunder(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__")
-
-
-def namespace_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Names the code bound or rebound in its namespace, in the order they now appear there
-    (Python's own ``__dunder__`` bookkeeping, such as ``__annotations__``, left out)."""
-    return [name for name, value in after.items()
-            if not _is_dunder(name) and (name not in before or before[name] is not value)]
 
 
 GPU_OFF = "this worker runs with --gpu off, so it has no GPU: restart remote-worker with --gpu auto or on"

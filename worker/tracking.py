@@ -1,6 +1,8 @@
-"""Which of a cell's inputs it changed in place: ``L.sort()``, ``d.update(...)``, ``model.fit(X)``,
-a ``numpy.random.Generator`` that drew numbers. No static analysis sees those, so the executor
-compares each input's fingerprint before and after the cell.
+"""What a cell changed in its namespace, found by comparing it before and after the cell: names it
+bound, rebound or deleted (star imports, ``globals()[...]``, ``global`` in the functions it called),
+and objects it changed in place (``L.sort()``, ``d.update(...)``, ``model.fit(X)``, a
+``numpy.random.Generator`` that drew numbers). No static analysis sees those; for the last, the
+executor compares each value's fingerprint.
 
 A fingerprint is the xxh3-128 digest of the value's pickle (protocol 5), its large buffers (numpy
 arrays, pandas blocks) hashed in place, out of band, without a copy. xxh3 because it hashes at
@@ -40,6 +42,22 @@ def fingerprint(value: Any) -> Fingerprint | None:
     except Exception:  # what can't be pickled can't come back either; the cell's outputs say so
         return None
     return digest.digest()
+
+
+def is_dunder(name: str) -> bool:
+    """Python's own ``__bookkeeping__`` names (``__builtins__``, ``__annotations__``), not the cell's."""
+    return name.startswith("__") and name.endswith("__")
+
+
+def namespace_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Names the code bound or rebound, in the order they now appear."""
+    return [name for name, value in after.items()
+            if not is_dunder(name) and (name not in before or before[name] is not value)]
+
+
+def deleted_names(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Names the code deleted."""
+    return [name for name in before if name not in after and not is_dunder(name)]
 
 
 def fingerprints(values: Mapping[str, Any]) -> dict[str, Fingerprint]:
