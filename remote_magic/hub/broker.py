@@ -74,7 +74,7 @@ HELD_RETRY_MS = 10
 
 @dataclass
 class _Held:
-    messages: deque[list[Any]] = field(default_factory=deque)
+    messages: deque[tuple[list[Any], int]] = field(default_factory=deque)  # (frames, their size), in order
     bytes: int = 0
 
 
@@ -255,9 +255,7 @@ class Hub:
         assert self._socket is not None
         try:
             self._socket.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
-        except zmq.Again:  # its queue is full
-            return False
-        except zmq.ZMQError:  # EHOSTUNREACH: its connection is down, until it reconnects or is forgotten
+        except zmq.ZMQError:  # Again: its queue is full; EHOSTUNREACH: its connection is down for now
             return False
         peer = self.fleet.peers.get(identity)
         if peer is not None:
@@ -272,14 +270,14 @@ class Hub:
                         peer.role.value, peer.name, held.bytes / 2**20)
             self._forget(peer, f"stopped reading while {held.bytes / 2**20:.0f} MiB waited for it")
             return
-        held.messages.append(frames)
+        held.messages.append((frames, size))
         held.bytes += size
 
     def _send_held(self) -> None:
         """Send what waits for peers that read again."""
         for identity, held in list(self._held.items()):
-            while held.messages and self._try_send(identity, held.messages[0]):
-                held.bytes -= sum(len(frame) for frame in held.messages.popleft())
+            while held.messages and self._try_send(identity, held.messages[0][0]):
+                held.bytes -= held.messages.popleft()[1]
             if not held.messages:
                 del self._held[identity]
                 log.info("%r reads again: sent what waited for it", identity)
