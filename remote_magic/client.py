@@ -26,6 +26,7 @@ from .errors import ConnectionFailed, RemoteMagicError
 from .wire import serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
+from .wire.handles import RemoteValue, kept_description
 from .wire.lifecycle import JobState, Lifecycle
 from .wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, MAX_HEADER_BYTES, Message, MessageType as T, Role, encode_header
 from .wire.tokens import Token
@@ -46,8 +47,11 @@ class JobResult:
     has_value: bool = False
     value: Any = None      # the code's last expression, when it ends with one
     stats: dict[str, Any] = field(default_factory=dict)
-    kept_on_worker: dict[str, str] = field(default_factory=dict)
-    """Names the code assigned that stayed on the worker, with why (matplotlib objects: figures come as images)."""
+    kept_on_worker: dict[str, RemoteValue] = field(default_factory=dict)
+    """Values the code assigned that stayed on the worker (they can't be pickled, or are matplotlib
+    objects: figures come as images), as handles that later jobs on that worker may read in place."""
+    value_display: dict[str, Any] | None = None
+    """The value as the notebook shows it (``data``, ``metadata``), rendered in the worker's session."""
     deleted: list[str] = field(default_factory=list)
     """Names the code deleted (``del x``): gone from its namespace, as they would be locally."""
 
@@ -132,7 +136,7 @@ class Client:
         result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu)
         if result.kept_on_worker:  # not silently: name what didn't come back
             log.warning("not returned, left on the worker: %s",
-                        ", ".join(f"{name} ({what})" for name, what in result.kept_on_worker.items()))
+                        ", ".join(handle.describe() for handle in result.kept_on_worker.values()))
         return result.values
 
     def execute(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
@@ -266,16 +270,25 @@ class Client:
     def _finish(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
                 ) -> JobResult:
         if msg.type is T.ERROR:
-            raise error_from_header(msg.header)
+            error = error_from_header(msg.header)
+            if isinstance(error, errors.RemoteError) and "names" in msg.header:
+                error.partial = self._result(job, msg, on_module_error)
+            raise error
+        return self._result(job, msg, on_module_error)
+
+    def _result(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
+                ) -> JobResult:
         values = serialization.unpack(msg.header, msg.buffers, errors.OutputError, on_module_error,
                                       sides=("in the notebook", "on the worker"))
-        has_value = "__value__" in values
-        value = values.pop("__value__", None)
+        worker = str(msg.header.get("worker", job.worker))
         kept = msg.header.get("kept_on_worker")
+        handles = kept_description(kept if isinstance(kept, dict) else {}, worker)
+        has_value = "__value__" in values or "__value__" in handles
+        value = values.pop("__value__", handles.pop("__value__", None))
         deleted = msg.header.get("deleted")
-        return JobResult(values, str(msg.header.get("worker", job.worker)), has_value, value,
-                         msg.header.get("stats") or {},
-                         {str(k): str(v) for k, v in kept.items()} if isinstance(kept, dict) else {},
+        shown = msg.header.get("value_display")
+        return JobResult(values, worker, has_value, value, msg.header.get("stats") or {}, handles,
+                         shown if isinstance(shown, dict) else None,
                          [str(name) for name in deleted] if isinstance(deleted, list) else [])
 
     def _cancel(self, job_id: str) -> None:

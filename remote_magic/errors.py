@@ -32,6 +32,8 @@ Messages say what happened and what to do next.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RemoteMagicError(Exception):
     """Root of every error raised by remote-magic."""
@@ -105,8 +107,15 @@ class RemoteError(JobError):
     """User code raised an exception on the worker.
 
     ``remote_type`` is the exception's qualified type name on the worker,
-    ``remote_message`` its message and ``remote_traceback`` the formatted traceback.
+    ``remote_message`` its message and ``remote_traceback`` the formatted traceback. When the
+    worker's exception type exists in the notebook too, the error is also an instance of it
+    (``except ZeroDivisionError`` catches a ZeroDivisionError raised on the worker).
+
+    ``partial`` is what the cell had changed before it raised (a ``JobResult``, or None when the job
+    was not a cell): as in a local run, ``%%offload`` keeps those changes.
     """
+
+    partial: Any = None
 
     def __init__(self, remote_type: str, remote_message: str, remote_traceback: str = "") -> None:
         super().__init__(f"{remote_type}: {remote_message}" if remote_message else remote_type)

@@ -117,7 +117,7 @@ def test_output_that_cannot_come_back_names_the_variable(client: remote_magic.Cl
     assert info.value.name == "gen"
     # Every name the code binds: the rest still comes, and what stayed on the worker is named.
     assert client.run("gen = (i for i in range(3))\nok = 1") == {"ok": 1}
-    assert "left on the worker: gen (a generator, which can't be pickled" in caplog.text
+    assert "left on the worker: `gen` (generator: a generator, which can't be pickled" in caplog.text
 
 
 def test_timeout_stops_the_job(client: remote_magic.Client) -> None:
@@ -235,13 +235,14 @@ def test_matplotlib_objects_a_script_assigns_are_named_as_left_on_the_worker(
     shown: list[dict] = []
     result = client.execute("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
                             "fig, ax = plt.subplots()\nsize = list(fig.get_size_inches())", on_display=shown.append)
-    assert result.kept_on_worker == {"fig": "a matplotlib Figure", "ax": "a matplotlib Axes"} and result.values == {
+    assert {name: (handle.kind, handle.worker) for name, handle in result.kept_on_worker.items()} == {
+        "fig": ("Figure", result.worker), "ax": ("Axes", result.worker)} and result.values == {
         "matplotlib": result.values["matplotlib"], "plt": result.values["plt"], "size": [6.4, 4.8]}
     assert [(sorted(d["data"]), d["data"]["text/plain"]) for d in shown] == [
         (["image/png", "text/plain"], "<Figure size 640x480 with 1 Axes>")]  # the figure, as an image
     with caplog.at_level("WARNING", logger="remote_magic.client"):
         client.run("import matplotlib.pyplot as plt\nfig = plt.figure()")
-    assert "left on the worker: fig (a matplotlib Figure)" in caplog.text
+    assert "left on the worker: `fig` (Figure: it holds a matplotlib Figure" in caplog.text
 
 
 def test_close_ends_pending_futures_with_job_cancelled(worker) -> None:

@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from remote_magic import JobTimeout
+from remote_magic import JobTimeout, RemoteError
 from remote_magic.wire.tokens import Token
 from support import WorkerProcess, run
 
@@ -47,13 +47,17 @@ def test_only_names_the_cell_reads_are_sent(ip: InteractiveShell) -> None:
     assert ip.user_ns["fresh"] == 3.0
 
 
-def test_an_exception_shows_the_remote_traceback_and_leaves_the_namespace_alone(ip: InteractiveShell) -> None:
+def test_an_exception_shows_the_remote_traceback_and_keeps_what_the_cell_did_before_it(ip: InteractiveShell) -> None:
     ip.user_ns.update(x=[1, 2, 3], n=5)
-    result, out = run(ip, "%%offload\nx[0] = 'changed'\nn = 6\nfresh = 1\nraise ValueError('boom on the worker')")
-    assert isinstance(result.error_in_exec, Exception)
+    result, out = run(ip, "%%offload\nx[0] = 'changed'\nn = 6\nfresh = 1\nraise ValueError('boom on the worker')\n"
+                          "late = 2")
+    assert isinstance(result.error_in_exec, ValueError)  # the worker's type: `except ValueError` catches it
+    assert isinstance(result.error_in_exec, RemoteError) and type(result.error_in_exec).__name__ == "ValueError"
     assert "ValueError: boom on the worker" in out.stdout + out.stderr
     assert '<offload cell' in out.stdout + out.stderr
-    assert ip.user_ns["x"] == [1, 2, 3] and ip.user_ns["n"] == 5 and "fresh" not in ip.user_ns
+    # As in a local run: what ran before the exception stays done, what came after never ran.
+    assert ip.user_ns["x"] == ["changed", 2, 3] and ip.user_ns["n"] == 6 and ip.user_ns["fresh"] == 1
+    assert "late" not in ip.user_ns
 
 
 def test_display_and_matplotlib_figures_appear_in_the_cell(ip: InteractiveShell) -> None:

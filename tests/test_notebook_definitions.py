@@ -14,6 +14,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from remote_magic.wire import definitions
+from remote_magic.wire.handles import RemoteValue
 from support import run
 
 DEFINITIONS = """\
@@ -106,16 +107,22 @@ def test_closures_and_methods_have_no_source_definition(ip: InteractiveShell) ->
     assert definitions.find_definition(ip.user_ns["square"]).source == "lambda x: x * x"
 
 
-def test_figures_come_back_as_images_and_matplotlib_objects_are_named(ip: InteractiveShell) -> None:
-    result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
-                          "ax.plot([1, 2, 3])\nlines = ax.get_lines()\npoints = 3\n")
+def test_each_plt_show_appears_in_order_and_figures_close_after_every_cell(ip: InteractiveShell) -> None:
+    """As with IPython's inline backend (issue 9, item 5): plt.show() shows the open figures then and
+    there; what is still open at the end shows after the cell, also after an error, and never again."""
+    result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
+                          "print('between')\nplt.plot([2, 1])\nplt.show()\nprint('after')")
     assert result.success, result.error_in_exec
-    assert ip.user_ns["points"] == 3
-    assert not {"fig", "ax", "lines"} & set(ip.user_ns)
-    assert "`fig` (a matplotlib Figure), `ax` (a matplotlib Axes)" in out.stderr
-    assert "figures come back as images" in out.stderr
-    images = [o.data["image/png"] for o in out.outputs if "image/png" in o.data]
-    assert len(images) == 1 and base64.b64decode(images[0]).startswith(b"\x89PNG")
+    kinds = [("image" if "image/png" in o.data else "other") for o in out.outputs]
+    assert kinds == ["image", "image"]  # two figures, not one with both lines
+    assert out.stdout == "between\nafter\n"
+    first, second = (base64.b64decode(o.data["image/png"]) for o in out.outputs)
+    assert first != second and all(image.startswith(b"\x89PNG") for image in (first, second))
+    result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nplt.plot([3, 1])\nraise ValueError('late')")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert len([o for o in out.outputs if "image/png" in o.data]) == 1  # shown with the failing cell
+    result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nopen_figures = len(plt.get_fignums())")
+    assert ip.user_ns["open_figures"] == 0 and not out.outputs
 
 
 @pytest.mark.parametrize("formats, mime", [(["svg"], "image/svg+xml"), (["pdf"], "application/pdf")])
@@ -127,9 +134,9 @@ def test_figures_follow_the_notebook_figure_formats(ip: InteractiveShell, format
         del ip.config.InlineBackend["figure_formats"]
     assert result.success, result.error_in_exec
     figures = [o.data for o in out.outputs if mime in o.data]
-    assert len(figures) == 1, out.outputs  # the cell's value is the open figure: shown once
+    assert len(figures) == 1, out.outputs  # the open figure, after the cell (its value goes to the displayhook)
     assert "image/png" not in figures[0]
-    assert result.result is None  # the figure object itself stays on the worker
+    assert isinstance(result.result, RemoteValue) and result.result.kind == "Figure"  # the figure stays there
 
 
 def test_a_dataclass_of_fields_travels_as_source_where_python_records_its_line(ip: InteractiveShell) -> None:

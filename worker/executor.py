@@ -35,6 +35,7 @@ from remote_magic.errors import (
 from remote_magic.wire import definitions, serialization
 from remote_magic.wire.cellcode import names_assigned, split_last_expression
 from remote_magic.wire.failures import error_header
+from remote_magic.wire.handles import RemoteValue
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 from remote_magic.wire.versions import local_versions
 
@@ -45,6 +46,7 @@ from .tracking import changed_in_place, deleted_names, fingerprints, is_dunder, 
 log = logging.getLogger(__name__)
 
 PARENT_CHECK_INTERVAL_S = 0.5
+MATPLOTLIB_BACKEND = "module://remote_magic.worker.figures"  # plt.show() as in a notebook
 _KEPT_SOURCES = 64  # cell sources kept in linecache for tracebacks
 
 
@@ -64,6 +66,8 @@ class Executor:
         self._cells = 0
         self._sources: list[str] = []
         self._kernels: dict[str, str] = {}
+        self._kept: dict[str, Any] = {}       # what stayed here, by handle id (RemoteValue.id)
+        self._kept_ids: dict[int, str] = {}   # id() of each of those -> its handle id
         self.gpu, self.no_gpu = _create_gpu(gpu_mode, adapter, backend)
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
@@ -106,9 +110,13 @@ class Executor:
                     finally:
                         self._running = False
                     packed = self._pack_result(msg, values, outputs)
+                    # The value as the notebook shows it, rendered in this session (its print options)
+                    shown = outputs.value_header(values["__value__"]) if "__value__" in values else None
                 finally:
-                    outputs.show_figures()  # a cell that raised shows its figures too, as it would locally
-            self._send_result(job, packed, started, deleted)
+                    outputs.show_figures(after_cell=True)  # a cell that raised shows its figures too, as locally
+            self._send_result(job, packed, started, deleted, shown)
+        except _CellFailed as failed:
+            self._send_failure(msg, failed, outputs)
         except KeyboardInterrupt as exc:
             # A C extension whose import was cut short can never be imported again in this
             # process ("cannot load module more than once"): ask for a fresh executor.
@@ -130,6 +138,7 @@ class Executor:
         with definitions.defining_into(namespace):
             inputs = serialization.unpack(header, msg.buffers, InputError,
                                           sides=("on the worker", "in the notebook"))
+        inputs = {name: self._resolve(name, value) for name, value in inputs.items()}
         if header.get("kind") == "call":
             return {"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))}, []
         code = str(header.get("code", ""))
@@ -152,31 +161,55 @@ class Executor:
         # Held, not their ids: a temporary's id (a bound method's) is free for the cell's next object.
         provided = [v for v in (getattr(builtins, "display", None), namespace["display"], namespace["gpu"])
                     if v is not None]
+        held = [value for value in inputs.values() if id(value) in self._kept_ids]  # the notebook has handles
         # The cell's inputs and the globals its notebook functions brought may change in place, through
         # any method call; GPU arrays can't.
         tracked: dict[str, bytes] = {}
         if wanted is None and not gpu_choice:
             tracked = fingerprints({name: value for name, value in before.items()
-                                    if not is_dunder(name) and not _is_any(value, provided)})
-        exec(body, namespace)
-        value = eval(last, namespace) if last is not None else None
+                                    if not is_dunder(name) and not _is_any(value, provided + held)})
+        try:
+            exec(body, namespace)
+            value = eval(last, namespace) if last is not None else None
+        except (SerializationError, GpuError):
+            raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
+        except Exception as exc:  # as locally, what the cell did before it raised stays done
+            values, deleted = self._changes(code, wanted, namespace, before, tracked, provided, complete=False)
+            raise _CellFailed(exc, self.gpu.to_host(values) if gpu_choice else values, deleted) from None
+        values, deleted = self._changes(code, wanted, namespace, before, tracked, provided, complete=True)
+        if value is not None:
+            values["__value__"] = value
+        if self.gpu is not None and gpu_choice:
+            values = self.gpu.to_host(values)
+        return values, deleted
+
+    @staticmethod
+    def _changes(code: str, wanted: list[str] | None, namespace: dict[str, Any], before: dict[str, Any],
+                 tracked: dict[str, bytes], provided: list[Any], complete: bool) -> tuple[dict[str, Any], list[str]]:
+        """What the cell changed: the values that go back, and the names it deleted. A cell that
+        raised (not ``complete``) returns what it got to bind; one that ran through must bind
+        every name asked for."""
         names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
         if wanted is None:  # and what no static analysis sees: star imports, globals()[...], `global` in
             # callees, and objects changed in place by the methods the cell called
             for name in [*namespace_changes(before, namespace), *changed_in_place(tracked, namespace, before)]:
                 if name not in names:
                     names.append(name)
-        deleted = deleted_names(before, namespace)
-        missing = [n for n in names if n not in namespace] if wanted is not None else []
+        missing = [n for n in names if n not in namespace] if wanted is not None and complete else []
         if missing:
             raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
         values = {name: namespace[name] for name in names
                   if name in namespace and not _is_any(namespace[name], provided)}
-        if value is not None:
-            values["__value__"] = value
-        if self.gpu is not None and gpu_choice:
-            values = self.gpu.to_host(values)
-        return values, deleted
+        return values, deleted_names(before, namespace)
+
+    def _resolve(self, name: str, value: Any) -> Any:
+        """An input as the cell sees it: a handle becomes the value it stands for."""
+        if not isinstance(value, RemoteValue):
+            return value
+        if value.id not in self._kept:
+            raise InputError(f"`{name}` was a {value.kind} kept in this notebook's session on worker "
+                             f"{value.worker!r}, which has restarted since: run the cell that made it again", name)
+        return self._kept[value.id]
 
     def _register_kernels(self, kernels: dict[str, str]) -> None:
         for name, source in kernels.items():
@@ -192,13 +225,40 @@ class Executor:
         packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
                                     portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
                                     keep_unpicklable=cell and msg.header.get("outputs") is None)
-        if packed.kept.pop("__value__", None) is not None:
-            outputs.show_value(values["__value__"])
+        packed.kept = {name: self._keep(name, values[name], why) for name, why in packed.kept.items()}
         return packed
 
-    def _send_result(self, job: str, packed: serialization.Packed, started: float, deleted: list[str]) -> None:
+    def _keep(self, name: str, value: Any, why: str) -> dict[str, str]:
+        """Hold a value that stays here; the description its handle is made from."""
+        handle = self._kept_ids.get(id(value))
+        if handle is None:
+            handle = f"{len(self._kept) + 1}:{name}"
+            self._kept[handle], self._kept_ids[id(value)] = value, handle
+        kind = type(value)
+        return {"id": handle, "type": f"{kind.__module__}.{kind.__qualname__}", "why": why}
+
+    def _send_failure(self, msg: Message, failed: "_CellFailed", outputs: JobOutputs) -> None:
+        """The cell's exception, with what it changed before raising (so the notebook keeps that, as
+        locally); if those values can't be packed, the exception alone."""
+        job = str(msg.header["job"])
+        header = _remote_error(failed.error, job, self._sources)
+        try:
+            packed = self._pack_result(msg, failed.values, outputs)
+        except SerializationError as exc:
+            log.info("a failed cell's changes stay on the worker: %s", exc)
+            self.send(T.ERROR, header)
+            return
+        header.update(packed.header(), deleted=failed.deleted)
+        if packed.kept:
+            header["kept_on_worker"] = packed.kept
+        self.send(T.ERROR, header, packed.frames)
+
+    def _send_result(self, job: str, packed: serialization.Packed, started: float, deleted: list[str],
+                     value_display: dict[str, Any] | None) -> None:
         header = {"job": job, **packed.header(), "duration_s": time.perf_counter() - started,
                   "versions": local_versions()}
+        if value_display is not None:
+            header["value_display"] = {"data": value_display["data"], "metadata": value_display["metadata"]}
         if packed.kept:
             header["kept_on_worker"] = packed.kept
         if deleted:
@@ -212,6 +272,14 @@ class Executor:
         self._sources.append(filename)
         while len(self._sources) > _KEPT_SOURCES:
             linecache.cache.pop(self._sources.pop(0), None)
+
+
+class _CellFailed(Exception):
+    """User code raised; carries its exception and what the cell had changed by then."""
+
+    def __init__(self, error: Exception, values: dict[str, Any], deleted: list[str]) -> None:
+        super().__init__(str(error))
+        self.error, self.values, self.deleted = error, values, deleted
 
 
 def _is_any(value: Any, objects: list[Any]) -> bool:
@@ -239,7 +307,7 @@ def _matplotlib_object(obj: Any) -> str | None:
     kind = type(obj)
     if kind.__module__.partition(".")[0] != "matplotlib" or isinstance(obj, type):
         return None
-    return f"a matplotlib {kind.__name__}"
+    return f"it holds a matplotlib {kind.__name__}, and matplotlib objects don't cross between versions"
 
 
 def _remote_error(exc: BaseException, job: str, cell_files: list[str]) -> dict[str, Any]:
@@ -306,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("REMOTE_MAGIC_LOG_LEVEL", "WARNING"),
                         format="executor: %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ["MPLBACKEND"] = MATPLOTLIB_BACKEND
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     threading.Thread(target=_exit_with_parent, name="parent-watchdog", daemon=True).start()
     import numpy  # noqa: F401  (most jobs unpickle arrays; an import cut short by Ctrl-C poisons the process)

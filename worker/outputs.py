@@ -93,19 +93,32 @@ class JobOutputs:
             self.stderr.flush()
 
     def display(self, *objs: Any, raw: bool = False, metadata: dict[str, Any] | None = None,
-                include: Any = None, exclude: Any = None, **kwargs: Any) -> None:
-        """IPython's display(), sending each object's mime bundle to the notebook."""
+                include: Any = None, exclude: Any = None, after_cell: bool = False, **kwargs: Any) -> None:
+        """IPython's display(), sending each object's mime bundle to the notebook (``after_cell``:
+        shown once the cell's value is, as the inline backend shows a cell's figures)."""
         self.flush()  # keep text printed before display() above it
-        _render_figures_as(self.figure_formats)
         for obj in objs:
             if raw:
                 data, md = dict(obj), dict(metadata or {})
             else:
-                data, md = _formatter().format(obj, include=include, exclude=exclude)
+                data, md = self.bundle(obj, include=include, exclude=exclude)
                 md = {**md, **(metadata or {})}
-            self.publish(data, md)
+            header = self._display_header(data, md)
+            if header is not None:
+                self._send(T.DISPLAY, {**header, "after_cell": True} if after_cell else header)
 
-    def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+    def bundle(self, obj: Any, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The mime bundle and metadata IPython would show for ``obj``, rendered here: with this
+        session's print options, pandas options and figure formats."""
+        _render_figures_as(self.figure_formats)
+        data, metadata = _formatter().format(obj, include=include, exclude=exclude)
+        return data, metadata
+
+    def value_header(self, value: Any) -> dict[str, Any] | None:
+        """The cell's value as the notebook shows it (a ``data`` and ``metadata`` pair), or None."""
+        return self._display_header(*self.bundle(value))
+
+    def _display_header(self, data: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any] | None:
         clean = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in data.items()}
         header = {"job": self.job, "data": clean, "metadata": metadata or {}}
         size = len(encode_header(header))
@@ -115,18 +128,12 @@ class JobOutputs:
                               f"one output may be at most {MAX_DISPLAY_BYTES / 2**20:.0f} MiB. Save it to a file "
                               "or make it smaller]\n")
             self.stderr.flush()
-            return
-        self._send(T.DISPLAY, header)
+            return None
+        return header
 
-    def show_value(self, value: Any) -> None:
-        """Show a cell's value that can't travel, as the notebook would; a figure shown so isn't shown again."""
-        self.display(value)
-        plt = sys.modules.get("matplotlib.pyplot")
-        if plt is not None and isinstance(value, sys.modules["matplotlib.figure"].Figure):
-            plt.close(value)
-
-    def show_figures(self) -> None:
-        """Send every open matplotlib figure as an image, then close them (as the inline backend does).
+    def show_figures(self, after_cell: bool = False) -> None:
+        """Send every open matplotlib figure as an image, then close them (as the inline backend does,
+        on plt.show() and at the end of a cell).
 
         Figures travel rendered, in the notebook's figure formats, never as pickled objects: the
         two sides' matplotlib versions differ as a rule.
@@ -135,9 +142,19 @@ class JobOutputs:
         if plt is None:
             return
         try:
-            self.display(*(plt.figure(number) for number in plt.get_fignums()))
+            self.display(*(plt.figure(number) for number in plt.get_fignums()), after_cell=after_cell)
         finally:
             plt.close("all")
+
+
+_current: Callable[[], JobOutputs | None] = lambda: None  # noqa: E731  (the running job's, once installed)
+
+
+def show_open_figures() -> None:
+    """plt.show() in a job: each open figure appears now, in order with the job's other output."""
+    outputs = _current()
+    if outputs is not None:
+        outputs.show_figures()
 
 
 def flush_periodically(current: Callable[[], JobOutputs | None]) -> None:
@@ -179,7 +196,9 @@ def _formatter() -> Any:
 
 
 def install_display(current: Callable[[], JobOutputs | None]) -> None:
-    """Make display() (builtin and IPython.display's) publish through the running job."""
+    """Make display() (builtin and IPython.display's) and plt.show() publish through the running job."""
+    global _current
+    _current = current
 
     def display(*objs: Any, **kwargs: Any) -> None:
         outputs = current()

@@ -16,13 +16,15 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Float
 
-from ..client import Client, connect
-from ..errors import TokenError
+from ..client import Client, JobResult, connect
+from ..errors import RemoteError, TokenError
 from ..hub.served import ServedHub
 from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.cellcode import names_read
+from ..wire.handles import RemoteValue
 from ..wire.keys import HubKeys
 from ..wire.protocol import Role
+from .cell_display import CellDisplay
 from .tables import WorkersTable
 
 # IPython 8.13 lets `%%offload` end with `;` to hide the cell's value; 7.34 (Colab's) has no such decorator.
@@ -45,6 +47,7 @@ class OffloadMagics(Magics):
         self.client: Client | None = None
         self.kernels: dict[str, str] = {}
         self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)
+        self.cell_display = CellDisplay(shell)
 
     # -- connection ------------------------------------------------------------------------
 
@@ -141,7 +144,7 @@ class OffloadMagics(Magics):
 
         Only the variables the cell reads are sent. Output streams while it runs, display()
         and matplotlib figures appear here, and the last expression is shown as the cell's
-        value. An exception shows the worker's traceback and leaves the namespace untouched.
+        value. An exception shows the worker's traceback; what the cell did before it stays done, as locally.
 
         Usage: %%offload [matmul[,softmax...]] [--gpu] [--worker NAME] [--timeout S] [--stats]
         """
@@ -159,23 +162,25 @@ class OffloadMagics(Magics):
                   if name in namespace and not (name in hidden and hidden[name] is namespace[name])}
         gpu: bool | list[str] | None = True if args.gpu else (
             [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None)
-        result = client.execute(
-            cell, inputs, worker=args.worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
-            kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
-            on_module_error=lambda name, ref, exc: _notice(
-                f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"))
-        namespace.update(result.values)
-        for name in result.deleted:
-            namespace.pop(name, None)
-        if result.kept_on_worker:
-            kept = ", ".join(f"`{name}` ({what})" for name, what in result.kept_on_worker.items())
-            whys = {"matplotlib objects don't cross between versions, so figures come back as images instead"
-                    if what.startswith("a matplotlib") else "what can't be pickled can't cross: make it in the "
-                    "offloaded cell that uses it" for what in result.kept_on_worker.values()}
-            _notice(f"{kept} stayed on the worker and not set here: {'; '.join(sorted(whys))}")
+        worker = _worker_holding(inputs, args.worker)
+        try:
+            result = client.execute(
+                cell, inputs, worker=worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
+                kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
+                on_display=self.cell_display.show,
+                on_module_error=lambda name, ref, exc: _notice(
+                    f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"))
+        except RemoteError as error:
+            if error.partial is not None:  # as locally: what the cell did before it raised stays done
+                _apply(error.partial, namespace)
+            raise
+        _apply(result, namespace)
         if args.stats:
             _notice(_format_stats(result.worker, result.stats))
-        return result.value if result.has_value else None
+        if not result.has_value:
+            return None
+        self.cell_display.show_value_as(result.value, result.value_display)
+        return result.value
 
     @magic_arguments()
     @argument("name", help="the name the kernel is called by: gpu.NAME(...)")
@@ -197,6 +202,28 @@ class OffloadMagics(Magics):
     def offload_workers(self, line: str) -> WorkersTable:
         """The fleet as a table: name, host, platform, Python, CPUs, memory, GPU, state, jobs done."""
         return WorkersTable(self._client().workers())
+
+
+def _apply(result: JobResult, namespace: dict[str, Any]) -> None:
+    """Bring what a cell changed into the notebook's namespace, and say what stayed on the worker."""
+    namespace.update(result.values)
+    namespace.update(result.kept_on_worker)
+    for name in result.deleted:
+        namespace.pop(name, None)
+    if result.kept_on_worker:
+        kept = ", ".join(handle.describe() for handle in result.kept_on_worker.values())
+        _notice(f"{kept} stayed on worker {result.worker!r}: the notebook holds a handle, and offloaded cells "
+                "use the value there in place")
+
+
+def _worker_holding(inputs: dict[str, Any], asked: str | None) -> str | None:
+    """The worker a cell must run on: the one holding the values it reads by handle, or the one asked for."""
+    holders = {value.worker: name for name, value in inputs.items() if isinstance(value, RemoteValue)}
+    if len(holders) > 1 or (holders and asked is not None and asked not in holders):
+        where = ", ".join(f"`{name}` on {worker!r}" for worker, name in holders.items())
+        raise UsageError(f"this cell reads values that live on workers ({where}), so it can run only there"
+                         + (f", not on {asked!r}" if asked else "") + ": make them again where it runs")
+    return asked if asked is not None else next(iter(holders), None)
 
 
 def _figure_formats(shell: Any) -> list[str]:
@@ -225,6 +252,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics = ipython.magics_manager.registry.get("OffloadMagics")
     if magics is not None:
         magics.disconnect()
+        magics.cell_display.close()
         for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers", "offload_serve")),
                             ("cell", ("offload", "offload_kernel"))):
             for name in names:

@@ -299,7 +299,9 @@ def reduction(obj: Any, definition: SourceDefinition) -> tuple[Any, ...]:
 def load(definition: SourceDefinition, needed: dict[str, Any] | None = None) -> Any:
     """The object a SourceDefinition stands for: the original if this side sent it, else compiled here
     with the ``needed`` globals its definition evaluates."""
-    original = _sent.get(definition)
+    # This side's own object, back again: in the notebook, which keeps its definitions. A job's
+    # namespace is new each time, so there the definition is compiled again, into that namespace.
+    original = _sent.get(definition) if _namespace is None else None
     if original is not None:
         return original
     namespace = _target()

@@ -9,6 +9,9 @@ RemoteError's remote type and traceback).
 
 from __future__ import annotations
 
+import builtins
+import functools
+import sys
 from typing import Any, Mapping
 
 from .. import errors
@@ -52,9 +55,29 @@ def error_from_header(header: Mapping[str, Any]) -> RemoteMagicError:
     message = str(header.get("message") or "the peer reported an error without a message")
     fields = [header.get(field) for field in _fields(kind)]
     if kind is RemoteError:
-        remote_type, remote_message, remote_traceback = fields
-        return RemoteError(str(remote_type or "Exception"), str(remote_message or ""), str(remote_traceback or ""))
+        remote_type, remote_message, remote_traceback = (str(field or "") for field in fields)
+        error_type = _remote_error_type(remote_type or "Exception")
+        try:
+            return error_type(remote_type or "Exception", remote_message, remote_traceback)
+        except Exception:  # the local type's own __init__ refused (it takes other arguments)
+            return RemoteError(remote_type or "Exception", remote_message, remote_traceback)
     return kind(message, *fields)
+
+
+@functools.lru_cache(maxsize=256)
+def _remote_error_type(remote_type: str) -> type[RemoteError]:
+    """A RemoteError that is also the worker's exception type when that type exists here (a
+    ZeroDivisionError from the worker is caught by ``except ZeroDivisionError``, and named so)."""
+    module, _, name = remote_type.rpartition(".")
+    local = getattr(sys.modules.get(module) if module else builtins, name, None)  # never imports
+    if not isinstance(local, type) or not issubclass(local, Exception) or issubclass(local, RemoteMagicError):
+        return RemoteError
+    try:
+        return type(local.__name__, (RemoteError, local), {
+            "__module__": RemoteError.__module__, "__qualname__": local.__qualname__,
+            "__str__": BaseException.__str__, "__doc__": f"{local.__name__} raised on the worker."})
+    except TypeError:  # a layout RemoteError can't share (OSError's, for one)
+        return RemoteError
 
 
 def is_error(header: Mapping[str, Any], kind: type[RemoteMagicError]) -> bool:

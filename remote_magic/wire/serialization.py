@@ -41,7 +41,7 @@ class Packed:
     frames: list[Any]
     about: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per name, what a receiver needs to explain a failure to load it (libraries, bytecode)."""
-    kept: dict[str, str] = field(default_factory=dict)
+    kept: dict[str, Any] = field(default_factory=dict)  # name -> why (the executor adds its handle)
     """Names left out by ``keep_back``, with the reason."""
 
     def header(self) -> dict[str, Any]:

@@ -1,0 +1,261 @@
+"""Same as local, checked on whole notebooks (issue 9): run a notebook twice in real Jupyter kernels
+(nbclient), once plain and once with each code cell under %%offload, and compare what each cell
+showed and the namespace each run ends with.
+
+Per cell: the stdout text, the value (text/plain, memory addresses removed), the error type, and the
+kind of every display output, in order. At the end: every name in the user namespace, compared by
+value (arrays, frames, containers and instances of notebook classes structurally), plus which names
+share one object and which arrays share memory.
+
+A cell stays local in the offloaded run when it starts with a cell magic, has a line magic or shell
+command, or carries the tag ``local`` (for notebooks that mix local and offloaded cells).
+Differences are returned as sentences, for the test to show.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import re
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbclient import NotebookClient
+
+CELL_TIMEOUT_S = 180
+LOCAL_TAG = "local"
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+# Appended to both runs, and run locally: pickles the namespace (each value on its own, so one that
+# can't be pickled is described instead) with the names that share one object or one array's memory.
+_DUMP_CELL = '''
+def __conformance_dump(path):
+    import pickle, sys, types
+    import cloudpickle
+    from remote_magic.wire.handles import RemoteValue
+    ip = get_ipython()
+    skip = {"In", "Out", "exit", "quit", "get_ipython"}
+    names = sorted(k for k, v in ip.user_ns.items() if not k.startswith("_") and k not in skip
+                   and not (k in ip.user_ns_hidden and ip.user_ns_hidden[k] is v))
+    immutable = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range,
+                 types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
+    values, groups, views = {}, {}, []
+    for name in names:
+        value = ip.user_ns[name]
+        if isinstance(value, RemoteValue):  # it stayed on the worker: its type is what's comparable
+            values[name] = ("type", value.type_name)
+            continue
+        try:
+            values[name] = ("value", cloudpickle.dumps(value))
+        except Exception as exc:
+            values[name] = ("type", f"{type(value).__module__}.{type(value).__qualname__}")
+        if not isinstance(value, immutable):
+            groups.setdefault(id(value), []).append(name)
+    np = sys.modules.get("numpy")
+    arrays = [n for n in names if np is not None and isinstance(ip.user_ns[n], np.ndarray)]
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1:]:
+            if ip.user_ns[a] is not ip.user_ns[b] and np.shares_memory(ip.user_ns[a], ip.user_ns[b]):
+                views.append((a, b))
+    shared = sorted(g for g in groups.values() if len(g) > 1)
+    with open(path, "wb") as f:
+        pickle.dump({"values": values, "shared": shared, "views": views}, f)
+__conformance_dump(%r)
+del __conformance_dump
+'''
+
+
+@dataclass
+class CellRecord:
+    """What one code cell showed."""
+
+    index: int
+    source: str
+    offloaded: bool = False
+    outputs: list[tuple[str, str]] = field(default_factory=list)  # (kind, content), streams merged
+
+
+@dataclass
+class Run:
+    cells: list[CellRecord]
+    namespace: dict[str, Any]
+
+
+def offloaded_source(cell: Any) -> str | None:
+    """The cell under %%offload, or None when it stays local."""
+    source: str = cell.source
+    if LOCAL_TAG in cell.get("metadata", {}).get("tags", []):
+        return None
+    lines = [line.strip() for line in source.splitlines()]
+    if not any(lines) or source.lstrip().startswith("%%") or any(line.startswith(("%", "!")) for line in lines):
+        return None
+    return "%%offload\n" + source
+
+
+def run_notebook(path: Path, workdir: Path, token: str | None = None) -> Run:
+    """Execute the notebook in a fresh kernel (offloading its cells when a token is given)."""
+    nb = nbformat.read(path, as_version=4)
+    records = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        record = CellRecord(index, cell.source)
+        if token is not None and (offloaded := offloaded_source(cell)) is not None:
+            cell.source, record.offloaded = offloaded, True
+        records.append(record)
+    dump = workdir / "namespace.pickle"
+    added = [nbformat.v4.new_code_cell(_DUMP_CELL % str(dump))]
+    if token is not None:
+        added.insert(0, nbformat.v4.new_code_cell(f"%load_ext remote_magic\n%offload_connect {token}"))
+    nb.cells = added[:-1] + nb.cells + added[-1:]
+    workdir.mkdir(parents=True, exist_ok=True)
+    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=True,
+                            resources={"metadata": {"path": str(workdir)}})
+    client.execute()
+    if token is not None:
+        connect = nb.cells[0]
+        assert "Connected to" in _text(connect), f"the offloaded run didn't connect: {connect.outputs}"
+    executed = [c for c in nb.cells[len(added) - 1:-1] if c.cell_type == "code"]
+    for record, cell in zip(records, executed):
+        record.outputs = _outputs(cell)
+    dumped = nb.cells[-1]
+    assert not any(o["output_type"] == "error" for o in dumped.outputs), f"the dump cell failed: {dumped.outputs}"
+    with dump.open("rb") as f:
+        namespace = pickle.load(f)
+    return Run(records, namespace)
+
+
+def _text(cell: Any) -> str:
+    return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+
+
+def _outputs(cell: Any) -> list[tuple[str, str]]:
+    """The cell's outputs as (kind, content): stdout merged (it may arrive in other pieces), stderr left
+    out (warnings name files, and remote-magic's notices go there)."""
+    found: list[tuple[str, str]] = []
+    for output in cell.outputs:
+        kind = output["output_type"]
+        if kind == "stream":
+            if output["name"] != "stdout":
+                continue
+            if found and found[-1][0] == "stdout":
+                found[-1] = ("stdout", found[-1][1] + output["text"])
+            else:
+                found.append(("stdout", output["text"]))
+        elif kind == "execute_result":
+            found.append(("value", _ADDRESS.sub("", output["data"].get("text/plain", ""))))
+        elif kind == "display_data":
+            found.append(("display", ", ".join(sorted(output["data"]))))
+        elif kind == "error":
+            found.append(("error", output["ename"]))
+    return found
+
+
+def compare(local: Run, offloaded: Run) -> list[str]:
+    """Every difference between the two runs, in words; empty when they match."""
+    differences = []
+    for plain, remote in zip(local.cells, offloaded.cells):
+        if plain.outputs != remote.outputs:
+            where = "offloaded" if remote.offloaded else "local in both runs"
+            differences.append(f"cell {plain.index} ({where}) {plain.source[:60]!r}:\n"
+                               f"  locally:   {plain.outputs}\n  offloaded: {remote.outputs}")
+    differences += _compare_namespaces(local.namespace, offloaded.namespace)
+    return differences
+
+
+def _compare_namespaces(local: dict[str, Any], offloaded: dict[str, Any]) -> list[str]:
+    differences = []
+    plain_values, remote_values = local["values"], offloaded["values"]
+    for name in sorted(plain_values.keys() - remote_values.keys()):
+        differences.append(f"namespace: {name!r} is set locally but not after offloading")
+    for name in sorted(remote_values.keys() - plain_values.keys()):
+        differences.append(f"namespace: {name!r} is set after offloading but not locally")
+    for name in sorted(plain_values.keys() & remote_values.keys()):
+        plain_kind, plain = plain_values[name]
+        remote_kind, remote = remote_values[name]
+        if "type" in (plain_kind, remote_kind):  # it can't be pickled, or stayed on the worker: compare types
+            plain_type = plain if plain_kind == "type" else _type_name(pickle.loads(plain))
+            remote_type = remote if remote_kind == "type" else _type_name(pickle.loads(remote))
+            if plain_type != remote_type:
+                differences.append(f"namespace: {name!r} is a {plain_type} locally, a {remote_type} after offloading")
+            continue
+        why = difference(pickle.loads(plain), pickle.loads(remote))
+        if why:
+            differences.append(f"namespace: {name!r} differs: {why}")
+    for key, what in (("shared", "names sharing one object"), ("views", "arrays sharing memory")):
+        if sorted(map(list, local[key])) != sorted(map(list, offloaded[key])):
+            differences.append(f"namespace: {what}: locally {local[key]}, after offloading {offloaded[key]}")
+    return differences
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
+
+
+def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None = None) -> str | None:
+    """Why two values (one from each run) differ, or None. Structural: classes match by name, since
+    each run's notebook classes are distinct objects once unpickled."""
+    seen = set() if seen is None else seen
+    if (id(a), id(b)) in seen:
+        return None
+    seen.add((id(a), id(b)))
+    where = path or "value"
+    if _type_name(a) != _type_name(b):
+        return f"{where} is a {_type_name(a)} locally, a {_type_name(b)} after offloading"
+    if isinstance(a, types.ModuleType):
+        return None if a.__name__ == b.__name__ else f"{where}: module {a.__name__} vs {b.__name__}"
+    if isinstance(a, type) or callable(a) and hasattr(a, "__qualname__"):
+        return None if a.__qualname__ == b.__qualname__ else f"{where}: {a.__qualname__} vs {b.__qualname__}"
+    module = str(type(a).__module__).partition(".")[0]
+    if module == "numpy":
+        import numpy as np
+
+        if isinstance(a, np.random.Generator):
+            return difference(a.bit_generator.state, b.bit_generator.state, f"{where}'s state", seen)
+        if isinstance(a, np.ndarray) and (a.dtype != b.dtype or a.shape != b.shape):
+            return f"{where}: {a.dtype}{list(a.shape)} locally, {b.dtype}{list(b.shape)} after offloading"
+        equal = np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") if isinstance(a, np.ndarray) else (
+            a == b or (a != a and b != b))
+        return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
+    if module == "pandas" and hasattr(a, "equals"):
+        return None if a.equals(b) else f"{where}:\n{_clip(a)}\nlocally, and\n{_clip(b)}\nafter offloading"
+    if isinstance(a, float):
+        return None if a == b or (math.isnan(a) and math.isnan(b)) else f"{where}: {a!r} vs {b!r}"
+    if isinstance(a, dict):
+        if list(a) != list(b):
+            return f"{where} has keys {_clip(list(a))} locally, {_clip(list(b))} after offloading"
+        return next((d for k in a if (d := difference(a[k], b[k], f"{where}[{k!r}]", seen))), None)
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            return f"{where} has {len(a)} items locally, {len(b)} after offloading"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := difference(x, y, f"{where}[{i}]", seen))),
+                    None)
+    if hasattr(a, "__dict__") and type(a).__eq__ is object.__eq__:
+        return difference(vars(a), vars(b), f"{where}.__dict__", seen)
+    try:
+        equal = bool(a == b)
+    except Exception:
+        equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
+    return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
+
+
+def _clip(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
+def notebooks(folder: Path) -> list[Path]:
+    """The notebooks to check: those in ``folder`` and any named by REMOTE_MAGIC_CONFORMANCE_NOTEBOOKS
+    (files or folders, separated by os.pathsep)."""
+    found = sorted(folder.glob("*.ipynb"))
+    for entry in filter(None, os.environ.get("REMOTE_MAGIC_CONFORMANCE_NOTEBOOKS", "").split(os.pathsep)):
+        extra = Path(entry)
+        found += sorted(extra.glob("*.ipynb")) if extra.is_dir() else [extra]
+    return found
+

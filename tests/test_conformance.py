@@ -1,0 +1,31 @@
+"""The conformance test of issue 9: each notebook in tests/conformance/ (and any named by
+REMOTE_MAGIC_CONFORMANCE_NOTEBOOKS) runs plain and offloaded in real Jupyter kernels, against a real
+remote-worker; every cell must show the same and the namespaces must end the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conformance import compare, notebooks, run_notebook
+
+from support import start_worker
+
+NOTEBOOKS = notebooks(Path(__file__).parent / "conformance")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_an_offloaded_notebook_ends_as_the_plain_one(notebook: Path, tmp_path: Path) -> None:
+    worker = start_worker(tmp_path / "worker", "--gpu", "off", cwd=_folder(tmp_path / "worker-cwd"))
+    try:
+        offloaded = run_notebook(notebook, tmp_path / "offloaded", token=worker.token)
+    finally:
+        worker.stop()
+    local = run_notebook(notebook, tmp_path / "local")
+    differences = compare(local, offloaded)
+    assert not differences, f"{notebook.name} differs when offloaded:\n" + "\n".join(differences)
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
