@@ -25,6 +25,7 @@ from typing import Any
 import zmq
 
 from remote_magic.errors import (
+    FileTransferError,
     GpuError,
     InputError,
     JobCancelled,
@@ -38,7 +39,7 @@ from remote_magic.wire.failures import error_header
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 from remote_magic.wire.versions import local_versions
 
-from . import WORKER_INSTALL
+from . import WORKER_INSTALL, files, workdir
 from .outputs import JobOutputs, flush_periodically, install_display
 from .tracking import changed_in_place, deleted_names, fingerprints, is_dunder, namespace_changes
 
@@ -64,6 +65,8 @@ class Executor:
         self._cells = 0
         self._sources: list[str] = []
         self._kernels: dict[str, str] = {}
+        self._files_before: workdir.Snapshot | None = None  # the working directory as the running cell found it
+        self._files_changed: dict[str, Any] | None = None
         self.gpu, self.no_gpu = _create_gpu(gpu_mode, adapter, backend)
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
@@ -93,8 +96,12 @@ class Executor:
     # -- one job ---------------------------------------------------------------------------
 
     def run_job(self, msg: Message) -> None:
+        if msg.header.get("kind") == "file":
+            self._run_file_job(msg)
+            return
         job = str(msg.header["job"])
         started = time.perf_counter()
+        self._files_before = self._files_changed = None
         outputs = JobOutputs(job, self.send, [str(f) for f in msg.header.get("figure_formats") or ["png"]])
         self._outputs = outputs
         try:
@@ -105,6 +112,7 @@ class Executor:
                         values, deleted = self._execute(msg, outputs)
                     finally:
                         self._running = False
+                        self._note_file_changes()
                     packed = self._pack_result(msg, values, outputs)
                 finally:
                     outputs.show_figures()  # a cell that raised shows its figures too, as it would locally
@@ -112,14 +120,47 @@ class Executor:
         except KeyboardInterrupt as exc:
             # A C extension whose import was cut short can never be imported again in this
             # process ("cannot load module more than once"): ask for a fresh executor.
-            self.send(T.ERROR, error_header(JobCancelled("the job was interrupted"), job,
-                                            replace_executor=_interrupted_an_import(exc, self._sources)))
+            replace = _interrupted_an_import(exc, self._sources)
+            self.send(T.ERROR, self._with_files(error_header(JobCancelled("the job was interrupted"), job,
+                                                             replace_executor=replace)))
         except (SerializationError, GpuError) as exc:
-            self.send(T.ERROR, error_header(exc, job))
+            self.send(T.ERROR, self._with_files(error_header(exc, job)))
         except BaseException as exc:  # user code may raise anything, SystemExit included
-            self.send(T.ERROR, _remote_error(exc, job, self._sources))
+            self.send(T.ERROR, self._with_files(_remote_error(exc, job, self._sources)))
         finally:
             self._outputs = None
+
+    def _run_file_job(self, msg: Message) -> None:
+        """One step of copying a file or folder (worker/files.py): no user code runs, so nothing is tracked."""
+        job = str(msg.header["job"])
+        op = msg.header.get("op")
+        try:
+            self._running = True  # a digest of a large file may take a while: Ctrl-C stops it
+            try:
+                header, frames = files.handle(op if isinstance(op, dict) else {}, msg.buffers)
+            finally:
+                self._running = False
+            self.send(T.RESULT, {"job": job, "file": header}, frames)
+        except KeyboardInterrupt:
+            self.send(T.ERROR, error_header(JobCancelled("the copy was interrupted"), job))
+        except FileTransferError as exc:
+            self.send(T.ERROR, error_header(exc, job))
+        except (KeyError, TypeError, ValueError) as exc:  # a malformed operation: say so instead of dying
+            self.send(T.ERROR, error_header(FileTransferError(
+                f"the worker could not read a file operation ({type(exc).__name__}: {exc}): install the same "
+                "remote-magic version on the notebook and the worker"), job))
+
+    def _note_file_changes(self) -> None:
+        """Compare the running cell's working directory with how the cell found it."""
+        if self._files_before is not None:
+            after = workdir.scan(self._files_before.root)
+            self._files_changed = workdir.changes(self._files_before, after)
+
+    def _with_files(self, header: dict[str, Any]) -> dict[str, Any]:
+        """A cell that wrote files and then failed still wrote them: its ERROR says so too."""
+        if self._files_changed is not None:
+            header["files"] = self._files_changed
+        return header
 
     def _execute(self, msg: Message, outputs: JobOutputs) -> tuple[dict[str, Any], list[str]]:
         """Run the job; returns the values that go back, and the names the code deleted."""
@@ -158,6 +199,7 @@ class Executor:
         if wanted is None and not gpu_choice:
             tracked = fingerprints({name: value for name, value in before.items()
                                     if not is_dunder(name) and not _is_any(value, provided)})
+        self._files_before = _scan_working_directory()
         exec(body, namespace)
         value = eval(last, namespace) if last is not None else None
         names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
@@ -203,6 +245,8 @@ class Executor:
             header["kept_on_worker"] = packed.kept
         if deleted:
             header["deleted"] = deleted
+        if self._files_changed is not None:
+            header["files"] = self._files_changed
         if self.gpu is not None:
             header["stats"] = self.gpu.take_stats()
         self.send(T.RESULT, header, packed.frames)
@@ -212,6 +256,14 @@ class Executor:
         self._sources.append(filename)
         while len(self._sources) > _KEPT_SOURCES:
             linecache.cache.pop(self._sources.pop(0), None)
+
+
+def _scan_working_directory() -> workdir.Snapshot | None:
+    """The files where the cell starts (a cell may chdir: the same folder is scanned after it)."""
+    try:
+        return workdir.scan(os.getcwd())
+    except OSError:  # the working directory was removed
+        return None
 
 
 def _is_any(value: Any, objects: list[Any]) -> bool:
