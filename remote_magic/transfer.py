@@ -208,10 +208,10 @@ def human_size(size: int) -> str:
     """A byte count as people read it: 812 B, 12.3 MB."""
     value = float(size)
     for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
+        if value < 1000:
             return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
-    raise AssertionError("unreachable")
+    return f"{value:.1f} TB"
 
 
 @contextlib.contextmanager
