@@ -38,6 +38,7 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 CANCEL_WAIT_S = 5.0
 """After Ctrl-C, how long ``run`` waits for the worker to confirm the job stopped."""
 
+
 @dataclass
 class FileChanges:
     """Files a cell created, changed or deleted on the worker, under the working directory it started in."""
@@ -61,10 +62,14 @@ class FileChanges:
         """What a RESULT or ERROR header's ``files`` says, or None when it says nothing."""
         if not isinstance(files, dict):
             return None
-        written = {str(path): int(size) for path, size in files.get("written") or []}
-        deleted = [str(path) for path in files.get("deleted") or []]
-        return cls(str(files.get("root", "")), written, deleted, int(files.get("written_count") or len(written)),
-                   int(files.get("deleted_count") or len(deleted)), bool(files.get("complete", True)), worker)
+        try:
+            written = {str(path): int(size) for path, size in files.get("written") or []}
+            deleted = [str(path) for path in files.get("deleted") or []]
+            return cls(str(files.get("root", "")), written, deleted, int(files.get("written_count") or len(written)),
+                       int(files.get("deleted_count") or len(deleted)), bool(files.get("complete", True)), worker)
+        except (TypeError, ValueError) as exc:  # a worker's bug must not cost the cell its result
+            log.warning("the worker's list of files the code wrote is malformed (%s); left out", exc)
+            return None
 
 
 @dataclass
