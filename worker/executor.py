@@ -145,7 +145,7 @@ class Executor:
             self.send(T.ERROR, error_header(JobCancelled("the copy was interrupted"), job))
         except FileTransferError as exc:
             self.send(T.ERROR, error_header(exc, job))
-        except (KeyError, TypeError, ValueError) as exc:  # a malformed operation: say so instead of dying
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a malformed operation: say so, don't die
             self.send(T.ERROR, error_header(FileTransferError(
                 f"the worker could not read a file operation ({type(exc).__name__}: {exc}): install the same "
                 "remote-magic version on the notebook and the worker"), job))

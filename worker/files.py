@@ -32,6 +32,9 @@ from remote_magic.wire.filetree import DIGEST, TEMP_MARK, listing
 
 _READ_BLOCK = 1 << 20
 
+MAX_READ_BYTES = 1 << 30
+"""The most one read returns: the notebook asks for CHUNK_BYTES; anything far larger is a mistake."""
+
 Result = tuple[dict[str, Any], list[Any]]
 
 
@@ -64,6 +67,8 @@ def _stat(op: dict[str, Any], frames: Sequence[Any]) -> Result:
 
 def _read(op: dict[str, Any], frames: Sequence[Any]) -> Result:
     path, offset, length, expected = str(op["path"]), int(op["offset"]), int(op["length"]), int(op["size"])
+    if not 0 <= length <= MAX_READ_BYTES:
+        raise FileTransferError(f"a read of {length:,} bytes from {path} is not between 0 and {MAX_READ_BYTES:,}", path)
     with open(path, "rb") as file:
         size = os.fstat(file.fileno()).st_size
         if size != expected:
