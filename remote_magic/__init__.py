@@ -12,11 +12,12 @@ From a script::
 """
 
 from ._version import __version__
-from .client import Client, JobResult, connect
+from .client import Client, FileChanges, JobResult, connect
 from .errors import (
     Busy,
     ConnectionFailed,
     ExecutorDied,
+    FileTransferError,
     GpuError,
     GpuLimitError,
     InputError,
@@ -35,13 +36,14 @@ from .errors import (
     VersionMismatch,
     WorkerLost,
 )
+from .transfer import Transfer
 
 __all__ = [
-    "__version__", "Client", "JobResult", "connect",
+    "__version__", "Client", "JobResult", "FileChanges", "Transfer", "connect",
     "RemoteMagicError", "Busy", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "GpuError", "ShaderError",
-    "GpuLimitError", "TunnelError",
+    "GpuLimitError", "TunnelError", "FileTransferError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

@@ -17,12 +17,13 @@ import threading
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import zmq
 
-from . import errors
+from . import errors, transfer
 from .errors import ConnectionFailed, RemoteMagicError
+from .transfer import Transfer
 from .wire import serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
@@ -37,6 +38,40 @@ log = logging.getLogger(__name__)
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 CANCEL_WAIT_S = 5.0
 """After Ctrl-C, how long ``run`` waits for the worker to confirm the job stopped."""
+
+
+@dataclass
+class FileChanges:
+    """Files a cell created, changed or deleted on the worker, under the working directory it started in."""
+
+    folder: str
+    """The worker's working directory when the cell started; the paths below are relative to it."""
+    written: dict[str, int]
+    """Files created or changed, with their sizes in bytes (the first hundred, by path)."""
+    deleted: list[str]
+    """Files removed (the first hundred, by path)."""
+    written_count: int = 0
+    """How many files were created or changed in all."""
+    deleted_count: int = 0
+    """How many files were removed in all."""
+    complete: bool = True
+    """False when the folder was too large to look at all of it: changes deep inside may be missing."""
+    worker: str = ""
+
+    @classmethod
+    def from_header(cls, files: Any, worker: str) -> "FileChanges | None":
+        """What a RESULT or ERROR header's ``files`` says, or None when it says nothing."""
+        if not isinstance(files, dict):
+            return None
+        try:
+            written = {str(path): int(size) for path, size in files.get("written") or []}
+            deleted = [str(path) for path in files.get("deleted") or []]
+            return cls(str(files.get("root", "")), written, deleted, int(files.get("written_count") or len(written)),
+                       int(files.get("deleted_count") or len(deleted)), bool(files.get("complete", True)), worker)
+        except (TypeError, ValueError) as exc:  # a worker's bug must not cost the cell its result
+            log.warning("the worker's list of files the code wrote is malformed (%s); left out", exc)
+            return None
+
 
 @dataclass
 class JobResult:
@@ -54,6 +89,8 @@ class JobResult:
     """The value as the notebook shows it (``data``, ``metadata``), rendered in the worker's session."""
     deleted: list[str] = field(default_factory=list)
     """Names the code deleted (``del x``): gone from its namespace, as they would be locally."""
+    files: FileChanges | None = None
+    """Files the code wrote or removed in the worker's working directory (they stay there); None if none."""
 
 
 @dataclass
@@ -145,11 +182,14 @@ class Client:
                 on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
                 on_display: Callable[[Mapping[str, Any]], None] = _show_display,
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
-                figure_formats: Iterable[str] = ("png",)) -> JobResult:
+                figure_formats: Iterable[str] = ("png",),
+                on_files: Callable[[FileChanges], None] | None = None) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
         Matplotlib figures come back as images in ``figure_formats`` (png, retina, jpeg, svg, pdf).
+        ``on_files`` is called with the files the code wrote or removed in the worker's working
+        directory, when there are any, also when the code then raised.
         """
         header: dict[str, Any] = {"kind": "code", "code": code, "figure_formats": list(figure_formats),
                                   "outputs": None if outputs is None else list(outputs)}
@@ -158,23 +198,13 @@ class Client:
         if kernels:
             header["kernels"] = dict(kernels)
         job = self._submit(header, dict(inputs or {}), worker, timeout)
-        try:
-            while True:
-                msg = self._next_event(job)
-                if msg.type is T.STREAM:
-                    on_stream(msg.header)
-                elif msg.type is T.DISPLAY:
-                    on_display(msg.header)
-                elif msg.type is T.STARTED:
-                    job.worker = str(msg.header.get("worker", ""))
-                elif msg.type in (T.RESULT, T.ERROR):
-                    return self._finish(job, msg, on_module_error)
-        except KeyboardInterrupt:
-            self._interrupt(job, on_stream)
-            raise
-        finally:
-            if self._end(job.id, errors.JobCancelled("stopped in the notebook")):  # it hadn't ended: stop it there too
-                self._cancel(job.id)
+        msg = self._wait(job, on_stream, on_display)
+        files = FileChanges.from_header(msg.header.get("files"), str(msg.header.get("worker", job.worker)))
+        if files is not None and on_files is not None:
+            on_files(files)
+        result = self._finish(job, msg, on_module_error)
+        result.files = files
+        return result
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[Any]":
         """Call ``fn(*args, **kwargs)`` on a worker; a Future holds its return value.
@@ -186,6 +216,33 @@ class Client:
         job = self._submit({"kind": "call"}, {"fn": fn, "args": args, "kwargs": kwargs}, None, None, future)
         future.add_done_callback(lambda f: self._cancel(job.id) if f.cancelled() else None)
         return future
+
+    def get_file(self, remote_path: str, local_path: str | os.PathLike[str] | None = None, *,
+                 worker: str | None = None, overwrite: bool = False, progress: bool | None = None) -> Transfer:
+        """Copy a file or a folder (with everything in it) from a worker to this machine.
+
+        ``remote_path`` is relative to the worker's working directory (where cells run), or
+        absolute. ``local_path`` defaults to the same relative path here (for an absolute path,
+        or one with ``..``, its last part in the current directory). An existing destination is
+        refused unless ``overwrite``. Data moves in chunks, each a job on the one worker (the
+        first that answers, unless ``worker`` names one), into a temporary file renamed at the
+        end, so an interrupted copy leaves nothing under the final name; sizes and digests are
+        checked. ``progress``: a progress bar always (True), never (False), or (None) for copies
+        over 1 MB or a second. Raises FileTransferError saying what was wrong.
+        """
+        return transfer.get(self._file_job, remote_path, local_path, worker=worker, overwrite=overwrite,
+                            progress=progress, chunk_bytes=self._chunk_bytes())
+
+    def put_file(self, local_path: str | os.PathLike[str], remote_path: str | None = None, *,
+                 worker: str | None = None, overwrite: bool = False, progress: bool | None = None) -> Transfer:
+        """Copy a file or a folder (with everything in it) from this machine to a worker.
+
+        ``remote_path`` defaults to the same relative path in the worker's working directory
+        (for an absolute ``local_path``, or one with ``..``, its last part). Otherwise as
+        ``get_file``.
+        """
+        return transfer.put(self._file_job, local_path, remote_path, worker=worker, overwrite=overwrite,
+                            progress=progress, chunk_bytes=self._chunk_bytes())
 
     def workers(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
         """The fleet: one dict per worker (name, host, platform, Python, CPUs, memory, GPU, state, jobs done)."""
@@ -218,7 +275,7 @@ class Client:
     # -- jobs ------------------------------------------------------------------------------
 
     def _submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None,
-                timeout: float | None, future: "Future[Any] | None" = None) -> _Job:
+                timeout: float | None, future: "Future[Any] | None" = None, frames: Sequence[Any] = ()) -> _Job:
         # Any worker may take the job: pandas objects travel portably unless every worker has our pandas.
         ours = self._versions.get("pandas")
         packed = serialization.pack(values, errors.InputError, portable_pandas=not self._fleet or any(
@@ -241,7 +298,7 @@ class Client:
         with self._lock:
             self._jobs[job.id] = job
         try:
-            self._connection.send(T.SUBMIT, header, packed.frames, timeout=self.send_timeout)
+            self._connection.send(T.SUBMIT, header, [*packed.frames, *frames], timeout=self.send_timeout)
         except RemoteMagicError as exc:  # nothing was sent
             self._end(job.id, exc)
             raise
@@ -249,6 +306,39 @@ class Client:
             if job.lifecycle.state is JobState.QUEUED:  # its answer may be here already
                 job.lifecycle.move(JobState.SENT)
         return job
+
+    def _wait(self, job: _Job, on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
+              on_display: Callable[[Mapping[str, Any]], None] = _show_display) -> Message:
+        """The job's RESULT or ERROR, showing its output meanwhile; Ctrl-C stops it on the worker too."""
+        try:
+            while True:
+                msg = self._next_event(job)
+                if msg.type is T.STREAM:
+                    on_stream(msg.header)
+                elif msg.type is T.DISPLAY:
+                    on_display(msg.header)
+                elif msg.type is T.STARTED:
+                    job.worker = str(msg.header.get("worker", ""))
+                elif msg.type in (T.RESULT, T.ERROR):
+                    return msg
+        except KeyboardInterrupt:
+            self._interrupt(job, on_stream)
+            raise
+        finally:
+            if self._end(job.id, errors.JobCancelled("stopped in the notebook")):  # it hadn't ended: stop it there too
+                self._cancel(job.id)
+
+    def _file_job(self, op: dict[str, Any], frames: Sequence[Any], worker: str | None) -> transfer.Reply:
+        """Run one step of a copy (worker/files.py) as a job: its result header, frames and worker."""
+        job = self._submit({"kind": "file", "op": op}, {}, worker, None, frames=frames)
+        msg = self._wait(job)
+        if msg.type is T.ERROR:
+            raise error_from_header(msg.header)
+        return transfer.Reply(dict(msg.header.get("file") or {}), msg.buffers, job.worker)
+
+    def _chunk_bytes(self) -> int:
+        """How much of a file one job carries: CHUNK_BYTES, or less under a hub with a small message limit."""
+        return max(1, min(transfer.CHUNK_BYTES, self.max_message_bytes - 4096))
 
     def _check_size(self, packed: serialization.Packed) -> None:
         """Refuse here what the hub's socket would drop without a word."""

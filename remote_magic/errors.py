@@ -22,6 +22,7 @@ Every error a user can catch derives from one root::
     │   ├── JobCancelled      the job was interrupted or its client went away
     │   ├── JobTimeout        the job ran past its timeout
     │   └── NoSuchWorker      the job asked for a worker the hub does not know
+    ├── FileTransferError     a file or folder could not be copied to or from the worker (names it)
     ├── GpuError              the worker's GPU could not do what was asked
     │   ├── ShaderError       WGSL failed to compile (carries line and column)
     │   └── GpuLimitError     the data exceeds a device limit and cannot be split
@@ -147,6 +148,14 @@ class JobTimeout(JobError):
 
 class NoSuchWorker(JobError):
     """The job named a worker the hub does not know."""
+
+
+class FileTransferError(RemoteMagicError):
+    """A file or folder could not be copied between the notebook and the worker; ``path`` names it."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class GpuError(RemoteMagicError):

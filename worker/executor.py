@@ -25,6 +25,7 @@ from typing import Any
 import zmq
 
 from remote_magic.errors import (
+    FileTransferError,
     GpuError,
     InputError,
     JobCancelled,
@@ -39,7 +40,7 @@ from remote_magic.wire.handles import RemoteValue
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 from remote_magic.wire.versions import local_versions
 
-from . import WORKER_INSTALL
+from . import WORKER_INSTALL, files, workdir
 from .outputs import JobOutputs, flush_periodically, install_display
 from .tracking import changed_in_place, deleted_names, fingerprints, is_dunder, namespace_changes
 
@@ -68,6 +69,8 @@ class Executor:
         self._kernels: dict[str, str] = {}
         self._kept: dict[str, Any] = {}       # what stayed here, by handle id (RemoteValue.id)
         self._kept_ids: dict[int, str] = {}   # id() of each of those -> its handle id
+        self._files_before: workdir.Snapshot | None = None  # the working directory as the running cell found it
+        self._files_changed: dict[str, Any] | None = None
         self.gpu, self.no_gpu = _create_gpu(gpu_mode, adapter, backend)
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
@@ -97,8 +100,12 @@ class Executor:
     # -- one job ---------------------------------------------------------------------------
 
     def run_job(self, msg: Message) -> None:
+        if msg.header.get("kind") == "file":
+            self._run_file_job(msg)
+            return
         job = str(msg.header["job"])
         started = time.perf_counter()
+        self._files_before = self._files_changed = None
         outputs = JobOutputs(job, self.send, [str(f) for f in msg.header.get("figure_formats") or ["png"]])
         self._outputs = outputs
         try:
@@ -109,6 +116,7 @@ class Executor:
                         values, deleted = self._execute(msg, outputs)
                     finally:
                         self._running = False
+                        self._note_file_changes()
                     packed = self._pack_result(msg, values, outputs)
                     # The value as the notebook shows it, rendered in this session (its print options)
                     shown = outputs.value_header(values["__value__"]) if "__value__" in values else None
@@ -120,14 +128,47 @@ class Executor:
         except KeyboardInterrupt as exc:
             # A C extension whose import was cut short can never be imported again in this
             # process ("cannot load module more than once"): ask for a fresh executor.
-            self.send(T.ERROR, error_header(JobCancelled("the job was interrupted"), job,
-                                            replace_executor=_interrupted_an_import(exc, self._sources)))
+            replace = _interrupted_an_import(exc, self._sources)
+            self.send(T.ERROR, self._with_files(error_header(JobCancelled("the job was interrupted"), job,
+                                                             replace_executor=replace)))
         except (SerializationError, GpuError) as exc:
-            self.send(T.ERROR, error_header(exc, job))
+            self.send(T.ERROR, self._with_files(error_header(exc, job)))
         except BaseException as exc:  # user code may raise anything, SystemExit included
-            self.send(T.ERROR, _remote_error(exc, job, self._sources))
+            self.send(T.ERROR, self._with_files(_remote_error(exc, job, self._sources)))
         finally:
             self._outputs = None
+
+    def _run_file_job(self, msg: Message) -> None:
+        """One step of copying a file or folder (worker/files.py): no user code runs, so nothing is tracked."""
+        job = str(msg.header["job"])
+        op = msg.header.get("op")
+        try:
+            self._running = True  # a digest of a large file may take a while: Ctrl-C stops it
+            try:
+                header, frames = files.handle(op if isinstance(op, dict) else {}, msg.buffers)
+            finally:
+                self._running = False
+            self.send(T.RESULT, {"job": job, "file": header}, frames)
+        except KeyboardInterrupt:
+            self.send(T.ERROR, error_header(JobCancelled("the copy was interrupted"), job))
+        except FileTransferError as exc:
+            self.send(T.ERROR, error_header(exc, job))
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a malformed operation: say so, don't die
+            self.send(T.ERROR, error_header(FileTransferError(
+                f"the worker could not read a file operation ({type(exc).__name__}: {exc}): install the same "
+                "remote-magic version on the notebook and the worker"), job))
+
+    def _note_file_changes(self) -> None:
+        """Compare the running cell's working directory with how the cell found it."""
+        if self._files_before is not None:
+            after = workdir.scan(self._files_before.root)
+            self._files_changed = workdir.changes(self._files_before, after)
+
+    def _with_files(self, header: dict[str, Any]) -> dict[str, Any]:
+        """A cell that wrote files and then failed still wrote them: its ERROR says so too."""
+        if self._files_changed is not None:
+            header["files"] = self._files_changed
+        return header
 
     def _execute(self, msg: Message, outputs: JobOutputs) -> tuple[dict[str, Any], list[str]]:
         """Run the job; returns the values that go back, and the names the code deleted."""
@@ -168,6 +209,7 @@ class Executor:
         if wanted is None and not gpu_choice:
             tracked = fingerprints({name: value for name, value in before.items()
                                     if not is_dunder(name) and not _is_any(value, provided + held)})
+        self._files_before = _scan_working_directory()
         try:
             exec(body, namespace)
             value = eval(last, namespace) if last is not None else None
@@ -241,7 +283,7 @@ class Executor:
         """The cell's exception, with what it changed before raising (so the notebook keeps that, as
         locally); if those values can't be packed, the exception alone."""
         job = str(msg.header["job"])
-        header = _remote_error(failed.error, job, self._sources)
+        header = self._with_files(_remote_error(failed.error, job, self._sources))
         try:
             packed = self._pack_result(msg, failed.values, outputs)
         except SerializationError as exc:
@@ -263,6 +305,8 @@ class Executor:
             header["kept_on_worker"] = packed.kept
         if deleted:
             header["deleted"] = deleted
+        if self._files_changed is not None:
+            header["files"] = self._files_changed
         if self.gpu is not None:
             header["stats"] = self.gpu.take_stats()
         self.send(T.RESULT, header, packed.frames)
@@ -280,6 +324,14 @@ class _CellFailed(Exception):
     def __init__(self, error: Exception, values: dict[str, Any], deleted: list[str]) -> None:
         super().__init__(str(error))
         self.error, self.values, self.deleted = error, values, deleted
+
+
+def _scan_working_directory() -> workdir.Snapshot | None:
+    """The files where the cell starts (a cell may chdir: the same folder is scanned after it)."""
+    try:
+        return workdir.scan(os.getcwd())
+    except OSError:  # the working directory was removed
+        return None
 
 
 def _is_any(value: Any, objects: list[Any]) -> bool:

@@ -1,4 +1,4 @@
-"""The notebook surface: %offload_connect, %%offload, %offload_workers, %offload_disconnect.
+"""The notebook surface: %offload_connect, %%offload, %offload_workers, %offload_get, %offload_put, %offload_disconnect.
 
 Each magic parses its line, calls the client API and shows the result; the work is in
 ``client.py``. A user's mistake becomes a UsageError (a short message, no traceback).
@@ -7,6 +7,7 @@ Each magic parses its line, calls the client API and shows the result; the work 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -16,9 +17,10 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Float
 
-from ..client import Client, JobResult, connect
-from ..errors import RemoteError, TokenError
+from ..client import Client, FileChanges, JobResult, connect
+from ..errors import FileTransferError, RemoteError, TokenError
 from ..hub.served import ServedHub
+from ..transfer import Transfer, human_size
 from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.cellcode import names_read
 from ..wire.handles import RemoteValue
@@ -29,6 +31,13 @@ from .tables import WorkersTable
 
 # IPython 8.13 lets `%%offload` end with `;` to hide the cell's value; 7.34 (Colab's) has no such decorator.
 _output_can_be_silenced = getattr(ipython_magic, "output_can_be_silenced", lambda function: function)
+
+
+NOTICE_FILES = 3
+"""How many files a notice about the files a cell wrote names; it counts the rest."""
+
+NOTICE_SIZE_BYTES = 1_000_000
+"""Files at least this large are named with their size."""
 
 
 def _notice(text: str) -> None:
@@ -169,7 +178,8 @@ class OffloadMagics(Magics):
                 kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
                 on_display=self.cell_display.show,
                 on_module_error=lambda name, ref, exc: _notice(
-                    f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"))
+                    f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"),
+                on_files=lambda files: _notice(_describe_files(files)))
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
                 _apply(error.partial, namespace)
@@ -197,6 +207,52 @@ class OffloadMagics(Magics):
         self._client().execute("pass", gpu=True, kernels={**self.kernels, args.name: cell})
         self.kernels[args.name] = cell
         print(f"kernel gpu.{args.name} compiled")
+
+    # -- files -----------------------------------------------------------------------------
+
+    @magic_arguments()
+    @argument("path", help="the file or folder on the worker (relative to where its cells run)")
+    @argument("local", nargs="?", default=None, help="where to put it here (default: the same relative path)")
+    @argument("--worker", default=None, help="copy from the worker with this name")
+    @argument("--force", action="store_true", help="replace what is already at the destination")
+    @line_magic
+    def offload_get(self, line: str) -> None:
+        """Copy a file or folder from the worker to this machine, with a progress bar for large ones.
+
+        PATH is relative to the worker's working directory (where offloaded cells run) or
+        absolute; LOCAL defaults to the same relative path here. An existing LOCAL is kept
+        unless --force.
+
+        Usage: %offload_get PATH [LOCAL] [--worker NAME] [--force]
+        """
+        args = parse_argstring(self.offload_get, line)
+        try:
+            copied = self._client().get_file(args.path, args.local, worker=args.worker, overwrite=args.force)
+        except FileTransferError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"Copied {_describe_copy(copied)} from worker {copied.worker!r} to {copied.destination}")
+
+    @magic_arguments()
+    @argument("local", help="the file or folder here")
+    @argument("path", nargs="?", default=None,
+              help="where to put it on the worker (default: the same relative path in its working directory)")
+    @argument("--worker", default=None, help="copy to the worker with this name")
+    @argument("--force", action="store_true", help="replace what is already at the destination")
+    @line_magic
+    def offload_put(self, line: str) -> None:
+        """Copy a file or folder from this machine to the worker, with a progress bar for large ones.
+
+        PATH defaults to the same relative path in the worker's working directory (where
+        offloaded cells run, so they open it by that name). An existing PATH is kept unless --force.
+
+        Usage: %offload_put LOCAL [PATH] [--worker NAME] [--force]
+        """
+        args = parse_argstring(self.offload_put, line)
+        try:
+            copied = self._client().put_file(args.local, args.path, worker=args.worker, overwrite=args.force)
+        except FileTransferError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"Copied {_describe_copy(copied)} to worker {copied.worker!r} at {copied.destination}")
 
     @line_magic
     def offload_workers(self, line: str) -> WorkersTable:
@@ -235,6 +291,31 @@ def _figure_formats(shell: Any) -> list[str]:
     return sorted(configured) if configured else ["png"]
 
 
+def _describe_files(files: FileChanges) -> str:
+    """One line: which files the cell wrote or removed on the worker, and how to copy them here."""
+    def listed(names: list[str], count: int) -> str:
+        more = count - len(names)
+        return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+    written = [f"{path} ({human_size(size)})" if size >= NOTICE_SIZE_BYTES else path
+               for path, size in list(files.written.items())[:NOTICE_FILES]]
+    deleted = files.deleted[:NOTICE_FILES]
+    done = [f"wrote {listed(written, files.written_count)}" if files.written_count else "",
+            f"deleted {listed(deleted, files.deleted_count)}" if files.deleted_count else ""]
+    text = f"the cell {' and '.join(d for d in done if d)} on worker {files.worker!r}"
+    if files.written:
+        first = next(iter(files.written))
+        text += f" — they are there, not here: %offload_get {shlex.quote(first)} copies one here"
+    if not files.complete:
+        text += f" (its folder {files.folder} is too large to look through: some changes may be missing)"
+    return text
+
+
+def _describe_copy(copied: Transfer) -> str:
+    what = f"{copied.files:,} file{'s' if copied.files != 1 else ''}, " if copied.files != 1 else ""
+    return f"{os.path.basename(copied.source)} ({what}{human_size(copied.bytes)})"
+
+
 def _format_stats(worker: str, stats: dict[str, Any]) -> str:
     def counts(key: str) -> str:
         return ", ".join(f"{name}×{count}" for name, count in (stats.get(key) or {}).items()) or "none"
@@ -253,7 +334,8 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         magics.disconnect()
         magics.cell_display.close()
-        for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers", "offload_serve")),
+        for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers", "offload_serve",
+                                      "offload_get", "offload_put")),
                             ("cell", ("offload", "offload_kernel"))):
             for name in names:
                 ipython.magics_manager.magics[kind].pop(name, None)

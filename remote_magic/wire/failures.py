@@ -21,6 +21,7 @@ _FIELDS: dict[type[RemoteMagicError], tuple[str, ...]] = {
     errors.InputError: ("name",),
     errors.OutputError: ("name",),
     errors.ShaderError: ("line", "column"),
+    errors.FileTransferError: ("path",),
     RemoteError: ("remote_type", "remote_message", "remote_traceback"),
 }
 
