@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / "README.md",
                                                                         *sorted((REPO / "docs").glob("*.md"))]}
 MAGICS = {name: getattr(OffloadMagics, name) for name in ("offload", "offload_connect", "offload_serve",
-                                                           "offload_disconnect", "offload_workers", "offload_kernel")}
+                                                           "offload_disconnect", "offload_workers", "offload_kernel",
+                                                           "offload_reset")}
 
 
 def _worker_flags() -> set[str]:
