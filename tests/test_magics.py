@@ -126,7 +126,8 @@ def test_every_magic_has_help(ip: InteractiveShell) -> None:
     magics = ip.magics_manager.magics
     for kind, name, words in [("line", "offload_connect", "TOKEN"), ("cell", "offload", "--worker"),
                               ("line", "offload_workers", "table"), ("line", "offload_disconnect", "Disconnect"),
-                              ("cell", "offload_kernel", "WGSL"), ("line", "offload_serve", "--join")]:
+                              ("cell", "offload_kernel", "WGSL"), ("line", "offload_serve", "--join"),
+                              ("line", "offload_reset", "fresh interpreter")]:
         assert words in (magics[kind][name].__doc__ or ""), name
 
 

@@ -5,6 +5,9 @@ cells, apart from every other notebook's, until it disconnects, resets, or its p
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import psutil
@@ -74,6 +77,25 @@ def test_a_notebook_that_disconnects_has_its_session_process_stopped(worker: Wor
         pid = client.run("import os\npid = os.getpid()")["pid"]
         assert psutil.pid_exists(pid)
     wait_for(lambda: _gone(pid), 10, f"the disconnected notebook's executor {pid} to stop")
+
+
+def test_a_notebook_the_hub_stops_hearing_from_has_its_session_process_stopped(
+        worker: WorkerProcess, tmp_path: Path) -> None:
+    script = tmp_path / "vanishing_notebook.py"
+    script.write_text(textwrap.dedent(f"""
+        import remote_magic, time
+        client = remote_magic.connect({worker.token!r})
+        print(client.run("import os\\npid = os.getpid()")["pid"], flush=True)
+        time.sleep(600)
+    """))
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(process.stdout.readline())  # type: ignore[union-attr]
+        assert psutil.pid_exists(pid)
+    finally:
+        process.kill()  # no bye: the hub finds it gone at the heartbeat bound
+        process.wait()
+    wait_for(lambda: _gone(pid), 15, f"the vanished notebook's executor {pid} to stop")
 
 
 def test_a_crashed_session_fails_its_job_and_the_next_cell_says_its_state_was_reset(worker: WorkerProcess) -> None:
