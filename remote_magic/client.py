@@ -29,7 +29,15 @@ from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
 from .wire.handles import RemoteValue, kept_description
 from .wire.lifecycle import JobState, Lifecycle
-from .wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, MAX_HEADER_BYTES, Message, MessageType as T, Role, encode_header
+from .wire.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_HEADER_BYTES,
+    Message,
+    MessageType as T,
+    Role,
+    encode_header,
+    session_id,
+)
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
 
@@ -147,6 +155,9 @@ class Client:
             self._context.term()
             raise
         self.max_message_bytes = int(welcome.header.get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
+        # The hub names this client's session on each worker after its routing id, which reconnects keep.
+        self.session = session_id(sock.getsockopt(zmq.ROUTING_ID))  # type: ignore[arg-type]
+        self._ran_on: set[str] = set()  # workers where this client's jobs started: where it has a session
         self._fleet: list[dict[str, Any]] = list(welcome.header.get("workers", []))
         # Version differences with the workers at connect, in words: %offload_connect shows them.
         self.version_notes = [note for worker in self._fleet for note in self.differences_with(worker)]
@@ -244,15 +255,43 @@ class Client:
         return transfer.put(self._file_job, local_path, remote_path, worker=worker, overwrite=overwrite,
                             progress=progress, chunk_bytes=self._chunk_bytes())
 
+    def reset(self, worker: str | None = None) -> list[str]:
+        """End this client's session on a worker, so its next job there starts in a fresh interpreter.
+
+        A session holds what earlier jobs left in the worker's process: imports, module globals,
+        random seeds, print options, the working directory. ``worker``: the worker's name; None resets
+        every worker this client has run a job on. Returns the names of the workers that had a
+        session to end. Waits, as a job does, while the worker runs another notebook's job.
+        """
+        names = [worker] if worker is not None else sorted(self._ran_on)
+        reset = []
+        for name in names:
+            msg = self._wait(self._submit({"kind": "reset"}, {}, name, None), _write_stream, _show_display)
+            if msg.type is T.ERROR:
+                error = error_from_header(msg.header)
+                if worker is not None or not isinstance(error, errors.NoSuchWorker):
+                    raise error
+                # else that worker left, and its sessions with it
+            with self._lock:
+                self._ran_on.discard(name)
+            if msg.header.get("reset"):
+                reset.append(name)
+        return reset
+
     def workers(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
-        """The fleet: one dict per worker (name, host, platform, Python, CPUs, memory, GPU, state, jobs done)."""
+        """The fleet: one dict per worker (name, host, platform, Python, CPUs, memory, GPU, state, jobs done).
+
+        Each also has ``sessions`` (how many notebooks' interpreters it keeps), ``sessions_memory_bytes``
+        (what they use, resident) and ``session_memory_bytes`` (this client's own session, or None when it
+        has none there), as of the worker's last heartbeat.
+        """
         request = uuid.uuid4().hex
         future: Future[list[dict[str, Any]]] = Future()
         with self._lock:
             self._requests[request] = future
         try:
             self._connection.send(T.WORKERS, {"request": request})
-            self._fleet = future.result(timeout)
+            self._fleet = [self._with_sessions(worker) for worker in future.result(timeout)]
             return self._fleet
         except TimeoutError:
             raise ConnectionFailed(f"the hub did not list its workers within {timeout:g} s") from None
@@ -350,6 +389,12 @@ class Client:
                 f"{self.max_message_bytes / 2**20:.1f} MiB limit: split it, or start remote-worker "
                 "with a larger --max-message-size", name)
 
+    def _with_sessions(self, worker: dict[str, Any]) -> dict[str, Any]:
+        sessions = (worker.get("stats") or {}).get("sessions")
+        sessions = {str(k): v for k, v in sessions.items() if isinstance(v, int)} if isinstance(sessions, dict) else {}
+        return {**worker, "sessions": len(sessions), "sessions_memory_bytes": sum(sessions.values()),
+                "session_memory_bytes": sessions.get(self.session)}
+
     def _next_event(self, job: _Job) -> Message:
         while True:
             try:
@@ -417,6 +462,7 @@ class Client:
                 job.lifecycle.end(msg.header if msg.type is T.ERROR else None)
             elif job is not None and msg.type is T.STARTED:
                 job.lifecycle.move(JobState.RUNNING)
+                self._ran_on.add(str(msg.header.get("worker", "")))
         if job is None:
             if msg.type is T.ERROR:
                 log.warning("the hub says: %s", msg.header.get("message"))

@@ -16,7 +16,7 @@ DOCS = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / 
                                                                         *sorted((REPO / "docs").glob("*.md"))]}
 MAGICS = {name: getattr(OffloadMagics, name) for name in ("offload", "offload_connect", "offload_serve",
                                                            "offload_disconnect", "offload_workers", "offload_kernel",
-                                                           "offload_get", "offload_put")}
+                                                           "offload_reset", "offload_get", "offload_put")}
 
 
 def _worker_flags() -> set[str]:

@@ -131,7 +131,8 @@ def test_every_magic_has_help(ip: InteractiveShell) -> None:
     for kind, name, words in [("line", "offload_connect", "TOKEN"), ("cell", "offload", "--worker"),
                               ("line", "offload_workers", "table"), ("line", "offload_disconnect", "Disconnect"),
                               ("cell", "offload_kernel", "WGSL"), ("line", "offload_serve", "--join"),
-                              ("line", "offload_get", "--force"), ("line", "offload_put", "progress bar")]:
+                              ("line", "offload_reset", "fresh interpreter"), ("line", "offload_get", "--force"),
+                              ("line", "offload_put", "progress bar")]:
         assert words in (magics[kind][name].__doc__ or ""), name
 
 

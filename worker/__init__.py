@@ -1,9 +1,14 @@
 """The `remote-worker` process, installed as ``remote_magic.worker``: it runs on the worker machine.
 
 ``cli`` starts a hub and a worker (or joins a hub); ``supervisor`` holds the hub connection and
-keeps an executor child process alive; ``executor`` runs each job, with ``outputs`` sending what it
+runs each notebook's jobs in its session (``sessions``: one executor child process per notebook,
+``executors`` starts and watches them); ``executor`` runs each job, with ``outputs`` sending what it
 prints and shows; ``gpu`` runs array work as WGSL compute pipelines. Needs the [worker] extra.
 """
 
 WORKER_INSTALL = 'pip install "remote-magic[worker]"'
 """What installs the worker side: `pip install remote-magic` alone is the notebook side."""
+
+DEFAULT_MAX_SESSIONS = 8
+"""Notebooks whose interpreter a worker keeps at once (--max-sessions); each holds an idle Python with
+numpy (tens of MB) and that notebook's imports."""

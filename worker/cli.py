@@ -28,10 +28,11 @@ from remote_magic.wire.protocol import (
 )
 from remote_magic.wire.tokens import Token, write_private
 
-from . import WORKER_INSTALL
+from . import DEFAULT_MAX_SESSIONS, WORKER_INSTALL
 
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
-    from .supervisor import ExecutorOptions, Supervisor
+    from .executors import ExecutorOptions
+    from .supervisor import Supervisor
 
 log = logging.getLogger("remote-worker")
 
@@ -87,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                         default=os.environ.get("REMOTE_MAGIC_BACKEND"), help="use this wgpu backend")
     parser.add_argument("--max-memory", type=parse_size, metavar="SIZE",
                         help="kill a job whose process uses more than SIZE (e.g. 8G); default: 90%% of RAM")
+    parser.add_argument("--max-sessions", type=_positive_int, default=DEFAULT_MAX_SESSIONS, metavar="N",
+                        help="keep at most N notebooks' interpreters at once; a new one beyond that replaces the "
+                             f"least recently used (default {DEFAULT_MAX_SESSIONS})")
     parser.add_argument("--max-message-size", type=parse_size, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="SIZE",
                         help="largest frame the hub accepts (default 2G)")
     parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_INTERVAL_S, metavar="SECONDS",
@@ -97,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--rotate", action="store_true", help="replace the keys: every old token stops working")
     token.add_argument("--worker", action="store_true", help="show the worker token (for remote-worker --join)")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return int(text)
 
 
 def _endpoint(text: str) -> str:
@@ -140,12 +150,12 @@ class LocalHub(ServedHub):
         self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)
 
-    def local_worker(self, name: str, options: ExecutorOptions) -> Supervisor:
+    def local_worker(self, name: str, options: ExecutorOptions, max_sessions: int) -> Supervisor:
         """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies)."""
         from .supervisor import Supervisor
 
         token = self.keys.token(Role.WORKER, self.hub.local_endpoint)
-        return Supervisor(token, name, options, context=self.hub.context)
+        return Supervisor(token, name, options, context=self.hub.context, max_sessions=max_sessions)
 
     def reload_rotated_keys(self) -> bool:
         """Pick up keys replaced by `remote-worker token --rotate`; True when they changed."""
@@ -170,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
               f"worker side with:\n\n    {WORKER_INSTALL}\n\n(`pip install remote-magic` alone is the "
               "notebook side.)", file=sys.stderr)
         return 2
-    from .supervisor import ExecutorOptions, Supervisor
+    from .executors import ExecutorOptions
+    from .supervisor import Supervisor
 
     try:
         join = join_token(args)
@@ -183,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if join is None:
             local = LocalHub(args)
-            supervisor = local.local_worker(args.name, options)
+            supervisor = local.local_worker(args.name, options, args.max_sessions)
         else:
-            supervisor = Supervisor(Token.decode(join), args.name, options)
+            supervisor = Supervisor(Token.decode(join), args.name, options, max_sessions=args.max_sessions)
         supervisor.start()
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)

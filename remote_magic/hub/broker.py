@@ -4,8 +4,9 @@ Clients and workers both dial the hub's one TCP port (so one tunnel serves every
 authenticate with CurveZMQ, and say who they are in a HELLO. The hub queues jobs, hands each
 to an idle worker, relays what the worker says back to the job's client, and watches
 heartbeats: a worker that is gone fails its job with WorkerLost, a client that is gone has its
-jobs cancelled. Gone means silent with its connection down (libzmq's own heartbeats, which need
-no GIL, say whether it is up), or silent for much longer with it up: a hung process.
+jobs cancelled and its session on every worker ended (SESSION_END). Gone means silent with its
+connection down (libzmq's own heartbeats, which need no GIL, say whether it is up), or silent for
+much longer with it up: a hung process.
 The hub never unpickles anything; payload frames pass through untouched.
 """
 
@@ -47,6 +48,7 @@ from ..wire.protocol import (
     Role,
     decode,
     encode,
+    session_id,
 )
 from ..wire.versions import describe_differences, local_versions
 from .fleet import Fleet, Job, Peer
@@ -390,7 +392,9 @@ class Hub:
             self._send(peer.identity, T.ERROR, error_header(NoSuchWorker(
                 f"no worker is named {wanted!r} (workers: {self._worker_names()}); see %offload_workers"), job_id))
             return
-        self.fleet.enqueue(Job(job_id, peer.identity, wanted, frames))
+        # The worker runs it in the client's session; the hub says which, whatever the client wrote.
+        submit = encode(T.SUBMIT, {**msg.header, "session": session_id(peer.identity)}, msg.buffers)
+        self.fleet.enqueue(Job(job_id, peer.identity, wanted, submit))
         self._dispatch()
 
     def _on_cancel(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
@@ -477,6 +481,8 @@ class Hub:
         else:
             for job in self.fleet.jobs_of_client(peer.identity):
                 self._cancel(job, "the notebook that submitted it went away")
+            for worker in self.fleet.workers():  # its interpreter state there goes with it
+                self._send(worker.identity, T.SESSION_END, {"session": session_id(peer.identity), "reason": why})
         self._dispatch()
 
     def _worker_names(self) -> str:

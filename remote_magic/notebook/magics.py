@@ -1,4 +1,5 @@
-"""The notebook surface: %offload_connect, %%offload, %offload_workers, %offload_get, %offload_put, %offload_disconnect.
+"""The notebook surface: %offload_connect, %%offload, %offload_workers, %offload_reset, %offload_get,
+%offload_put, %offload_disconnect.
 
 Each magic parses its line, calls the client API and shows the result; the work is in
 ``client.py``. A user's mistake becomes a UsageError (a short message, no traceback).
@@ -18,7 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Float
 
 from ..client import Client, FileChanges, JobResult, connect
-from ..errors import FileTransferError, RemoteError, TokenError
+from ..errors import FileTransferError, NoSuchWorker, RemoteError, TokenError
 from ..hub.served import ServedHub
 from ..transfer import Transfer, human_size
 from ..wire.addresses import check_endpoint, parse_host_port
@@ -256,8 +257,36 @@ class OffloadMagics(Magics):
 
     @line_magic
     def offload_workers(self, line: str) -> WorkersTable:
-        """The fleet as a table: name, host, platform, Python, CPUs, memory, GPU, state, jobs done."""
+        """The fleet as a table: name, host, platform, Python, CPUs, memory, GPU, state, jobs done, and
+        the sessions each keeps (how many, their memory, and this notebook's)."""
         return WorkersTable(self._client().workers())
+
+    @magic_arguments()
+    @argument("--worker", default=None, help="reset the session on the worker with this name only")
+    @line_magic
+    def offload_reset(self, line: str) -> None:
+        """Give this notebook a fresh interpreter on the worker: the next offloaded cell starts clean.
+
+        Ends this notebook's session, the worker process that keeps what earlier offloaded cells
+        left behind (imports, module globals, random seeds, print options, the working directory).
+        The notebook's own variables are untouched. Without --worker, every worker this notebook
+        ran a cell on.
+
+        Usage: %offload_reset [--worker NAME]
+        """
+        args = parse_argstring(self.offload_reset, line)
+        try:
+            reset = self._client().reset(args.worker)
+        except NoSuchWorker as exc:
+            raise UsageError(str(exc)) from None
+        if reset:
+            names = ", ".join(repr(name) for name in reset)
+            print(f"Reset this notebook's session on worker{'s' if len(reset) > 1 else ''} {names}: the next "
+                  "offloaded cell there starts in a fresh interpreter.")
+        elif args.worker:
+            print(f"Nothing to reset: this notebook has no session on worker {args.worker!r}.")
+        else:
+            print("Nothing to reset: this notebook has no session on any worker.")
 
 
 def _apply(result: JobResult, namespace: dict[str, Any]) -> None:
@@ -335,7 +364,7 @@ def unload_ipython_extension(ipython: Any) -> None:
         magics.disconnect()
         magics.cell_display.close()
         for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers", "offload_serve",
-                                      "offload_get", "offload_put")),
+                                      "offload_reset", "offload_get", "offload_put")),
                             ("cell", ("offload", "offload_kernel"))):
             for name in names:
                 ipython.magics_manager.magics[kind].pop(name, None)

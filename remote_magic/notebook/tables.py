@@ -27,14 +27,32 @@ def _gpu_counters(worker: dict[str, Any]) -> str:
     return f"{dispatches} dispatches, {stats.get('gpu_time_s', 0.0) * 1e3:.1f} ms"
 
 
-COLUMNS = ("name", "host", "platform", "python", "CPUs", "memory", "GPU", "state", "jobs", "GPU work")
+def _sessions(worker: dict[str, Any]) -> str:
+    """'3 (1.2 GiB; yours 410 MiB)': the notebooks' interpreters a worker keeps, and this one's."""
+    count = worker.get("sessions")
+    if not isinstance(count, int):
+        return "?"
+    if not count:
+        return "0"
+    yours = worker.get("session_memory_bytes")
+    mine = f"; yours {_size(yours)}" if isinstance(yours, int) else ""
+    return f"{count} ({_size(worker.get('sessions_memory_bytes'))}{mine})"
+
+
+def _size(n: Any) -> str:
+    if not isinstance(n, int):
+        return "?"
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+COLUMNS = ("name", "host", "platform", "python", "CPUs", "memory", "GPU", "state", "jobs", "sessions", "GPU work")
 
 
 def rows(workers: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     return [(
         str(w.get("name", "?")), str(w.get("hostname", "?")), str(w.get("platform", "?")),
         str(w.get("python", "?")), str(w.get("cpu_count", "?")), _gib(w.get("memory_bytes")), _gpu(w),
-        str(w.get("state", "?")), str(w.get("jobs_done", 0)), _gpu_counters(w),
+        str(w.get("state", "?")), str(w.get("jobs_done", 0)), _sessions(w), _gpu_counters(w),
     ) for w in workers]
 
 

@@ -14,6 +14,7 @@ human-readable description of the same thing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from enum import Enum
@@ -67,6 +68,7 @@ class MessageType(str, Enum):
     CANCEL = "cancel"          # client -> hub -> worker: stop a job
     WORKERS = "workers"        # client -> hub (request), hub -> client (listing)
     BYE = "bye"                # peer -> hub: leaving; hub -> peer: shutting down
+    SESSION_END = "session_end"  # hub -> worker: a client is gone; stop its session's interpreter
 
 
 _TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}
@@ -86,6 +88,13 @@ class Message:
     type: MessageType
     header: dict[str, Any]
     buffers: list[Any] = field(default_factory=list)
+
+
+def session_id(identity: bytes) -> str:
+    """The session a client's jobs run in on every worker, from its routing id (which survives its
+    reconnects). Hashed: the listing every client sees shows sessions, and a routing id would let a
+    peer with a client token take over that client's connection (ROUTER_HANDOVER)."""
+    return hashlib.sha256(b"remote-magic session " + identity).hexdigest()[:16]
 
 
 def encode_header(header: dict[str, Any]) -> bytes:

@@ -1,0 +1,199 @@
+"""Executor child processes and the one socket they all dial.
+
+A worker runs one executor per session (``sessions.py``), plus a spare. Each executor dials the
+same local ROUTER socket with its own routing id, so the supervisor's I/O thread watches one
+socket however many sessions come and go; messages from an executor that was replaced are
+recognised by their routing id and dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import zmq
+
+from remote_magic.wire.protocol import Message, MessageType as T, decode
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_START_TIMEOUT_S = 120.0
+"""Starting Python, numpy and a GPU device; lavapipe on a busy machine is the slow case."""
+
+EXECUTOR_LAUNCHER = ("import sys\nif sys.path[:1] == ['']: del sys.path[0]\n"
+                     "from remote_magic.worker.executor import main\nmain(sys.argv[1:])")
+"""Starts the executor with the working directory off sys.path while remote-magic loads (`python -m`
+would put it first, where a folder or module of the user's could shadow the package); the executor
+puts it back for the cells."""
+
+TEMP_PREFIX = "remote-magic-"
+"""Each worker's temporary folder (the executors' socket, their runtime dir) is TEMP_PREFIX + its pid."""
+
+
+@dataclass
+class ExecutorOptions:
+    gpu: str = "auto"
+    adapter: str | None = None
+    backend: str | None = None
+    max_memory_bytes: int | None = None
+
+
+def remove_abandoned_dirs() -> list[Path]:
+    """Remove the temporary folders of workers that were killed (their pid is gone); the ones removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
+        pid = folder.name[len(TEMP_PREFIX):].partition("-")[0]
+        if not pid.isdigit() or psutil.pid_exists(int(pid)) or folder.stat().st_uid != os.getuid():
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+        log.info("removed %s, left by a worker that was killed", folder)
+    return removed
+
+
+class ExecutorProcess:
+    """One executor child: started at once, ready once it says hello."""
+
+    def __init__(self, link: "ExecutorLink", number: int) -> None:
+        self.number = number
+        self.identity = b"executor-%d" % number
+        self.ready = False
+        self.capabilities: dict[str, Any] = {}
+        self._socket = link.socket
+        options = link.options
+        command = [sys.executable, "-c", EXECUTOR_LAUNCHER, link.endpoint, str(number), "--gpu", options.gpu]
+        if options.adapter:
+            command += ["--adapter", options.adapter]
+        if options.backend:
+            command += ["--backend", options.backend]
+        # Vulkan loaders complain on headless machines without it; a private one is enough.
+        env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR") or link.folder}
+        self.spawned_at = time.monotonic()
+        # Its own session: a Ctrl-C in the worker's terminal is the worker's, not the job's.
+        self.process = subprocess.Popen(command, start_new_session=True, env=env)
+        log.info("started executor %d (pid %d)", number, self.process.pid)
+
+    def send(self, frames: list[Any]) -> None:
+        """Raises ZMQError when the executor's connection is gone (it died)."""
+        self._socket.send_multipart([self.identity, *frames], copy=False)
+
+    def died(self) -> str | None:
+        """None while alive, else how it ended, in words."""
+        code = self.process.poll()
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def failed_to_start(self) -> str | None:
+        """Why this executor, not ready yet, will never say hello (None while it still may)."""
+        if (death := self.died()) is not None:
+            return f"{death} while starting"
+        if time.monotonic() - self.spawned_at > EXECUTOR_START_TIMEOUT_S:
+            return f"did not start within {EXECUTOR_START_TIMEOUT_S:g} s"
+        return None
+
+    def memory_bytes(self) -> int:
+        """What the executor and every process it started use (resident), for --max-memory."""
+        try:
+            executor = psutil.Process(self.process.pid)
+            processes = [executor, *executor.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        total = 0
+        for process in processes:
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:  # ended meanwhile
+                continue
+        return total
+
+    def interrupt(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGINT)
+
+    def kill(self) -> None:
+        """Kill the executor and everything it started: its process group, which outlives it while
+        any of its children run (an executor that crashed leaves them behind)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # its own session: the group's id is its pid
+        except ProcessLookupError:
+            pass  # the group is gone: nothing left to stop
+        self.process.wait()
+
+
+class ExecutorLink:
+    """The ROUTER socket every executor of this worker dials, in a private temporary folder."""
+
+    def __init__(self, context: zmq.Context[Any], options: ExecutorOptions) -> None:
+        self.options = options
+        remove_abandoned_dirs()
+        self._dir = tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+        self.folder = self._dir.name
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.linger = 0
+        self.socket.router_mandatory = True
+        if zmq.has("ipc"):
+            self.socket.bind(f"ipc://{Path(self.folder) / 'executor'}")
+        else:
+            self.socket.bind("tcp://127.0.0.1:0")
+        self.endpoint = self.socket.last_endpoint.decode()
+        self._started = 0
+        self._live: dict[bytes, ExecutorProcess] = {}
+
+    def spawn(self) -> ExecutorProcess:
+        """Start a new executor; it is ready once its hello comes through ``receive``."""
+        self._started += 1
+        executor = ExecutorProcess(self, self._started)
+        self._live[executor.identity] = executor
+        return executor
+
+    def stop(self, executor: ExecutorProcess) -> None:
+        """Kill an executor; what it sent and nobody read yet is dropped from now on."""
+        self._live.pop(executor.identity, None)
+        executor.kill()
+
+    def receive(self, frames: list[zmq.Frame]) -> tuple[ExecutorProcess, Message | None] | None:
+        """Decode a message from a live executor: (it, the message), or (it, None) for its hello, which
+        marks it ready. None for one from an executor that was stopped."""
+        executor = self._live.get(frames[0].bytes)
+        if executor is None:
+            return None
+        msg = decode(frames[1:])
+        if msg.type is T.HELLO:
+            executor.ready = True
+            executor.capabilities = msg.header.get("gpu") or {}
+            return executor, None
+        return executor, msg
+
+    def wait_ready(self, executor: ExecutorProcess, timeout: float) -> None:
+        """Block until ``executor`` says hello (used before the hub connection exists)."""
+        deadline = time.monotonic() + timeout
+        while not executor.ready:
+            if executor.died() is not None:
+                raise RuntimeError(f"the executor process exited during start-up ({executor.died()}); "
+                                   "run with -v to see its output")
+            if self.socket.poll(min(0.2, max(0.0, deadline - time.monotonic())) * 1000):
+                self.receive(self.socket.recv_multipart(copy=False))
+            elif time.monotonic() > deadline:
+                raise RuntimeError(f"the executor did not start within {timeout:g} s")
+
+    def close(self) -> None:
+        for executor in list(self._live.values()):
+            self.stop(executor)
+        self.socket.close()
+        self._dir.cleanup()
