@@ -24,7 +24,7 @@ import zmq
 from . import errors, transfer
 from .errors import ConnectionFailed, RemoteMagicError
 from .transfer import Transfer
-from .wire import serialization
+from .wire import identity, serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
 from .wire.handles import RemoteValue, kept_description
@@ -99,6 +99,11 @@ class JobResult:
     """Names the code deleted (``del x``): gone from its namespace, as they would be locally."""
     files: FileChanges | None = None
     """Files the code wrote or removed in the worker's working directory (they stay there); None if none."""
+    in_place: list[str] = field(default_factory=list)
+    """Inputs the code changed in place (``L.sort()``): updated in place here too where the type allows
+    (lists, dicts, sets, arrays of the same shape, random Generators, notebook classes' instances)."""
+    notes: list[str] = field(default_factory=list)
+    """Where the result differs from a local run, in words (a view that could only come back as a copy)."""
 
 
 @dataclass
@@ -107,6 +112,7 @@ class _Job:
     events: "queue.SimpleQueue[Message]" = field(default_factory=queue.SimpleQueue)
     future: "Future[Any] | None" = None
     worker: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)  # a cell's, for what comes back to refer to
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
@@ -208,7 +214,12 @@ class Client:
             header["gpu"] = True if gpu is True else list(gpu)
         if kernels:
             header["kernels"] = dict(kernels)
-        job = self._submit(header, dict(inputs or {}), worker, timeout)
+        # Names sharing one object, and arrays viewing another's memory, go as references to it.
+        sent, refs = identity.references(dict(inputs or {}))
+        if refs:
+            header["refs"] = refs
+        job = self._submit(header, sent, worker, timeout)
+        job.inputs = dict(inputs or {})
         msg = self._wait(job, on_stream, on_display)
         files = FileChanges.from_header(msg.header.get("files"), str(msg.header.get("worker", job.worker)))
         if files is not None and on_files is not None:
@@ -418,13 +429,22 @@ class Client:
         worker = str(msg.header.get("worker", job.worker))
         kept = msg.header.get("kept_on_worker")
         handles = kept_description(kept if isinstance(kept, dict) else {}, worker)
+        in_place = [str(name) for name in msg.header.get("in_place") or [] if name in values]
+        for name in in_place:  # so every other reference to the object here sees the change, as locally
+            if name in job.inputs and identity.update_in_place(job.inputs[name], values[name]):
+                values[name] = job.inputs[name]
+        refs = msg.header.get("refs")
+        values, copies = identity.resolve(values, refs if isinstance(refs, dict) else {}, {**job.inputs, **handles})
         has_value = "__value__" in values or "__value__" in handles
         value = values.pop("__value__", handles.pop("__value__", None))
         deleted = msg.header.get("deleted")
         shown = msg.header.get("value_display")
+        notes = [f"{', '.join(copies)} came back as a copy, not a view: the array it views is laid out "
+                 "differently here (not C-contiguous)"] if copies else []
         return JobResult(values, worker, has_value, value, msg.header.get("stats") or {}, handles,
                          shown if isinstance(shown, dict) else None,
-                         [str(name) for name in deleted] if isinstance(deleted, list) else [])
+                         [str(name) for name in deleted] if isinstance(deleted, list) else [],
+                         in_place=in_place, notes=notes)
 
     def _cancel(self, job_id: str) -> None:
         try:

@@ -14,6 +14,7 @@ import re
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -114,3 +115,33 @@ def test_what_cant_be_pickled_stays_on_the_worker_as_a_handle_later_cells_use_in
     result, out = run(ip, "%%offload\nax.set_title('drawn later')\ntitle = ax.get_title()")
     assert result.success, result.error_in_exec
     assert ip.user_ns["title"] == "drawn later"
+
+
+def test_names_that_shared_an_object_or_memory_still_do_after_the_cell(ip: InteractiveShell) -> None:
+    """Item 2: aliases and views hold across the wire, both ways."""
+    ip.reset(new_session=False)
+    run(ip, "import numpy as np\nx = np.arange(6.0)\nv = x[:2]\na = [1]\nb = a\nclass Box:\n    pass\n"
+            "box = Box()\nalso = box")
+    result, _ = run(ip, "%%offload\nv[0] = 99\nb.append(2)\nbox.n = 1\ny = x\nw = x[3:]\nsame = v is not None")
+    assert result.success, result.error_in_exec
+    ns = ip.user_ns
+    assert ns["x"][0] == 99 and np.shares_memory(ns["v"], ns["x"])  # written through the view, as locally
+    assert ns["a"] == [1, 2] and ns["b"] is ns["a"]  # changed through one name, seen through the other
+    assert ns["also"] is ns["box"] and ns["also"].n == 1
+    assert ns["y"] is ns["x"]  # bound to the notebook's own object, not a copy
+    ns["w"][0] = -1
+    assert ns["x"][3] == -1  # a view the cell made stays a view of the notebook's array
+    # Both names read by the cell: it sees them as one object on the worker too.
+    result, _ = run(ip, "%%offload\na.append(3)\nseen = list(b)\nv[1] = 7\nthrough = float(x[1])")
+    assert ns["seen"] == [1, 2, 3] and ns["through"] == 7.0 and ns["b"] is ns["a"]
+
+
+def test_an_object_changed_in_place_that_cant_be_updated_here_says_which_names_kept_the_old_one(
+        ip: InteractiveShell) -> None:
+    ip.reset(new_session=False)
+    run(ip, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2], 'b': [3, 4]})\nalias = df")
+    result, out = run(ip, "%%offload\ndf.drop(columns=['b'], inplace=True)")
+    assert result.success, result.error_in_exec
+    assert list(ip.user_ns["df"].columns) == ["a"] and list(ip.user_ns["alias"].columns) == ["a", "b"]
+    assert ("`df` was changed in place on the worker and came back as a new object (a DataFrame can't be updated "
+            "in place here): `alias`, which shared it here, still hold the old value") in out.stderr

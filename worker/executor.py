@@ -33,8 +33,8 @@ from remote_magic.errors import (
     RemoteError,
     SerializationError,
 )
-from remote_magic.wire import definitions, serialization
-from remote_magic.wire.cellcode import names_assigned, split_last_expression
+from remote_magic.wire import definitions, identity, serialization
+from remote_magic.wire.cellcode import split_last_expression
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.handles import RemoteValue
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
@@ -42,7 +42,7 @@ from remote_magic.wire.versions import local_versions
 
 from . import WORKER_INSTALL, files, workdir
 from .outputs import JobOutputs, flush_periodically, install_display
-from .tracking import changed_in_place, deleted_names, fingerprints, is_dunder, namespace_changes
+from .tracking import CellChanges, cell_changes, fingerprints, is_dunder
 
 log = logging.getLogger(__name__)
 
@@ -113,18 +113,19 @@ class Executor:
                 try:
                     self._running = True
                     try:
-                        values, deleted = self._execute(msg, outputs)
+                        changes = self._execute(msg, outputs)
                     finally:
                         self._running = False
                         self._note_file_changes()
-                    packed = self._pack_result(msg, values, outputs)
+                    header, frames = self._pack_changes(msg, changes)
                     # The value as the notebook shows it, rendered in this session (its print options)
-                    shown = outputs.value_header(values["__value__"]) if "__value__" in values else None
+                    if "__value__" in changes.values:
+                        header["value_display"] = outputs.value_header(changes.values["__value__"])
                 finally:
                     outputs.show_figures(after_cell=True)  # a cell that raised shows its figures too, as locally
-            self._send_result(job, packed, started, deleted, shown)
+            self._send_result(job, header, frames, started)
         except _CellFailed as failed:
-            self._send_failure(msg, failed, outputs)
+            self._send_failure(msg, failed)
         except KeyboardInterrupt as exc:
             # A C extension whose import was cut short can never be imported again in this
             # process ("cannot load module more than once"): ask for a fresh executor.
@@ -170,8 +171,8 @@ class Executor:
             header["files"] = self._files_changed
         return header
 
-    def _execute(self, msg: Message, outputs: JobOutputs) -> tuple[dict[str, Any], list[str]]:
-        """Run the job; returns the values that go back, and the names the code deleted."""
+    def _execute(self, msg: Message, outputs: JobOutputs) -> CellChanges:
+        """Run the job; returns what it changed."""
         header = msg.header
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "display": outputs.display}
         # Notebook functions and classes arrive as source and are compiled here, in the cell's
@@ -179,9 +180,10 @@ class Executor:
         with definitions.defining_into(namespace):
             inputs = serialization.unpack(header, msg.buffers, InputError,
                                           sides=("on the worker", "in the notebook"))
+        inputs, _ = identity.resolve(inputs, header.get("refs") or {})
         inputs = {name: self._resolve(name, value) for name, value in inputs.items()}
         if header.get("kind") == "call":
-            return {"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))}, []
+            return CellChanges({"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))})
         code = str(header.get("code", ""))
         gpu_choice = header.get("gpu")
         if self.gpu is not None:
@@ -216,33 +218,17 @@ class Executor:
         except (SerializationError, GpuError):
             raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
         except Exception as exc:  # as locally, what the cell did before it raised stays done
-            values, deleted = self._changes(code, wanted, namespace, before, tracked, provided, complete=False)
-            raise _CellFailed(exc, self.gpu.to_host(values) if gpu_choice else values, deleted) from None
-        values, deleted = self._changes(code, wanted, namespace, before, tracked, provided, complete=True)
+            changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=False)
+            raise _CellFailed(exc, self._to_host(changes, gpu_choice)) from None
+        changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=True)
         if value is not None:
-            values["__value__"] = value
-        if self.gpu is not None and gpu_choice:
-            values = self.gpu.to_host(values)
-        return values, deleted
+            changes.values["__value__"] = value
+        return self._to_host(changes, gpu_choice)
 
-    @staticmethod
-    def _changes(code: str, wanted: list[str] | None, namespace: dict[str, Any], before: dict[str, Any],
-                 tracked: dict[str, bytes], provided: list[Any], complete: bool) -> tuple[dict[str, Any], list[str]]:
-        """What the cell changed: the values that go back, and the names it deleted. A cell that
-        raised (not ``complete``) returns what it got to bind; one that ran through must bind
-        every name asked for."""
-        names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
-        if wanted is None:  # and what no static analysis sees: star imports, globals()[...], `global` in
-            # callees, and objects changed in place by the methods the cell called
-            for name in [*namespace_changes(before, namespace), *changed_in_place(tracked, namespace, before)]:
-                if name not in names:
-                    names.append(name)
-        missing = [n for n in names if n not in namespace] if wanted is not None and complete else []
-        if missing:
-            raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
-        values = {name: namespace[name] for name in names
-                  if name in namespace and not _is_any(namespace[name], provided)}
-        return values, deleted_names(before, namespace)
+    def _to_host(self, changes: CellChanges, gpu_choice: Any) -> CellChanges:
+        if self.gpu is not None and gpu_choice:
+            changes.values = self.gpu.to_host(changes.values)
+        return changes
 
     def _resolve(self, name: str, value: Any) -> Any:
         """An input as the cell sees it: a handle becomes the value it stands for."""
@@ -259,16 +245,22 @@ class Executor:
                 self.gpu.register_kernel(name, source)
                 self._kernels[name] = source
 
-    def _pack_result(self, msg: Message, values: dict[str, Any], outputs: JobOutputs) -> serialization.Packed:
-        """Pickle what goes back. A cell's matplotlib objects stay here (its figures travel as images), and so
-        do values that can't be pickled, unless the caller asked for them by name; the others still go."""
+    def _pack_changes(self, msg: Message, changes: CellChanges) -> tuple[dict[str, Any], list[Any]]:
+        """The header fields and frames of what goes back. Names that share an object, or view an
+        array, go as references. A cell's matplotlib objects stay here (its figures travel as images),
+        and so do values that can't be pickled, unless the caller asked for them by name; the others
+        still go."""
         cell = msg.header.get("kind") == "code"  # a call's one result can't stay behind: it fails instead
         notebook = msg.header.get("versions") or {}
+        values, refs = identity.references(changes.values, changes.unchanged_inputs) if cell else (changes.values, {})
         packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
                                     portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
                                     keep_unpicklable=cell and msg.header.get("outputs") is None)
-        packed.kept = {name: self._keep(name, values[name], why) for name, why in packed.kept.items()}
-        return packed
+        header = packed.header()
+        fields = {"kept_on_worker": {name: self._keep(name, values[name], why) for name, why in packed.kept.items()},
+                  "refs": refs, "in_place": changes.in_place, "deleted": changes.deleted}
+        header.update((key, value) for key, value in fields.items() if value)
+        return header, packed.frames
 
     def _keep(self, name: str, value: Any, why: str) -> dict[str, str]:
         """Hold a value that stays here; the description its handle is made from."""
@@ -279,37 +271,26 @@ class Executor:
         kind = type(value)
         return {"id": handle, "type": f"{kind.__module__}.{kind.__qualname__}", "why": why}
 
-    def _send_failure(self, msg: Message, failed: "_CellFailed", outputs: JobOutputs) -> None:
+    def _send_failure(self, msg: Message, failed: "_CellFailed") -> None:
         """The cell's exception, with what it changed before raising (so the notebook keeps that, as
         locally); if those values can't be packed, the exception alone."""
         job = str(msg.header["job"])
         header = self._with_files(_remote_error(failed.error, job, self._sources))
         try:
-            packed = self._pack_result(msg, failed.values, outputs)
+            changed, frames = self._pack_changes(msg, failed.changes)
         except SerializationError as exc:
             log.info("a failed cell's changes stay on the worker: %s", exc)
             self.send(T.ERROR, header)
             return
-        header.update(packed.header(), deleted=failed.deleted)
-        if packed.kept:
-            header["kept_on_worker"] = packed.kept
-        self.send(T.ERROR, header, packed.frames)
+        self.send(T.ERROR, {**header, **changed}, frames)
 
-    def _send_result(self, job: str, packed: serialization.Packed, started: float, deleted: list[str],
-                     value_display: dict[str, Any] | None) -> None:
-        header = {"job": job, **packed.header(), "duration_s": time.perf_counter() - started,
-                  "versions": local_versions()}
-        if value_display is not None:
-            header["value_display"] = {"data": value_display["data"], "metadata": value_display["metadata"]}
-        if packed.kept:
-            header["kept_on_worker"] = packed.kept
-        if deleted:
-            header["deleted"] = deleted
+    def _send_result(self, job: str, header: dict[str, Any], frames: list[Any], started: float) -> None:
+        header = {"job": job, **header, "duration_s": time.perf_counter() - started, "versions": local_versions()}
         if self._files_changed is not None:
             header["files"] = self._files_changed
         if self.gpu is not None:
             header["stats"] = self.gpu.take_stats()
-        self.send(T.RESULT, header, packed.frames)
+        self.send(T.RESULT, header, frames)
 
     def _remember_source(self, filename: str, code: str) -> None:
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
@@ -321,9 +302,9 @@ class Executor:
 class _CellFailed(Exception):
     """User code raised; carries its exception and what the cell had changed by then."""
 
-    def __init__(self, error: Exception, values: dict[str, Any], deleted: list[str]) -> None:
+    def __init__(self, error: Exception, changes: CellChanges) -> None:
         super().__init__(str(error))
-        self.error, self.values, self.deleted = error, values, deleted
+        self.error, self.changes = error, changes
 
 
 def _scan_working_directory() -> workdir.Snapshot | None:

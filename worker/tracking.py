@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import pickle
 import types
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import cloudpickle
 import xxhash
+
+from remote_magic.errors import OutputError
+from remote_magic.wire.cellcode import names_assigned
 
 Fingerprint = bytes
 
@@ -71,3 +75,38 @@ def changed_in_place(before: Mapping[str, Fingerprint], namespace: Mapping[str, 
     """Names still bound to the same object as before the cell whose fingerprint changed."""
     return [name for name, digest in before.items()
             if name in namespace and namespace[name] is originals.get(name) and fingerprint(namespace[name]) != digest]
+
+
+@dataclass
+class CellChanges:
+    """What a cell changed: the values that go back (``__value__``: its last expression), the names
+    it deleted, those it changed in place, and its inputs it left bound as they were (the notebook
+    holds those: what still refers to them goes back as a reference)."""
+
+    values: dict[str, Any]
+    deleted: list[str] = field(default_factory=list)
+    in_place: list[str] = field(default_factory=list)
+    unchanged_inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def cell_changes(code: str, wanted: list[str] | None, inputs: Mapping[str, Any], namespace: Mapping[str, Any],
+                 before: Mapping[str, Any], tracked: Mapping[str, Fingerprint], provided: list[Any],
+                 complete: bool) -> CellChanges:
+    """What the cell changed. ``wanted``: the names asked for, or None for every name it bound and
+    every object it changed in place. ``provided``: objects the worker put in scope, which stay
+    here. A cell that raised (not ``complete``) returns what it got to bind; one that ran through
+    must bind every name asked for."""
+    names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
+    in_place = changed_in_place(tracked, namespace, before) if wanted is None else []
+    if wanted is None:  # and what no static analysis sees: star imports, globals()[...], `global` in
+        # callees, and objects changed in place by the methods the cell called
+        for name in [*namespace_changes(before, namespace), *in_place]:
+            if name not in names:
+                names.append(name)
+    missing = [n for n in names if n not in namespace] if wanted is not None and complete else []
+    if missing:
+        raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
+    values = {name: namespace[name] for name in names
+              if name in namespace and not any(namespace[name] is obj for obj in provided)}
+    unchanged = {name: value for name, value in inputs.items() if name not in values and namespace.get(name) is value}
+    return CellChanges(values, deleted_names(before, namespace), in_place, unchanged)

@@ -183,9 +183,9 @@ class OffloadMagics(Magics):
                 on_files=lambda files: _notice(_describe_files(files)))
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
-                _apply(error.partial, namespace)
+                _apply(error.partial, namespace, inputs)
             raise
-        _apply(result, namespace)
+        _apply(result, namespace, inputs)
         if args.stats:
             _notice(_format_stats(result.worker, result.stats))
         if not result.has_value:
@@ -289,8 +289,11 @@ class OffloadMagics(Magics):
             print("Nothing to reset: this notebook has no session on any worker.")
 
 
-def _apply(result: JobResult, namespace: dict[str, Any]) -> None:
-    """Bring what a cell changed into the notebook's namespace, and say what stayed on the worker."""
+def _apply(result: JobResult, namespace: dict[str, Any], inputs: dict[str, Any]) -> None:
+    """Bring what a cell changed into the notebook's namespace, and say where that differs from a
+    local run: what stayed on the worker, and objects changed in place that came back as new ones."""
+    replaced = {name: inputs[name] for name in result.in_place
+                if name in inputs and result.values.get(name) is not inputs[name]}
     namespace.update(result.values)
     namespace.update(result.kept_on_worker)
     for name in result.deleted:
@@ -299,6 +302,22 @@ def _apply(result: JobResult, namespace: dict[str, Any]) -> None:
         kept = ", ".join(handle.describe() for handle in result.kept_on_worker.values())
         _notice(f"{kept} stayed on worker {result.worker!r}: the notebook holds a handle, and offloaded cells "
                 "use the value there in place")
+    for name, old in replaced.items():
+        others = [f"`{other}`" for other, value in namespace.items()
+                  if (value is old or _views(value, old)) and other != name and not other.startswith("_")]
+        if others:
+            _notice(f"`{name}` was changed in place on the worker and came back as a new object (a "
+                    f"{type(old).__name__} can't be updated in place here): {', '.join(others)}, which shared "
+                    "it here, still hold the old value")
+    for note in result.notes:
+        _notice(note)
+
+
+def _views(value: Any, array: Any) -> bool:
+    """Is ``value`` a numpy array sharing memory with ``array``?"""
+    numpy = sys.modules.get("numpy")
+    return (numpy is not None and isinstance(value, numpy.ndarray) and isinstance(array, numpy.ndarray)
+            and bool(numpy.may_share_memory(value, array)))
 
 
 def _worker_holding(inputs: dict[str, Any], asked: str | None) -> str | None:
