@@ -37,9 +37,10 @@ from .errors import (
     WorkerLost,
 )
 from .transfer import Transfer
+from .wire.handles import RemoteValue
 
 __all__ = [
-    "__version__", "Client", "JobResult", "FileChanges", "Transfer", "connect",
+    "__version__", "Client", "JobResult", "FileChanges", "Transfer", "RemoteValue", "connect",
     "RemoteMagicError", "Busy", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "GpuError", "ShaderError",

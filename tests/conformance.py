@@ -47,13 +47,14 @@ def __conformance_dump(path):
     values, groups, views = {}, {}, []
     for name in names:
         value = ip.user_ns[name]
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
         if isinstance(value, RemoteValue):  # it stayed on the worker: its type is what's comparable
-            values[name] = ("type", value.type_name)
+            values[name] = ("type", value.type_name, None)
             continue
         try:
-            values[name] = ("value", cloudpickle.dumps(value))
-        except Exception as exc:
-            values[name] = ("type", f"{type(value).__module__}.{type(value).__qualname__}")
+            values[name] = ("value", kind, cloudpickle.dumps(value))
+        except Exception:
+            values[name] = ("type", kind, None)
         if not isinstance(value, immutable):
             groups.setdefault(id(value), []).append(name)
     np = sys.modules.get("numpy")
@@ -176,21 +177,32 @@ def _compare_namespaces(local: dict[str, Any], offloaded: dict[str, Any]) -> lis
     for name in sorted(remote_values.keys() - plain_values.keys()):
         differences.append(f"namespace: {name!r} is set after offloading but not locally")
     for name in sorted(plain_values.keys() & remote_values.keys()):
-        plain_kind, plain = plain_values[name]
-        remote_kind, remote = remote_values[name]
-        if "type" in (plain_kind, remote_kind):  # it can't be pickled, or stayed on the worker: compare types
-            plain_type = plain if plain_kind == "type" else _type_name(pickle.loads(plain))
-            remote_type = remote if remote_kind == "type" else _type_name(pickle.loads(remote))
-            if plain_type != remote_type:
+        plain_type, plain = _load(*plain_values[name])
+        remote_type, remote = _load(*remote_values[name])
+        if plain is _UNLOADABLE or remote is _UNLOADABLE:  # can't be pickled, stayed on the worker, or
+            if plain_type != remote_type:  # refers to the kernel's own module: compare types
                 differences.append(f"namespace: {name!r} is a {plain_type} locally, a {remote_type} after offloading")
             continue
-        why = difference(pickle.loads(plain), pickle.loads(remote))
+        why = difference(plain, remote)
         if why:
             differences.append(f"namespace: {name!r} differs: {why}")
     for key, what in (("shared", "names sharing one object"), ("views", "arrays sharing memory")):
         if sorted(map(list, local[key])) != sorted(map(list, offloaded[key])):
             differences.append(f"namespace: {what}: locally {local[key]}, after offloading {offloaded[key]}")
     return differences
+
+
+_UNLOADABLE = object()
+
+
+def _load(kind: str, type_name: str, pickled: bytes | None) -> tuple[str, Any]:
+    """A dumped value's type, and the value (or _UNLOADABLE)."""
+    if kind != "value" or pickled is None:
+        return type_name, _UNLOADABLE
+    try:
+        return type_name, pickle.loads(pickled)
+    except Exception:  # pickled by reference to the kernel's __main__ (an lru_cache wrapper, say)
+        return type_name, _UNLOADABLE
 
 
 def _type_name(value: Any) -> str:
@@ -236,12 +248,20 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
             return f"{where} has {len(a)} items locally, {len(b)} after offloading"
         return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := difference(x, y, f"{where}[{i}]", seen))),
                     None)
-    if hasattr(a, "__dict__") and type(a).__eq__ is object.__eq__:
-        return difference(vars(a), vars(b), f"{where}.__dict__", seen)
-    try:
-        equal = bool(a == b)
-    except Exception:
+    if type(a).__eq__ is object.__eq__ or type(a).__module__ == "__main__":
+        # Compared by identity, or a notebook class (each run's is its own): by state, else by repr.
+        if hasattr(a, "__dict__"):
+            return difference(vars(a), vars(b), f"{where}.__dict__", seen)
+        slots = [name for cls in type(a).__mro__ for name in getattr(cls, "__slots__", ())]
+        if slots:
+            state = [(getattr(a, n, None), getattr(b, n, None)) for n in slots]
+            return next((d for n, (x, y) in zip(slots, state) if (d := difference(x, y, f"{where}.{n}", seen))), None)
         equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
+    else:
+        try:
+            equal = bool(a == b)
+        except Exception:
+            equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
     return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
 
 

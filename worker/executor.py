@@ -119,8 +119,9 @@ class Executor:
                         self._note_file_changes()
                     header, frames = self._pack_changes(msg, changes)
                     # The value as the notebook shows it, rendered in this session (its print options)
-                    if "__value__" in changes.values:
-                        header["value_display"] = outputs.value_header(changes.values["__value__"])
+                    shown = outputs.value_header(changes.values["__value__"]) if "__value__" in changes.values else None
+                    if shown is not None:
+                        header["value_display"] = shown
                 finally:
                     outputs.show_figures(after_cell=True)  # a cell that raised shows its figures too, as locally
             self._send_result(job, header, frames, started)

@@ -115,14 +115,20 @@ class JobOutputs:
         return data, metadata
 
     def value_header(self, value: Any) -> dict[str, Any] | None:
-        """The cell's value as the notebook shows it (a ``data`` and ``metadata`` pair), or None."""
-        return self._display_header(*self.bundle(value))
+        """The cell's value as the notebook shows it (``data`` and ``metadata``); None when that is too
+        large to travel in a header (the notebook then renders the value itself)."""
+        header = self._display_header(*self.bundle(value), say_if_left_out=False)
+        return None if header is None else {"data": header["data"], "metadata": header["metadata"]}
 
-    def _display_header(self, data: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any] | None:
+    def _display_header(self, data: dict[str, Any], metadata: dict[str, Any],
+                        say_if_left_out: bool = True) -> dict[str, Any] | None:
         clean = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in data.items()}
         header = {"job": self.job, "data": clean, "metadata": metadata or {}}
         size = len(encode_header(header))
-        if size > MAX_DISPLAY_BYTES:  # not silently: say what was left out, where the output would be
+        if size > MAX_DISPLAY_BYTES:
+            if not say_if_left_out:
+                return None
+            # not silently: say what was left out, where the output would be
             kinds = ", ".join(sorted(clean))
             self.stderr.write(f"[remote-magic: a display output ({kinds}) of {size / 2**20:.1f} MiB was left out: "
                               f"one output may be at most {MAX_DISPLAY_BYTES / 2**20:.0f} MiB. Save it to a file "
