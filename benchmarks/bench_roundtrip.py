@@ -155,9 +155,11 @@ def remote_worker() -> Iterator[str]:
         env = dict(os.environ, REMOTE_MAGIC_HOME=home)
         with open(log_path, "wb") as worker_log:
             # stdout carries the token: it goes nowhere; stderr is kept to explain a failed start.
+            # Its working directory is a fresh folder, as a project's would be: cells look through it
+            # for the files they write (docs/semantics.md, "Files"), and the repository is larger.
             process = subprocess.Popen(
                 [executable, "--listen", "127.0.0.1:0", "--token-file", str(token_file), "--gpu", "off"],
-                env=env, stdout=subprocess.DEVNULL, stderr=worker_log)
+                env=env, stdout=subprocess.DEVNULL, stderr=worker_log, cwd=home)
             try:
                 def ready() -> bool:
                     if process.poll() is not None:

@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import zmq
@@ -70,6 +71,9 @@ class Executor:
         self._kept: dict[str, Any] = {}       # what stayed here, by handle id (RemoteValue.id)
         self._kept_ids: dict[int, str] = {}   # id() of each of those -> its handle id
         self._files_before: workdir.Snapshot | None = None  # the working directory as the running cell found it
+        # The next cell's "before" is scanned while the executor waits for it, off the cell's round trip.
+        self._scanner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workdir-scan")
+        self._scan_ahead: Future[workdir.Snapshot | None] | None = None
         self._files_changed: dict[str, Any] | None = None
         self.gpu, self.no_gpu = _create_gpu(gpu_mode, adapter, backend)
 
@@ -102,6 +106,7 @@ class Executor:
     def run_job(self, msg: Message) -> None:
         if msg.header.get("kind") == "file":
             self._run_file_job(msg)
+            self._scan_ahead = self._scanner.submit(_scan_working_directory)  # the copy may have changed it
             return
         job = str(msg.header["job"])
         started = time.perf_counter()
@@ -139,6 +144,7 @@ class Executor:
             self.send(T.ERROR, self._with_files(_remote_error(exc, job, self._sources)))
         finally:
             self._outputs = None
+            self._scan_ahead = self._scanner.submit(_scan_working_directory)
 
     def _run_file_job(self, msg: Message) -> None:
         """One step of copying a file or folder (worker/files.py): no user code runs, so nothing is tracked."""
@@ -159,6 +165,15 @@ class Executor:
             self.send(T.ERROR, error_header(FileTransferError(
                 f"the worker could not read a file operation ({type(exc).__name__}: {exc}): install the same "
                 "remote-magic version on the notebook and the worker"), job))
+
+    def _starting_files(self) -> workdir.Snapshot | None:
+        """The working directory as this cell finds it: as scanned after the last job, if that scan looked
+        where the cell starts (a file arriving between the two is taken for the cell's)."""
+        ahead, self._scan_ahead = self._scan_ahead, None
+        snapshot = ahead.result() if ahead is not None else None
+        if snapshot is None or snapshot.root != os.getcwd():
+            snapshot = _scan_working_directory()
+        return snapshot
 
     def _note_file_changes(self) -> None:
         """Compare the running cell's working directory with how the cell found it."""
@@ -212,7 +227,7 @@ class Executor:
         if wanted is None and not gpu_choice:
             tracked = fingerprints({name: value for name, value in before.items()
                                     if not is_dunder(name) and not _is_any(value, provided + held)})
-        self._files_before = _scan_working_directory()
+        self._files_before = self._starting_files()
         try:
             exec(body, namespace)
             value = eval(last, namespace) if last is not None else None
