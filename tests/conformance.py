@@ -2,8 +2,8 @@
 (nbclient), once plain and once with each code cell under %%offload, and compare what each cell
 showed and the namespace each run ends with.
 
-Per cell: the stdout text, the value (text/plain, memory addresses removed), the error type, and the
-kind of every display output, in order. At the end: every name in the user namespace, compared by
+Per cell: the stdout text, the value and every display output (their mime types, and text/plain
+with memory addresses removed), and the error type, in order. At the end: every name in the user namespace, compared by
 value (arrays, frames, containers and instances of notebook classes structurally), plus which names
 share one object and which arrays share memory.
 
@@ -149,9 +149,11 @@ def _outputs(cell: Any) -> list[tuple[str, str]]:
             else:
                 found.append(("stdout", output["text"]))
         elif kind == "execute_result":
-            found.append(("value", _ADDRESS.sub("", output["data"].get("text/plain", ""))))
+            text = _ADDRESS.sub("", output["data"].get("text/plain", ""))
+            found.append(("value", f"{', '.join(sorted(output['data']))}: {text}"))
         elif kind == "display_data":
-            found.append(("display", ", ".join(sorted(output["data"]))))
+            text = _ADDRESS.sub("", output["data"].get("text/plain", ""))
+            found.append(("display", f"{', '.join(sorted(output['data']))}: {text}"))
         elif kind == "error":
             found.append(("error", output["ename"]))
     return found

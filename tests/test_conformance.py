@@ -15,7 +15,9 @@ NOTEBOOKS = notebooks(Path(__file__).parent / "conformance")
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_an_offloaded_notebook_ends_as_the_plain_one(notebook: Path, tmp_path: Path) -> None:
+def test_an_offloaded_notebook_ends_as_the_plain_one(notebook: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONHASHSEED", "0")  # both runs, and the worker, order sets of strings alike
     worker = start_worker(tmp_path / "worker", "--listen", "127.0.0.1:0", "--gpu", "off",
                           cwd=_folder(tmp_path / "worker-cwd"))
     try:
