@@ -232,6 +232,8 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
 
         if isinstance(a, np.random.Generator):
             return difference(a.bit_generator.state, b.bit_generator.state, f"{where}'s state", seen)
+        if isinstance(a, np.random.RandomState):
+            return difference(a.get_state(legacy=False), b.get_state(legacy=False), f"{where}'s state", seen)
         if isinstance(a, np.ndarray) and (a.dtype != b.dtype or a.shape != b.shape):
             return f"{where}: {a.dtype}{list(a.shape)} locally, {b.dtype}{list(b.shape)} after offloading"
         equal = np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") if isinstance(a, np.ndarray) else (

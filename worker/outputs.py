@@ -115,9 +115,18 @@ class JobOutputs:
         return data, metadata
 
     def value_header(self, value: Any) -> dict[str, Any] | None:
-        """The cell's value as the notebook shows it (``data`` and ``metadata``); None when that is too
-        large to travel in a header (the notebook then renders the value itself)."""
-        header = self._display_header(*self.bundle(value), say_if_left_out=False)
+        """The cell's value as the notebook shows it (``data`` and ``metadata``); None when it doesn't
+        render cleanly here (a ``_repr_html_`` that looks up notebook names by string, say) or is too
+        large to travel in a header: the notebook then renders the value itself."""
+        saved, sys.stderr = sys.stderr, io.StringIO()  # where IPython's formatters report their errors
+        try:
+            bundle = self.bundle(value)
+            failed = sys.stderr.getvalue()
+        finally:
+            sys.stderr = saved
+        if failed:
+            return None
+        header = self._display_header(*bundle, say_if_left_out=False)
         return None if header is None else {"data": header["data"], "metadata": header["metadata"]}
 
     def _display_header(self, data: dict[str, Any], metadata: dict[str, Any],

@@ -133,6 +133,8 @@ def update_in_place(old: Any, new: Any) -> bool:
         numpy.copyto(old, new)
     elif numpy is not None and isinstance(old, numpy.random.Generator):
         old.bit_generator.state = new.bit_generator.state
+    elif numpy is not None and isinstance(old, numpy.random.RandomState):
+        old.set_state(new.get_state())
     elif type(old).__module__ == "__main__" and hasattr(old, "__dict__") and not hasattr(type(old), "__slots__"):
         old.__dict__.clear()  # an instance of a notebook class: its attributes are its state
         old.__dict__.update(new.__dict__)
