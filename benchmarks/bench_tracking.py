@@ -92,8 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "loopback to a private `remote-worker --gpu off`, working in an empty folder (each cell looks "
                   "through its working directory once on its round trip, for the files it wrote: about 25 ms "
                   "more per cell with 5,000 files there, docs/semantics.md). Goals from issue 9, \"Performance\". "
-                  "The raw pyzmq row says how fast this machine ran that day: set the empty cell beside it, and beside the "
-                  "round-trip section's figures only as far as their raw pyzmq rows agree.")
+                  "The raw pyzmq row says how fast this machine ran that day: set the empty cell beside it, and "
+                  "beside the round-trip section's figures only as far as their raw pyzmq rows agree.")
         command = " ".join(["python benchmarks/bench_tracking.py", *(argv if argv is not None else sys.argv[1:])])
         write_section(SECTION_TITLE, "\n".join([f"Measured by `{command}`.", "", *zmq_peer_lines(
             load_before, f"numpy {np.__version__}"), "", table, "", method]))
