@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConnectionFailed, FileTransferError, RemoteMagicError, WorkerLost
-from .wire.filetree import DIGEST, TEMP_MARK, default_destination, listing
+from .wire.filetree import DIGEST, TEMP_MARK, default_destination, explain, listing
 
 log = logging.getLogger(__name__)
 
@@ -220,22 +220,10 @@ def _local(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise FileTransferError(_explain_here(exc, path), str(exc.filename or path)) from None
+        raise FileTransferError(explain(exc, path, "here", "choose a path you can read and write"),
+                                str(exc.filename or path)) from None
 
 
-def _explain_here(exc: OSError, path: Path) -> str:
-    where = exc.filename or path
-    if exc.errno == errno.ENOENT:
-        return f"{where} does not exist here (relative paths start in {os.getcwd()}): check the name"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"permission denied for {where} here: choose a path you can read and write"
-    if exc.errno == errno.EISDIR:
-        return f"{where} here is a folder where a file was expected: name a file"
-    if exc.errno == errno.ENOTDIR:
-        return f"a part of {where} here is a file where a folder was expected: check the path"
-    if exc.errno == errno.ENOSPC:
-        return f"the disk here is full writing {where}: free some space, then copy again"
-    return f"{where}: {exc.strerror or exc}"
 
 
 def _exists_here(path: Path) -> str:

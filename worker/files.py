@@ -18,7 +18,6 @@ whose message names the path and what to do.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -28,7 +27,7 @@ import stat
 from typing import Any, Callable, Sequence
 
 from remote_magic.errors import FileTransferError
-from remote_magic.wire.filetree import DIGEST, TEMP_MARK, listing
+from remote_magic.wire.filetree import DIGEST, TEMP_MARK, explain, listing
 
 _READ_BLOCK = 1 << 20
 
@@ -48,7 +47,8 @@ def handle(op: dict[str, Any], frames: Sequence[Any]) -> Result:
     try:
         return handler(op, frames)
     except OSError as exc:
-        raise FileTransferError(_explain(exc), exc.filename) from None
+        raise FileTransferError(explain(exc, "a path", "on the worker",
+                                        "the user that runs remote-worker can't use it"), exc.filename) from None
 
 
 def _stat(op: dict[str, Any], frames: Sequence[Any]) -> Result:
@@ -196,18 +196,3 @@ def _exists(path: str) -> str:
             "or name another destination")
 
 
-def _explain(exc: OSError) -> str:
-    """An OSError in words a notebook user acts on: which path, what is wrong, what to do."""
-    path = exc.filename or "a path"
-    if exc.errno == errno.ENOENT:
-        return (f"{path} does not exist on the worker (relative paths start in its working directory, "
-                f"{os.getcwd()}): check the name")
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"permission denied for {path} on the worker: the user that runs remote-worker can't use it"
-    if exc.errno == errno.EISDIR:
-        return f"{path} on the worker is a folder where a file was expected: name a file"
-    if exc.errno == errno.ENOTDIR:
-        return f"a part of {path} on the worker is a file where a folder was expected: check the path"
-    if exc.errno == errno.ENOSPC:
-        return f"the worker's disk is full writing {path}: free some space, then copy again"
-    return f"{path} on the worker: {exc.strerror or exc}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import PurePosixPath
@@ -48,3 +49,20 @@ def default_destination(path: str) -> str:
     if parts.is_absolute() or path.startswith("~") or ".." in parts.parts:
         return parts.name
     return str(parts)
+
+
+def explain(exc: OSError, path: object, side: str, permission_advice: str) -> str:
+    """An OSError in words a notebook user acts on: which path, on which ``side`` ("here", "on the
+    worker"), what is wrong and what to do."""
+    where = exc.filename or path
+    if exc.errno == errno.ENOENT:
+        return (f"{where} does not exist {side} (relative paths start in {os.getcwd()}): check the name")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied for {where} {side}: {permission_advice}"
+    if exc.errno == errno.EISDIR:
+        return f"{where} {side} is a folder where a file was expected: name a file"
+    if exc.errno == errno.ENOTDIR:
+        return f"a part of {where} {side} is a file where a folder was expected: check the path"
+    if exc.errno == errno.ENOSPC:
+        return f"the disk {side} is full writing {where}: free some space, then copy again"
+    return f"{where} {side}: {exc.strerror or exc}"
