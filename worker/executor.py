@@ -405,12 +405,14 @@ def _create_gpu(mode: str, adapter: str | None, backend: str | None) -> tuple[An
     return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend), ""
 
 
-def _exit_with_parent() -> None:
-    parent = os.getppid()
+def _exit_with_parent(parent: int) -> None:
+    """Exit once the worker that started this process is gone (this process is handed to another
+    parent then). ``parent`` comes from the worker: one killed while this process was still starting
+    would be gone before it could be looked up here."""
     while True:
-        time.sleep(PARENT_CHECK_INTERVAL_S)  # a watchdog's period, not synchronisation
         if os.getppid() != parent:
             os._exit(0)
+        time.sleep(PARENT_CHECK_INTERVAL_S)  # a watchdog's period, not synchronisation
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -420,12 +422,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--adapter")
     parser.add_argument("--backend")
+    parser.add_argument("--parent", type=int, default=None, help="the worker's pid (default: this one's parent)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("REMOTE_MAGIC_LOG_LEVEL", "WARNING"),
                         format="executor: %(levelname)s %(name)s: %(message)s")
     os.environ["MPLBACKEND"] = MATPLOTLIB_BACKEND
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
-    threading.Thread(target=_exit_with_parent, name="parent-watchdog", daemon=True).start()
+    threading.Thread(target=_exit_with_parent, args=(args.parent or os.getppid(),), name="parent-watchdog",
+                     daemon=True).start()
     import numpy  # noqa: F401  (most jobs unpickle arrays; an import cut short by Ctrl-C poisons the process)
     try:
         executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend)

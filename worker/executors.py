@@ -71,7 +71,8 @@ class ExecutorProcess:
         self.capabilities: dict[str, Any] = {}
         self._socket = link.socket
         options = link.options
-        command = [sys.executable, "-c", EXECUTOR_LAUNCHER, link.endpoint, str(number), "--gpu", options.gpu]
+        command = [sys.executable, "-c", EXECUTOR_LAUNCHER, link.endpoint, str(number), "--gpu", options.gpu,
+                   "--parent", str(os.getpid())]
         if options.adapter:
             command += ["--adapter", options.adapter]
         if options.backend:
