@@ -18,6 +18,7 @@ from .errors import (
     ConnectionFailed,
     ExecutorDied,
     FileTransferError,
+    FleetError,
     GpuError,
     GpuLimitError,
     InputError,
@@ -44,7 +45,7 @@ __all__ = [
     "RemoteMagicError", "Busy", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "GpuError", "ShaderError",
-    "GpuLimitError", "TunnelError", "FileTransferError",
+    "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

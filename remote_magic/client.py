@@ -14,6 +14,7 @@ import platform
 import queue
 import sys
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -21,8 +22,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import zmq
 
-from . import errors, transfer
-from .errors import ConnectionFailed, RemoteMagicError
+from . import errors, fleet_jobs, transfer
+from .errors import ConnectionFailed, FleetError, JobError, RemoteMagicError
 from .transfer import Transfer
 from .wire import identity, serialization
 from .wire.connection import Connection, dial
@@ -42,6 +43,10 @@ from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
 
 log = logging.getLogger(__name__)
+
+OnStream = Callable[[Mapping[str, Any]], None]
+OnWorkerOutput = Callable[[str, Mapping[str, Any]], None]
+"""A callback for output of a job run on several workers: the worker's name, then the STREAM or DISPLAY header."""
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 CANCEL_WAIT_S = 5.0
@@ -113,6 +118,7 @@ class _Job:
     future: "Future[Any] | None" = None
     worker: str = ""
     inputs: dict[str, Any] = field(default_factory=dict)  # a cell's, for what comes back to refer to
+    update_inputs: bool = True  # inputs changed in place on the worker are updated in place here too
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
@@ -200,27 +206,90 @@ class Client:
                 on_display: Callable[[Mapping[str, Any]], None] = _show_display,
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
                 figure_formats: Iterable[str] = ("png",),
-                on_files: Callable[[FileChanges], None] | None = None) -> JobResult:
+                on_files: Callable[[FileChanges], None] | None = None,
+                retries: int = 0, on_retry: Callable[[str], None] | None = None) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
         Matplotlib figures come back as images in ``figure_formats`` (png, retina, jpeg, svg, pdf).
         ``on_files`` is called with the files the code wrote or removed in the worker's working
         directory, when there are any, also when the code then raised.
+
+        ``retries``: when the worker running the code is lost (WorkerLost), run it again, up to this
+        many times, on whichever worker is free (the one named by ``worker``, if it rejoined); the code
+        may then have run partly on the lost worker. Each retry is logged and told to ``on_retry``.
+        No other error is retried; without retries nothing ever runs twice.
         """
-        header: dict[str, Any] = {"kind": "code", "code": code, "figure_formats": list(figure_formats),
-                                  "outputs": None if outputs is None else list(outputs)}
-        if gpu:
-            header["gpu"] = True if gpu is True else list(gpu)
-        if kernels:
-            header["kernels"] = dict(kernels)
+        header = _code_header(code, outputs, gpu, kernels, figure_formats)
+        attempts = fleet_jobs.Attempts(retries, "the code", on_retry)
+        while True:
+            job = self._submit_code(header, inputs, worker, timeout)
+            msg = self._wait(job, on_stream, on_display)
+            try:
+                return self._code_result(job, msg, on_module_error, on_files)
+            except JobError as error:
+                if not attempts.retry(job.worker, error):
+                    raise attempts.final(job.worker, error) from None
+
+    def execute_all(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+                    *, workers: Iterable[str] | None = None, timeout: float | None = None,
+                    gpu: bool | list[str] | None = None, kernels: Mapping[str, str] | None = None,
+                    on_stream: OnWorkerOutput | None = None, on_display: OnWorkerOutput | None = None,
+                    on_module_error: Callable[[str, Any, Exception], None] | None = None,
+                    figure_formats: Iterable[str] = ("png",)) -> dict[str, JobResult]:
+        """Run ``code`` on several workers at once, each in this client's session there; ``{worker: JobResult}``.
+
+        ``workers``: their names (default: every worker connected now). Each gets the same ``inputs``;
+        inputs the code changes in place come back per worker, as new objects (the notebook's stay as
+        they were). Output is labelled by worker: ``on_stream`` and ``on_display`` get the worker's
+        name and the output; by default each part is written under a line such as ``[stdout:box]``.
+        One worker failing cancels nothing: when any fails, FleetError says which and why, with
+        ``failures`` ({worker: error}) and ``results`` (the others' JobResults). Never retried.
+        """
+        names = list(dict.fromkeys(workers)) if workers is not None else [w["name"] for w in self.workers()]
+        if not names:
+            raise errors.NoSuchWorker("no worker is connected to the hub: start one (`remote-worker --join`), "
+                                      "then run this again")
+        labelled = fleet_jobs.LabelledOutput(_write_stream, _show_display)
+        stream, display = on_stream or labelled.stream, on_display or labelled.display
+        header = _code_header(code, outputs, gpu, kernels, figure_formats)
+        events: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        waits: dict[str, tuple[_Job, OnStream, OnStream]] = {}
+        targets: dict[str, str] = {}
+        try:
+            for name in names:
+                job = self._submit_code(header, inputs, name, timeout, events)
+                job.update_inputs = False  # each worker's change comes back as its own object
+                targets[job.id] = name
+                waits[job.id] = (job, _for_worker(stream, name), _for_worker(display, name))
+        except BaseException:
+            for job_id in targets:  # what was sent already stops: the call raises, nobody waits for it
+                if self._end(job_id, errors.JobCancelled("the other workers' jobs could not be sent")):
+                    self._cancel(job_id)
+            raise
+        ended = self._wait_all(waits)
+        results: dict[str, JobResult] = {}
+        failures: dict[str, JobError | RemoteMagicError] = {}
+        for job_id, (job, _, _) in waits.items():
+            try:
+                results[targets[job_id]] = self._code_result(job, ended[job_id], on_module_error, None)
+            except RemoteMagicError as error:
+                failures[targets[job_id]] = error
+        if failures:
+            raise FleetError(fleet_jobs.describe_failures(failures, names), failures, results)
+        return results
+
+    def _submit_code(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
+                     timeout: float | None, events: "queue.SimpleQueue[Message] | None" = None) -> _Job:
+        """Send a cell's job (``header`` from ``_code_header``, copied: each attempt is a job of its own)."""
         # Names sharing one object, and arrays viewing another's memory, go as references to it.
         sent, refs = identity.references(dict(inputs or {}))
-        if refs:
-            header["refs"] = refs
-        job = self._submit(header, sent, worker, timeout)
+        job = self._submit({**header, "refs": refs} if refs else dict(header), sent, worker, timeout, events=events)
         job.inputs = dict(inputs or {})
-        msg = self._wait(job, on_stream, on_display)
+        return job
+
+    def _code_result(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None,
+                     on_files: Callable[[FileChanges], None] | None) -> JobResult:
         files = FileChanges.from_header(msg.header.get("files"), str(msg.header.get("worker", job.worker)))
         if files is not None and on_files is not None:
             on_files(files)
@@ -233,11 +302,45 @@ class Client:
 
         ``fn`` travels with cloudpickle (by value when defined in the notebook). Its output
         streams to the local stdout/stderr. Cancelling the future cancels the remote job.
+        An argument that is a handle (``RemoteValue``, from ``scatter``) is its value there, and the
+        call runs on the worker that holds it.
         """
-        future: Future[Any] = Future()
-        job = self._submit({"kind": "call"}, {"fn": fn, "args": args, "kwargs": kwargs}, None, None, future)
-        future.add_done_callback(lambda f: self._cancel(job.id) if f.cancelled() else None)
-        return future
+        holders = {value.worker for value in (*args, *kwargs.values()) if isinstance(value, RemoteValue)}
+        if len(holders) > 1:
+            raise errors.InputError(f"the arguments are handles to values on different workers "
+                                    f"({', '.join(sorted(holders))}): a call runs on one worker; gather them, "
+                                    "or scatter them to the same worker")
+        return self._submit_call(fn, args, kwargs, worker=next(iter(holders), None))[1]
+
+    def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any], *, chunksize: int | None = None,
+            retries: int = 0, workers: Iterable[str] | None = None, timeout: float | None = None) -> list[Any]:
+        """``[fn(item) for item in iterable]``, run on the workers; the results in input order.
+
+        Blocks until every item is done, as ``multiprocessing.Pool.map``. Items go in chunks of
+        ``chunksize``, one job each (default: about four chunks per worker); chunks wait at the hub
+        and each worker takes the next as it finishes one, so every worker stays busy. ``workers``:
+        only these (default: any). ``timeout``: seconds one chunk may run. When ``fn`` raises, the
+        RemoteError names the item, and the chunks not yet done are cancelled. ``retries``: a chunk
+        whose worker is lost runs again elsewhere, up to this many times (see ``execute``).
+        """
+        return fleet_jobs.map_chunks(self, fn, iterable, chunksize=chunksize, retries=retries, workers=workers,
+                                     timeout=timeout)
+
+    def scatter(self, data: Iterable[Any], workers: Iterable[str] | None = None) -> list[RemoteValue]:
+        """Put each value of ``data`` on a worker and return a handle to each, in order.
+
+        The values are spread over ``workers`` (default: every worker connected now) in turn, and
+        stay in this client's session there. Pass a handle to ``submit`` (the call runs where the
+        value is), to ``execute``, or read it in an offloaded cell; ``gather`` brings values back.
+        """
+        return fleet_jobs.scatter(self, data, workers)
+
+    def gather(self, handles: Iterable[RemoteValue]) -> list[Any]:
+        """The values behind ``handles`` (from ``scatter``, or a cell's values kept on a worker), in order.
+
+        One job per worker that holds some. A value that can't be pickled raises OutputError naming it.
+        """
+        return fleet_jobs.gather(self, handles)
 
     def get_file(self, remote_path: str, local_path: str | os.PathLike[str] | None = None, *,
                  worker: str | None = None, overwrite: bool = False, progress: bool | None = None) -> Transfer:
@@ -324,14 +427,28 @@ class Client:
 
     # -- jobs ------------------------------------------------------------------------------
 
+    def _submit_call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
+                     worker: str | None = None, timeout: float | None = None,
+                     keep: Sequence[str] | None = None) -> "tuple[_Job, Future[Any]]":
+        """Call ``fn`` on a worker; its job, and a Future of its return value. With ``keep``, the call
+        returns a sequence, whose values stay on the worker: the future holds ``{name: RemoteValue}``."""
+        future: Future[Any] = Future()
+        header: dict[str, Any] = {"kind": "call"}
+        if keep is not None:
+            header["keep"] = list(keep)
+        job = self._submit(header, {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}, worker, timeout, future)
+        future.add_done_callback(lambda f: self._cancel(job.id) if f.cancelled() else None)
+        return job, future
+
     def _submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None,
-                timeout: float | None, future: "Future[Any] | None" = None, frames: Sequence[Any] = ()) -> _Job:
+                timeout: float | None, future: "Future[Any] | None" = None, frames: Sequence[Any] = (),
+                events: "queue.SimpleQueue[Message] | None" = None) -> _Job:
         # Any worker may take the job: pandas objects travel portably unless every worker has our pandas.
         ours = self._versions.get("pandas")
         packed = serialization.pack(values, errors.InputError, portable_pandas=not self._fleet or any(
             (w.get("versions") or {}).get("pandas") != ours for w in self._fleet))
         self._check_size(packed)
-        job = _Job(uuid.uuid4().hex, future=future)
+        job = _Job(uuid.uuid4().hex, future=future) if events is None else _Job(uuid.uuid4().hex, events, future)
         header.update(packed.header(), job=job.id, versions=self._versions)
         if worker is not None:
             header["worker"] = worker
@@ -357,26 +474,42 @@ class Client:
                 job.lifecycle.move(JobState.SENT)
         return job
 
-    def _wait(self, job: _Job, on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
-              on_display: Callable[[Mapping[str, Any]], None] = _show_display) -> Message:
+    def _wait(self, job: _Job, on_stream: OnStream = _write_stream, on_display: OnStream = _show_display) -> Message:
         """The job's RESULT or ERROR, showing its output meanwhile; Ctrl-C stops it on the worker too."""
+        return self._wait_all({job.id: (job, on_stream, on_display)})[job.id]
+
+    def _wait_all(self, waits: Mapping[str, tuple[_Job, OnStream, OnStream]]) -> dict[str, Message]:
+        """Each job's RESULT or ERROR, by job id, showing each one's output with its callbacks meanwhile.
+        The jobs share one events queue. Ctrl-C stops them on their workers too."""
+        events = next(iter(waits.values()))[0].events
+        ended: dict[str, Message] = {}
         try:
-            while True:
-                msg = self._next_event(job)
-                if msg.type is T.STREAM:
-                    on_stream(msg.header)
-                elif msg.type is T.DISPLAY:
-                    on_display(msg.header)
-                elif msg.type is T.STARTED:
-                    job.worker = str(msg.header.get("worker", ""))
-                elif msg.type in (T.RESULT, T.ERROR):
-                    return msg
+            while len(ended) < len(waits):
+                self._take(waits, self._next_event(events), ended)
+            return ended
         except KeyboardInterrupt:
-            self._interrupt(job, on_stream)
+            self._interrupt(waits, ended)
             raise
         finally:
-            if self._end(job.id, errors.JobCancelled("stopped in the notebook")):  # it hadn't ended: stop it there too
-                self._cancel(job.id)
+            for job_id in waits:  # one that hadn't ended: stop it there too
+                if job_id not in ended and self._end(job_id, errors.JobCancelled("stopped in the notebook")):
+                    self._cancel(job_id)
+
+    @staticmethod
+    def _take(waits: Mapping[str, tuple[_Job, OnStream, OnStream]], msg: Message, ended: dict[str, Message]) -> None:
+        """Show one event of a job being waited for, or note its ending in ``ended``."""
+        found = waits.get(str(msg.header.get("job")))
+        if found is None or msg.header.get("job") in ended:
+            return
+        job, on_stream, on_display = found
+        if msg.type is T.STREAM:
+            on_stream(msg.header)
+        elif msg.type is T.DISPLAY:
+            on_display(msg.header)
+        elif msg.type is T.STARTED:
+            job.worker = str(msg.header.get("worker", ""))
+        elif msg.type in (T.RESULT, T.ERROR):
+            ended[job.id] = msg
 
     def _file_job(self, op: dict[str, Any], frames: Sequence[Any], worker: str | None) -> transfer.Reply:
         """Run one step of a copy (worker/files.py) as a job: its result header, frames and worker."""
@@ -406,10 +539,10 @@ class Client:
         return {**worker, "sessions": len(sessions), "sessions_memory_bytes": sum(sessions.values()),
                 "session_memory_bytes": sessions.get(self.session)}
 
-    def _next_event(self, job: _Job) -> Message:
+    def _next_event(self, events: "queue.SimpleQueue[Message]") -> Message:
         while True:
             try:
-                return job.events.get(timeout=0.5)  # a finite wait keeps Ctrl-C responsive everywhere
+                return events.get(timeout=0.5)  # a finite wait keeps Ctrl-C responsive everywhere
             except queue.Empty:
                 continue
 
@@ -431,7 +564,7 @@ class Client:
         handles = kept_description(kept if isinstance(kept, dict) else {}, worker)
         in_place = [str(name) for name in msg.header.get("in_place") or [] if name in values]
         for name in in_place:  # so every other reference to the object here sees the change, as locally
-            if name in job.inputs and identity.update_in_place(job.inputs[name], values[name]):
+            if job.update_inputs and name in job.inputs and identity.update_in_place(job.inputs[name], values[name]):
                 values[name] = job.inputs[name]
         refs = msg.header.get("refs")
         values, copies = identity.resolve(values, refs if isinstance(refs, dict) else {}, {**job.inputs, **handles})
@@ -452,16 +585,16 @@ class Client:
         except ConnectionFailed:
             pass  # closed: the hub cancels our jobs when we go
 
-    def _interrupt(self, job: _Job, on_stream: Callable[[Mapping[str, Any]], None]) -> None:
-        """Ctrl-C: ask the worker to stop the job and wait briefly for it to confirm."""
-        self._cancel(job.id)
+    def _interrupt(self, waits: Mapping[str, tuple[_Job, OnStream, OnStream]], ended: dict[str, Message]) -> None:
+        """Ctrl-C: ask the workers to stop the jobs and wait briefly for them to confirm."""
+        for job_id in waits:
+            if job_id not in ended:
+                self._cancel(job_id)
+        events = next(iter(waits.values()))[0].events
+        deadline = time.monotonic() + CANCEL_WAIT_S
         try:
-            while True:
-                msg = job.events.get(timeout=CANCEL_WAIT_S)
-                if msg.type is T.STREAM:
-                    on_stream(msg.header)
-                if msg.type in (T.RESULT, T.ERROR):
-                    return
+            while len(ended) < len(waits):
+                self._take(waits, events.get(timeout=max(0.0, deadline - time.monotonic())), ended)
         except (queue.Empty, KeyboardInterrupt):
             log.warning("the worker did not confirm the interrupt; it stops the job on its own")
 
@@ -482,7 +615,8 @@ class Client:
                 job.lifecycle.end(msg.header if msg.type is T.ERROR else None)
             elif job is not None and msg.type is T.STARTED:
                 job.lifecycle.move(JobState.RUNNING)
-                self._ran_on.add(str(msg.header.get("worker", "")))
+                job.worker = str(msg.header.get("worker", ""))
+                self._ran_on.add(job.worker)
         if job is None:
             if msg.type is T.ERROR:
                 log.warning("the hub says: %s", msg.header.get("message"))
@@ -505,7 +639,8 @@ class Client:
             if job.future.done():
                 return
             try:
-                job.future.set_result(self._finish(job, msg, None).values.get("result"))
+                result = self._finish(job, msg, None)  # a scatter's values stayed there: their handles
+                job.future.set_result(result.kept_on_worker or result.values.get("result"))
             except RemoteMagicError as exc:
                 job.future.set_exception(exc)
 
@@ -533,6 +668,22 @@ class Client:
         """Versions that differ between this notebook and a worker (from ``workers()``), in words."""
         return describe_differences(self._versions, worker.get("versions") or {},
                                          f"worker {worker.get('name')!r}")
+
+
+def _code_header(code: str, outputs: Iterable[str] | None, gpu: bool | list[str] | None,
+                 kernels: Mapping[str, str] | None, figure_formats: Iterable[str]) -> dict[str, Any]:
+    """What a cell's SUBMIT says, before the inputs are packed."""
+    header: dict[str, Any] = {"kind": "code", "code": code, "figure_formats": list(figure_formats),
+                              "outputs": None if outputs is None else list(outputs)}
+    if gpu:
+        header["gpu"] = True if gpu is True else list(gpu)
+    if kernels:
+        header["kernels"] = dict(kernels)
+    return header
+
+
+def _for_worker(callback: OnWorkerOutput, worker: str) -> OnStream:
+    return lambda header: callback(worker, header)
 
 
 def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,

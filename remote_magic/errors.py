@@ -21,7 +21,8 @@ Every error a user can catch derives from one root::
     │   ├── ExecutorDied      user code killed the executor process (segfault, os._exit, memory)
     │   ├── JobCancelled      the job was interrupted or its client went away
     │   ├── JobTimeout        the job ran past its timeout
-    │   └── NoSuchWorker      the job asked for a worker the hub does not know
+    │   ├── NoSuchWorker      the job asked for a worker the hub does not know
+    │   └── FleetError        a job run on several workers failed on some (``failures``, ``results``)
     ├── FileTransferError     a file or folder could not be copied to or from the worker (names it)
     ├── GpuError              the worker's GPU could not do what was asked
     │   ├── ShaderError       WGSL failed to compile (carries line and column)
@@ -101,7 +102,13 @@ class OutputError(SerializationError):
 
 
 class JobError(RemoteMagicError):
-    """A job ended without a result."""
+    """A job ended without a result.
+
+    ``attempts``: when the job was retried (``retries=N``), each attempt before the last, as
+    ``(worker, error)``; the message lists them too.
+    """
+
+    attempts: tuple[tuple[str, "JobError"], ...] = ()
 
 
 class RemoteError(JobError):
@@ -148,6 +155,29 @@ class JobTimeout(JobError):
 
 class NoSuchWorker(JobError):
     """The job named a worker the hub does not know."""
+
+
+class FleetError(JobError):
+    """A job run on several workers at once failed on some of them.
+
+    ``failures`` maps each worker that failed to its error; ``results`` maps each worker that
+    succeeded to what came back (a ``JobResult`` for a cell). The message names every failed worker
+    and why.
+    """
+
+    def __init__(self, message: str, failures: dict[str, JobError | RemoteMagicError] | None = None,
+                 results: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.failures: dict[str, JobError | RemoteMagicError] = dict(failures or {})
+        self.results: dict[str, Any] = dict(results or {})
+
+    def _render_traceback_(self) -> list[str]:
+        """The message, then each failed worker's remote traceback, labelled."""
+        lines = [f"{type(self).__name__}: {self}"]
+        for worker, error in self.failures.items():
+            if isinstance(error, RemoteError) and error.remote_traceback:
+                lines += [f"[traceback:{worker}]", *error.remote_traceback.rstrip("\n").splitlines()]
+        return lines
 
 
 class FileTransferError(RemoteMagicError):

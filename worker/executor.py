@@ -198,8 +198,14 @@ class Executor:
                                           sides=("on the worker", "in the notebook"))
         inputs, _ = identity.resolve(inputs, header.get("refs") or {})
         inputs = {name: self._resolve(name, value) for name, value in inputs.items()}
-        if header.get("kind") == "call":
-            return CellChanges({"result": inputs["fn"](*inputs.get("args", ()), **inputs.get("kwargs", {}))})
+        if header.get("kind") == "call":  # Client.submit: handles among the arguments are their values here
+            args = [self._resolve(f"argument {i + 1}", value) for i, value in enumerate(inputs.get("args", ()))]
+            kwargs = {key: self._resolve(key, value) for key, value in inputs.get("kwargs", {}).items()}
+            result = inputs["fn"](*args, **kwargs)
+            names = header.get("keep")
+            if isinstance(names, list):  # Client.scatter: the values the call returns stay here, under handles
+                return CellChanges(dict(zip((str(name) for name in names), result, strict=True)))
+            return CellChanges({"result": result})
         code = str(header.get("code", ""))
         gpu_choice = header.get("gpu")
         if self.gpu is not None:
@@ -269,6 +275,9 @@ class Executor:
         cell = msg.header.get("kind") == "code"  # a call's one result can't stay behind: it fails instead
         notebook = msg.header.get("versions") or {}
         values, refs = identity.references(changes.values, changes.unchanged_inputs) if cell else (changes.values, {})
+        if not cell and msg.header.get("keep"):
+            return {"kept_on_worker": {name: self._keep(name, value, "scattered there by Client.scatter")
+                                       for name, value in values.items()}}, []
         packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
                                     portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
                                     keep_unpicklable=cell and msg.header.get("outputs") is None)

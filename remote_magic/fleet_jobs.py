@@ -1,0 +1,289 @@
+"""Jobs on several workers, in the notebook: labelled output, retries, map in chunks, scatter and gather.
+
+``Client`` keeps the one job machinery (submit, wait, finish); this module decides which jobs to send
+and puts what comes back together. The helpers ``_run_chunk`` and ``_values`` run on the worker
+(they travel by reference: the worker has the same remote-magic).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import reprlib
+import traceback
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import InputError, JobError, NoSuchWorker, RemoteError, RemoteMagicError, WorkerLost
+from .wire.failures import error_from_header
+from .wire.handles import RemoteValue
+
+if TYPE_CHECKING:
+    from .client import Client
+
+log = logging.getLogger(__name__)
+
+CHUNKS_PER_WORKER = 4
+"""``map``'s default chunk size makes about this many chunks per worker, as ``multiprocessing.Pool.map``
+does: few enough that a job's round trip is paid rarely, enough that a slow chunk doesn't hold the end."""
+
+IN_FLIGHT_PER_WORKER = 2
+"""With ``map(..., workers=[...])``: chunks sent to each named worker at once, so it has the next one
+waiting at the hub when it finishes one."""
+
+_ITEM_REPR = reprlib.Repr()
+_ITEM_REPR.maxstring = _ITEM_REPR.maxother = 60
+
+
+# -- retries -------------------------------------------------------------------------------------------
+
+class Attempts:
+    """The attempts of one job that may run again when its worker is lost (``retries``)."""
+
+    def __init__(self, retries: int, what: str, on_retry: Callable[[str], None] | None = None) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {retries}")
+        self.retries = retries
+        self.what = what
+        self.on_retry = on_retry
+        self.failed: list[tuple[str, JobError]] = []
+
+    def retry(self, worker: str, error: JobError) -> bool:
+        """Note a failed attempt; True when it is to run again: its worker was lost and retries remain.
+
+        Only WorkerLost is retried: the code, not the worker, caused any other error (an exception,
+        an executor it killed, a timeout), and would cause it again.
+        """
+        if not isinstance(error, WorkerLost) or len(self.failed) >= self.retries:
+            return False
+        self.failed.append((worker, error))
+        note = (f"{self.what} was lost with worker {worker!r} (attempt {len(self.failed)} of {self.retries + 1}): "
+                "running it again on another worker")
+        log.warning("%s", note)
+        if self.on_retry is not None:
+            self.on_retry(note)
+        return True
+
+    def final(self, worker: str, error: JobError) -> JobError:
+        """``error``, the last attempt's, listing every attempt when there were several (``error.attempts``)."""
+        if not self.failed:
+            return error
+        every = [*self.failed, (worker, error)]
+        listed = "; ".join(f"{n}. on worker {name!r}: {_said(e).split(';')[0]}"
+                           for n, (name, e) in enumerate(every, 1))
+        error.args = (f"{error} [{self.what} ran {len(every)} times: {listed}]",)
+        error.attempts = tuple(every)
+        return error
+
+
+# -- run on several workers ------------------------------------------------------------------------
+
+class LabelledOutput:
+    """Output of jobs running on several workers at once, each part under a line naming its worker, as
+    ipyparallel's ``%%px`` does: ``[stdout:box]``, ``[stderr:box]``, ``[output:box]`` (a display)."""
+
+    def __init__(self, write: Callable[[Mapping[str, Any]], None], show: Callable[[Mapping[str, Any]], None]) -> None:
+        self._write = write
+        self._show = show
+        self._last: tuple[str, str] | None = None  # (worker, stream) of the text written last
+        self._line_open = False                    # it didn't end its line
+
+    def stream(self, worker: str, header: Mapping[str, Any]) -> None:
+        """Write a STREAM's text, after a label line when it comes from another worker or stream."""
+        name = "stderr" if header.get("name") == "stderr" else "stdout"
+        text = str(header.get("text", ""))
+        if not text:
+            return
+        if self._last != (worker, name):
+            self._end_line()
+            self._write({"name": name, "text": f"[{name}:{worker}]\n"})
+            self._last = (worker, name)
+        self._write({"name": name, "text": text})
+        self._line_open = not text.endswith("\n")
+
+    def display(self, worker: str, header: Mapping[str, Any]) -> None:
+        """Show a display under a label line ``[output:WORKER]``."""
+        self._end_line()
+        self._write({"name": "stdout", "text": f"[output:{worker}]\n"})
+        self._last = None
+        self._show(header)
+
+    def _end_line(self) -> None:
+        if self._line_open and self._last is not None:
+            self._write({"name": self._last[1], "text": "\n"})
+        self._line_open = False
+
+
+def describe_failures(failures: Mapping[str, RemoteMagicError], workers: Sequence[str]) -> str:
+    """FleetError's message: which workers failed, each with why, and that the others' results came back."""
+    why = "; ".join(f"{worker!r}: {_said(error)}" for worker, error in failures.items())
+    done = [worker for worker in workers if worker not in failures]
+    others = (f" The others' results came back ({', '.join(repr(w) for w in done)})." if done else "")
+    return f"failed on {len(failures)} of {len(workers)} workers: {why}.{others}"
+
+
+def _said(error: RemoteMagicError) -> str:
+    """An error in a list: its type and message (a RemoteError's message starts with the remote type)."""
+    return str(error) if isinstance(error, RemoteError) else f"{type(error).__name__}: {error}"
+
+
+# -- map -----------------------------------------------------------------------------------------------
+
+@dataclass
+class ItemFailed:
+    """What a chunk returns when ``fn`` raised on one of its items (built on the worker)."""
+
+    index: int
+    item: str
+    remote_type: str
+    remote_message: str
+    remote_traceback: str
+
+    def error(self) -> RemoteError:
+        """The RemoteError, naming the item (also an instance of the worker's exception type when it exists here)."""
+        error = error_from_header({"error": "RemoteError", "remote_type": self.remote_type,
+                                   "remote_message": self.remote_message, "remote_traceback": self.remote_traceback})
+        assert isinstance(error, RemoteError)  # the header above says so
+        where = f"map: item {self.index} ({self.item})"
+        error.args = (f"{where}: {error}",)
+        error.remote_traceback = f"{error.remote_traceback.rstrip()}\n({where} raised this)\n"
+        return error
+
+
+def _run_chunk(fn: Callable[[Any], Any], start: int, items: Sequence[Any]) -> list[Any] | ItemFailed:
+    """On the worker: ``fn`` over one chunk; at the first item it raises on, what it raised."""
+    results = []
+    for offset, item in enumerate(items):
+        try:
+            results.append(fn(item))
+        except Exception as exc:  # the notebook raises it, naming the item
+            kind = type(exc)
+            name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+            below = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from fn down
+            text = "".join(traceback.format_exception(kind, exc, below))
+            return ItemFailed(start + offset, _ITEM_REPR.repr(item), name, str(exc), text)
+    return results
+
+
+@dataclass
+class _Chunk:
+    start: int
+    items: list[Any]
+    attempts: Attempts
+    worker: str | None = None  # the named worker it was sent to (``workers=``)
+    job: Any = field(default=None, repr=False)  # the client's job for its latest attempt (its ``worker`` ran it)
+
+
+def map_chunks(client: "Client", fn: Callable[[Any], Any], iterable: Iterable[Any], *, chunksize: int | None,
+               retries: int, workers: Iterable[str] | None, timeout: float | None) -> list[Any]:
+    """``Client.map``: the chunks as call jobs, every worker kept busy, the results in input order."""
+    items = list(iterable)
+    if not items:
+        return []
+    names = list(dict.fromkeys(workers)) if workers is not None else None
+    if chunksize is None:
+        count = len(names) if names is not None else len(client.workers())
+        chunksize = max(1, math.ceil(len(items) / (CHUNKS_PER_WORKER * max(1, count))))
+    elif chunksize < 1:
+        raise ValueError(f"chunksize must be 1 or more, not {chunksize}")
+    waiting = deque(_Chunk(start, items[start:start + chunksize],
+                           Attempts(retries, f"map items {start}-{min(start + chunksize, len(items)) - 1}"))
+                    for start in range(0, len(items), chunksize))
+    load = dict.fromkeys(names, 0) if names is not None else None  # named workers: chunks sent to each
+    results: list[Any] = [None] * len(items)
+    running: dict[Future[Any], _Chunk] = {}
+    try:
+        while waiting or running:
+            while waiting and (load is None or (load and min(load.values()) < IN_FLIGHT_PER_WORKER)):
+                chunk = waiting.popleft()
+                chunk.worker = None if load is None else min(load, key=load.__getitem__)
+                chunk.job, future = client._submit_call(_run_chunk, (fn, chunk.start, chunk.items), {},
+                                                        worker=chunk.worker, timeout=timeout)
+                running[future] = chunk
+                if load is not None and chunk.worker is not None:
+                    load[chunk.worker] += 1
+            if not running:  # every named worker left
+                raise NoSuchWorker(f"none of the workers map was given is connected any more: {', '.join(names or [])}")
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                chunk = running.pop(future)
+                if load is not None and chunk.worker in load:
+                    load[chunk.worker] -= 1
+                _settle(chunk, future, results, waiting, load)
+    finally:
+        for future in running:
+            future.cancel()
+    return results
+
+
+def _settle(chunk: _Chunk, future: "Future[Any]", results: list[Any], waiting: "deque[_Chunk]",
+            load: dict[str, int] | None) -> None:
+    """Put a finished chunk's results in place, send it again, or raise its error."""
+    try:
+        outcome = future.result()
+    except NoSuchWorker:  # it waited for a named worker that left: it never ran, so send it elsewhere
+        if load is None or chunk.worker not in load:
+            raise
+        del load[chunk.worker]
+        if not load:
+            raise
+        log.info("map: worker %r left before it ran items %d-%d; sending them to another", chunk.worker,
+                 chunk.start, chunk.start + len(chunk.items) - 1)
+        waiting.appendleft(chunk)
+        return
+    except JobError as error:
+        worker = str(chunk.job.worker)  # set when it started, before its ending arrived
+        if chunk.attempts.retry(worker, error):
+            if load is not None and chunk.worker in load and isinstance(error, WorkerLost):
+                del load[chunk.worker]  # it is gone: the retry goes to another named worker
+            waiting.appendleft(chunk)
+            return
+        raise chunk.attempts.final(worker, error) from None
+    if isinstance(outcome, ItemFailed):
+        raise outcome.error()
+    results[chunk.start:chunk.start + len(outcome)] = outcome
+
+
+# -- scatter and gather --------------------------------------------------------------------------------
+
+def _values(*values: Any) -> tuple[Any, ...]:
+    """On the worker: its arguments, as they are there (a handle is the value it stands for)."""
+    return values
+
+
+def scatter(client: "Client", data: Iterable[Any], workers: Iterable[str] | None) -> list[RemoteValue]:
+    """``Client.scatter``: the values spread over the workers in turn, one job per worker; handles in order."""
+    values = list(data)
+    names = list(dict.fromkeys(workers)) if workers is not None else [w["name"] for w in client.workers()]
+    if not names:
+        raise NoSuchWorker("no worker is connected to scatter to: start one (`remote-worker --join`)")
+    share: dict[str, list[int]] = {}
+    for index in range(len(values)):
+        share.setdefault(names[index % len(names)], []).append(index)
+    futures = {name: client._submit_call(_values, [values[i] for i in indexes], {}, worker=name,
+                                         keep=[f"scattered[{i}]" for i in indexes])[1]
+               for name, indexes in share.items()}
+    handles: dict[str, RemoteValue] = {}
+    for future in futures.values():
+        handles.update(future.result())
+    return [handles[f"scattered[{index}]"] for index in range(len(values))]
+
+
+def gather(client: "Client", handles: Iterable[RemoteValue]) -> list[Any]:
+    """``Client.gather``: the values behind handles, one job per worker that holds some, in order."""
+    wanted = list(handles)
+    for handle in wanted:
+        if not isinstance(handle, RemoteValue):
+            raise InputError(f"gather takes handles (RemoteValue, from scatter), not {type(handle).__name__}")
+    held: dict[str, list[int]] = {}
+    for index, handle in enumerate(wanted):
+        held.setdefault(handle.worker, []).append(index)
+    futures = {name: client._submit_call(_values, [wanted[i] for i in indexes], {}, worker=name)[1]
+               for name, indexes in held.items()}
+    values: list[Any] = [None] * len(wanted)
+    for name, future in futures.items():
+        for index, value in zip(held[name], future.result(), strict=True):
+            values[index] = value
+    return values
