@@ -12,12 +12,13 @@ from typing import Iterator
 
 import psutil
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from test_hub import _join
 
 import remote_magic
 from remote_magic import FleetError, RemoteError, RemoteValue, WorkerLost
-from support import WorkerProcess, start_worker, wait_for
+from support import WorkerProcess, run, start_worker, wait_for
 
 NAMES = ["home", "joiner", "third"]
 
@@ -201,3 +202,46 @@ def test_without_retries_a_lost_job_fails_and_never_runs_twice(
         assert f"worker {lost[0]!r}" in str(caught.value) and caught.value.attempts == ()
         assert client.run("after = 1") == {"after": 1}  # the fleet serves on
         assert len(list(tmp_path.glob("ran-*"))) == 1  # it ran once, and only once
+
+
+@pytest.fixture
+def fleet_shell(three: list[WorkerProcess]) -> Iterator[InteractiveShell]:
+    """A real IPython shell with the extension loaded, connected to the three workers' hub."""
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    with capture_output() as out:
+        shell.run_line_magic("offload_connect", three[0].token)
+    assert all(name in out.stdout for name in NAMES)
+    yield shell
+    shell.run_line_magic("unload_ext", "remote_magic")
+    shell.reset(new_session=False)
+
+
+def test_offload_all_labels_output_and_names_come_back_per_worker(fleet_shell: InteractiveShell) -> None:
+    fleet_shell.user_ns["base"] = 10
+    result, out = run(fleet_shell, "%%offload --all\n" + WHERE + "print('hello from', where)\nbase + len(where)")
+    assert result.success, result.error_in_exec
+    where = fleet_shell.user_ns["where"]
+    assert sorted(where) == sorted(NAMES) and all(f"/{name}/" in where[name] for name in NAMES)
+    assert result.result == {name: 10 + len(where[name]) for name in NAMES}
+    for name in NAMES:
+        assert f"[stdout:{name}]\nhello from {where[name]}\n" in out.stdout
+
+
+def test_offload_on_some_workers_keeps_what_the_others_did_and_says_which_failed(
+        fleet_shell: InteractiveShell) -> None:
+    result, out = run(fleet_shell, "%%offload --workers home,joiner\n" + WHERE.replace("where", "place")
+                      + "done = 1\nfailed = 1 / 0 if 'joiner' in place else 2")
+    assert isinstance(result.error_in_exec, FleetError)
+    assert "failed on 1 of 2 workers: 'joiner': ZeroDivisionError" in str(result.error_in_exec)
+    assert fleet_shell.user_ns["done"] == {"home": 1, "joiner": 1}  # the failed cell's changes stay, as locally
+    assert fleet_shell.user_ns["failed"] == {"home": 2}
+    assert "third" not in fleet_shell.user_ns["place"]
+
+
+def test_offload_options_that_contradict_are_usage_errors(fleet_shell: InteractiveShell) -> None:
+    for line in ("--all --workers home", "--all --worker home", "--all --retries 1", "--retries -1"):
+        result, out = run(fleet_shell, f"%%offload {line}\nx = 1")
+        assert not result.success and "x" not in fleet_shell.user_ns, line
+    result, out = run(fleet_shell, "%%offload --retries 1 --worker third\nx = 3")
+    assert result.success and fleet_shell.user_ns["x"] == 3

@@ -19,7 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Float
 
 from ..client import Client, FileChanges, JobResult, connect
-from ..errors import FileTransferError, NoSuchWorker, RemoteError, TokenError
+from ..errors import FileTransferError, FleetError, NoSuchWorker, RemoteError, TokenError
 from ..hub.served import ServedHub
 from ..transfer import Transfer, human_size
 from ..wire.addresses import check_endpoint, parse_host_port
@@ -27,6 +27,7 @@ from ..wire.cellcode import names_read
 from ..wire.handles import RemoteValue
 from ..wire.keys import HubKeys
 from ..wire.protocol import Role
+from . import on_several
 from .cell_display import CellDisplay
 from .tables import WorkersTable
 
@@ -145,6 +146,10 @@ class OffloadMagics(Magics):
               help="run numpy work on the worker's GPU with these kernels, e.g. matmul or matmul,softmax")
     @argument("--gpu", action="store_true", help="run numpy work on the worker's GPU with every kernel")
     @argument("--worker", default=None, help="run on the worker with this name")
+    @argument("--all", action="store_true", help="run on every worker at once; names come back as {worker: value}")
+    @argument("--workers", default=None, help="run on these workers at once, e.g. box,laptop (as --all)")
+    @argument("--retries", type=int, default=0,
+              help="run the cell again on another worker, up to N times, when its worker is lost")
     @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
     @argument("--stats", action="store_true", help="show what ran on the GPU, for how long, and bytes moved")
     @_output_can_be_silenced
@@ -156,9 +161,16 @@ class OffloadMagics(Magics):
         and matplotlib figures appear here, and the last expression is shown as the cell's
         value. An exception shows the worker's traceback; what the cell did before it stays done, as locally.
 
-        Usage: %%offload [matmul[,softmax...]] [--gpu] [--worker NAME] [--timeout S] [--stats]
+        --all (or --workers A,B) runs the cell on each of those workers at once: output comes under
+        labels such as [stdout:A], each name it assigns comes back as {worker: value}, and so does its
+        value. One worker failing stops none of the others; the error says which failed and why.
+        --retries N runs the cell again elsewhere when its worker is lost (it may have run partly there).
+
+        Usage: %%offload [matmul[,softmax...]] [--gpu] [--worker NAME | --all | --workers A,B] [--retries N]
+        [--timeout S] [--stats]
         """
         args = parse_argstring(self.offload, line)
+        several = on_several.chosen_workers(args.all, args.workers, args.worker, args.retries)
         client = self._client()
         try:
             reads = names_read(cell)
@@ -172,15 +184,17 @@ class OffloadMagics(Magics):
                   if name in namespace and not (name in hidden and hidden[name] is namespace[name])}
         gpu: bool | list[str] | None = True if args.gpu else (
             [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None)
+        on_module_error = lambda name, ref, exc: _notice(  # noqa: E731
+            f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})")
+        if several is not None:
+            return self._offload_on_several(client, cell, inputs, several, args, gpu, on_module_error)
         worker = _worker_holding(inputs, args.worker)
         try:
             result = client.execute(
                 cell, inputs, worker=worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
                 kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
-                on_display=self.cell_display.show,
-                on_module_error=lambda name, ref, exc: _notice(
-                    f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})"),
-                on_files=lambda files: _notice(_describe_files(files)))
+                on_display=self.cell_display.show, on_module_error=on_module_error,
+                on_files=lambda files: _notice(_describe_files(files)), retries=args.retries, on_retry=_notice)
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
                 _apply(error.partial, namespace, inputs)
@@ -192,6 +206,33 @@ class OffloadMagics(Magics):
             return None
         self.cell_display.show_value_as(result.value, result.value_display)
         return result.value
+
+    def _offload_on_several(self, client: Client, cell: str, inputs: dict[str, Any], several: on_several.Several,
+                            args: Any, gpu: bool | list[str] | None, on_module_error: Any) -> Any:
+        """%%offload --all / --workers: the cell on each worker at once; names come back as {worker: value}."""
+        assert self.shell is not None
+        if any(isinstance(value, RemoteValue) for value in inputs.values()):
+            raise UsageError("this cell reads values that live on one worker (handles): it can run only there, "
+                             "not on several workers")
+        labelled = on_several.Labels(self.cell_display.show)
+        try:
+            results = client.execute_all(
+                cell, inputs, workers=several.workers, timeout=args.timeout or self.default_timeout, gpu=gpu,
+                kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
+                on_stream=labelled.stream, on_display=labelled.display, on_module_error=on_module_error)
+        except NoSuchWorker as exc:
+            raise UsageError(str(exc)) from None
+        except FleetError as error:  # as locally: what the cells did stays done, on the workers that ran it
+            partial = {worker: failed.partial for worker, failed in error.failures.items()
+                       if isinstance(failed, RemoteError) and failed.partial is not None}
+            on_several.apply(self.shell.user_ns, {**error.results, **partial}, _notice)
+            raise
+        on_several.apply(self.shell.user_ns, results, _notice)
+        if args.stats:
+            for worker, result in results.items():
+                _notice(_format_stats(worker, result.stats))
+        values = {worker: result.value for worker, result in results.items() if result.has_value}
+        return values or None
 
     @magic_arguments()
     @argument("name", help="the name the kernel is called by: gpu.NAME(...)")
