@@ -38,6 +38,7 @@ from .wire.protocol import (
     encode_header,
     session_id,
 )
+from .wire.requirements import placement_header
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
 
@@ -177,7 +178,8 @@ class Client:
 
     def run(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
             *, worker: str | None = None, timeout: float | None = None,
-            gpu: bool | list[str] | None = None) -> dict[str, Any]:
+            gpu: bool | list[str] | None = None, require: Iterable[str] | str | None = None,
+            prefer: str | None = None) -> dict[str, Any]:
         """Run ``code`` on a worker with ``inputs`` as its globals; return its outputs.
 
         Returns ``{name: value}`` for the names in ``outputs``, or, when ``outputs`` is None, for
@@ -185,9 +187,12 @@ class Client:
         changes in place (``L.sort()``). Remote stdout/stderr stream to the local ones while it
         runs. A remote exception raises ``RemoteError`` with the remote traceback; Ctrl-C stops
         the remote job and re-raises KeyboardInterrupt. ``gpu`` runs numpy array work on the
-        worker's GPU: True for every built-in kernel, or a list of kernel names.
+        worker's GPU: True for every built-in kernel, or a list of kernel names. ``require`` places
+        the job on a worker that has what it needs (``["gpu", "memory>=16GB"]``: see docs/fleet.md),
+        ``prefer="fastest"`` on the fastest idle one; NoMatchingWorker when no worker could.
         """
-        result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu)
+        result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu, require=require,
+                              prefer=prefer)
         if result.kept_on_worker:  # not silently: name what didn't come back
             log.warning("not returned, left on the worker: %s",
                         ", ".join(handle.describe() for handle in result.kept_on_worker.values()))
@@ -200,16 +205,19 @@ class Client:
                 on_display: Callable[[Mapping[str, Any]], None] = _show_display,
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
                 figure_formats: Iterable[str] = ("png",),
-                on_files: Callable[[FileChanges], None] | None = None) -> JobResult:
+                on_files: Callable[[FileChanges], None] | None = None,
+                require: Iterable[str] | str | None = None, prefer: str | None = None) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
         Matplotlib figures come back as images in ``figure_formats`` (png, retina, jpeg, svg, pdf).
         ``on_files`` is called with the files the code wrote or removed in the worker's working
-        directory, when there are any, also when the code then raised.
+        directory, when there are any, also when the code then raised. ``require`` and ``prefer``: as
+        ``run``; a malformed requirement raises RequirementError before anything is sent.
         """
         header: dict[str, Any] = {"kind": "code", "code": code, "figure_formats": list(figure_formats),
-                                  "outputs": None if outputs is None else list(outputs)}
+                                  "outputs": None if outputs is None else list(outputs),
+                                  **placement_header(require, prefer)}
         if gpu:
             header["gpu"] = True if gpu is True else list(gpu)
         if kernels:
@@ -228,14 +236,17 @@ class Client:
         result.files = files
         return result
 
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[Any]":
+    def submit(self, fn: Callable[..., Any], *args: Any, require: Iterable[str] | str | None = None,
+               prefer: str | None = None, **kwargs: Any) -> "Future[Any]":
         """Call ``fn(*args, **kwargs)`` on a worker; a Future holds its return value.
 
         ``fn`` travels with cloudpickle (by value when defined in the notebook). Its output
         streams to the local stdout/stderr. Cancelling the future cancels the remote job.
+        ``require`` and ``prefer`` place it as in ``run`` (so they are not passed on to ``fn``).
         """
         future: Future[Any] = Future()
-        job = self._submit({"kind": "call"}, {"fn": fn, "args": args, "kwargs": kwargs}, None, None, future)
+        header = {"kind": "call", **placement_header(require, prefer)}
+        job = self._submit(header, {"fn": fn, "args": args, "kwargs": kwargs}, None, None, future)
         future.add_done_callback(lambda f: self._cancel(job.id) if f.cancelled() else None)
         return future
 
@@ -291,6 +302,12 @@ class Client:
 
     def workers(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
         """The fleet: one dict per worker (name, host, platform, Python, CPUs, memory, GPU, state, jobs done).
+
+        Placement: ``labels`` (``remote-worker --label``), ``speed`` (what ``prefer="fastest"`` compares),
+        ``battery`` ({percent, plugged_in}, or None without one), ``on_battery``, ``min_battery``, and
+        ``held`` (why its battery keeps it from taking jobs now, or None). Accounting, as the hub counts
+        it: ``jobs_done``, ``busy_s`` (seconds from handing it a job to the job's end, summed), ``gpu_s``
+        (GPU time its results report), ``bytes_in`` (jobs sent to it) and ``bytes_out`` (what it sent back).
 
         Each also has ``sessions`` (how many notebooks' interpreters it keeps), ``sessions_memory_bytes``
         (what they use, resident) and ``session_memory_bytes`` (this client's own session, or None when it
