@@ -13,6 +13,7 @@ The hub never unpickles anything; payload frames pass through untouched.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -404,7 +405,8 @@ class Hub:
         # The worker runs it in the client's session; the hub says which, whatever the client wrote.
         submit = encode(T.SUBMIT, {**msg.header, "session": session_id(peer.identity)}, msg.buffers)
         job = Job(job_id, peer.identity, wanted, submit, require=require, prefer=check_prefer(msg.header.get("prefer")),
-                  timeout=float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None)
+                  timeout=float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max
+                  else None)  # not NaN, inf or 10**400 (which float() can't take)
         if not self.fleet.could_run(job):
             self._send(peer.identity, T.ERROR, error_header(NoMatchingWorker(
                 placement.unmatched(require, self.fleet.workers(), wanted)), job_id))
@@ -448,8 +450,11 @@ class Hub:
             frames, job.frames = job.frames, []
             worker.usage.bytes_in += sum(len(frame) for frame in frames)
             self._send_frames(worker.identity, frames)
+        workers = self.fleet.workers()
+        if not any(placement.power_hold(w) for w in workers):  # the usual case: no look at a long queue
+            return
         for job in self.fleet.queue:  # say once why a job waits when it is not for a busy worker
-            if not job.told_why and (why := placement.held_by_power(job, self.fleet.workers())) is not None:
+            if not job.told_why and (why := placement.held_by_power(job, workers)) is not None:
                 job.told_why = True
                 self._send(job.client, T.STREAM, {"job": job.id, "name": "stderr", "text": (
                     f"remote-magic: this job waits: {why}. It starts when a worker that matches may take it "
