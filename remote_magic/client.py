@@ -39,6 +39,7 @@ from .wire.protocol import (
     encode_header,
     session_id,
 )
+from .wire.requirements import placement_header
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
 
@@ -183,7 +184,8 @@ class Client:
 
     def run(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
             *, worker: str | None = None, timeout: float | None = None,
-            gpu: bool | list[str] | None = None) -> dict[str, Any]:
+            gpu: bool | list[str] | None = None, require: Iterable[str] | str | None = None,
+            prefer: str | None = None) -> dict[str, Any]:
         """Run ``code`` on a worker with ``inputs`` as its globals; return its outputs.
 
         Returns ``{name: value}`` for the names in ``outputs``, or, when ``outputs`` is None, for
@@ -191,9 +193,12 @@ class Client:
         changes in place (``L.sort()``). Remote stdout/stderr stream to the local ones while it
         runs. A remote exception raises ``RemoteError`` with the remote traceback; Ctrl-C stops
         the remote job and re-raises KeyboardInterrupt. ``gpu`` runs numpy array work on the
-        worker's GPU: True for every built-in kernel, or a list of kernel names.
+        worker's GPU: True for every built-in kernel, or a list of kernel names. ``require`` places
+        the job on a worker that has what it needs (``["gpu", "memory>=16GB"]``: see docs/fleet.md),
+        ``prefer="fastest"`` on the fastest idle one; NoMatchingWorker when no worker could.
         """
-        result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu)
+        result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu, require=require,
+                              prefer=prefer)
         if result.kept_on_worker:  # not silently: name what didn't come back
             log.warning("not returned, left on the worker: %s",
                         ", ".join(handle.describe() for handle in result.kept_on_worker.values()))
@@ -207,7 +212,8 @@ class Client:
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
                 figure_formats: Iterable[str] = ("png",),
                 on_files: Callable[[FileChanges], None] | None = None,
-                retries: int = 0, on_retry: Callable[[str], None] | None = None) -> JobResult:
+                retries: int = 0, on_retry: Callable[[str], None] | None = None,
+                require: Iterable[str] | str | None = None, prefer: str | None = None) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
@@ -218,9 +224,10 @@ class Client:
         ``retries``: when the worker running the code is lost (WorkerLost), run it again, up to this
         many times, on whichever worker is free (the one named by ``worker``, if it rejoined); the code
         may then have run partly on the lost worker. Each retry is logged and told to ``on_retry``.
-        No other error is retried; without retries nothing ever runs twice.
+        No other error is retried; without retries nothing ever runs twice. ``require`` and ``prefer``:
+        as ``run``; a malformed requirement raises RequirementError before anything is sent.
         """
-        header = _code_header(code, outputs, gpu, kernels, figure_formats)
+        header = {**_code_header(code, outputs, gpu, kernels, figure_formats), **placement_header(require, prefer)}
         attempts = fleet_jobs.Attempts(retries, "the code", on_retry)
         while True:
             job = self._submit_code(header, inputs, worker, timeout)
@@ -297,23 +304,27 @@ class Client:
         result.files = files
         return result
 
-    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "Future[Any]":
+    def submit(self, fn: Callable[..., Any], *args: Any, require: Iterable[str] | str | None = None,
+               prefer: str | None = None, **kwargs: Any) -> "Future[Any]":
         """Call ``fn(*args, **kwargs)`` on a worker; a Future holds its return value.
 
         ``fn`` travels with cloudpickle (by value when defined in the notebook). Its output
         streams to the local stdout/stderr. Cancelling the future cancels the remote job.
         An argument that is a handle (``RemoteValue``, from ``scatter``) is its value there, and the
-        call runs on the worker that holds it.
+        call runs on the worker that holds it. ``require`` and ``prefer`` place it as in ``run`` (so
+        they are not passed on to ``fn``).
         """
         holders = {value.worker for value in (*args, *kwargs.values()) if isinstance(value, RemoteValue)}
         if len(holders) > 1:
             raise errors.InputError(f"the arguments are handles to values on different workers "
                                     f"({', '.join(sorted(holders))}): a call runs on one worker; gather them, "
                                     "or scatter them to the same worker")
-        return self._submit_call(fn, args, kwargs, worker=next(iter(holders), None))[1]
+        return self._submit_call(fn, args, kwargs, worker=next(iter(holders), None),
+                                 placement=placement_header(require, prefer))[1]
 
     def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any], *, chunksize: int | None = None,
-            retries: int = 0, workers: Iterable[str] | None = None, timeout: float | None = None) -> list[Any]:
+            retries: int = 0, workers: Iterable[str] | None = None, timeout: float | None = None,
+            require: Iterable[str] | str | None = None, prefer: str | None = None) -> list[Any]:
         """``[fn(item) for item in iterable]``, run on the workers; the results in input order.
 
         Blocks until every item is done, as ``multiprocessing.Pool.map``. Items go in chunks of
@@ -321,10 +332,11 @@ class Client:
         and each worker takes the next as it finishes one, so every worker stays busy. ``workers``:
         only these (default: any). ``timeout``: seconds one chunk may run. When ``fn`` raises, the
         RemoteError names the item, and the chunks not yet done are cancelled. ``retries``: a chunk
-        whose worker is lost runs again elsewhere, up to this many times (see ``execute``).
+        whose worker is lost runs again elsewhere, up to this many times (see ``execute``). ``require``
+        and ``prefer``: as ``run``.
         """
         return fleet_jobs.map_chunks(self, fn, iterable, chunksize=chunksize, retries=retries, workers=workers,
-                                     timeout=timeout)
+                                     timeout=timeout, placement=placement_header(require, prefer))
 
     def scatter(self, data: Iterable[Any], workers: Iterable[str] | None = None) -> list[RemoteValue]:
         """Put each value of ``data`` on a worker and return a handle to each, in order.
@@ -395,6 +407,12 @@ class Client:
     def workers(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
         """The fleet: one dict per worker (name, host, platform, Python, CPUs, memory, GPU, state, jobs done).
 
+        Placement: ``labels`` (``remote-worker --label``), ``speed`` (what ``prefer="fastest"`` compares),
+        ``battery`` ({percent, plugged_in}, or None without one), ``on_battery``, ``min_battery``, and
+        ``held`` (why its battery keeps it from taking jobs now, or None). Accounting, as the hub counts
+        it: ``jobs_done``, ``busy_s`` (seconds from handing it a job to the job's end, summed), ``gpu_s``
+        (GPU time its results report), ``bytes_in`` (jobs sent to it) and ``bytes_out`` (what it sent back).
+
         Each also has ``sessions`` (how many notebooks' interpreters it keeps), ``sessions_memory_bytes``
         (what they use, resident) and ``session_memory_bytes`` (this client's own session, or None when it
         has none there), as of the worker's last heartbeat.
@@ -428,12 +446,12 @@ class Client:
     # -- jobs ------------------------------------------------------------------------------
 
     def _submit_call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
-                     worker: str | None = None, timeout: float | None = None,
-                     keep: Sequence[str] | None = None) -> "tuple[_Job, Future[Any]]":
+                     worker: str | None = None, timeout: float | None = None, keep: Sequence[str] | None = None,
+                     placement: Mapping[str, Any] | None = None) -> "tuple[_Job, Future[Any]]":
         """Call ``fn`` on a worker; its job, and a Future of its return value. With ``keep``, the call
         returns a sequence, whose values stay on the worker: the future holds ``{name: RemoteValue}``."""
         future: Future[Any] = Future()
-        header: dict[str, Any] = {"kind": "call"}
+        header: dict[str, Any] = {"kind": "call", **(placement or {})}
         if keep is not None:
             header["keep"] = list(keep)
         job = self._submit(header, {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}, worker, timeout, future)

@@ -9,6 +9,7 @@ Every error a user can catch derives from one root::
     │   ├── CredentialsRotated  the hub's keys were replaced: the token no longer works
     │   └── NotConnected      the hub doesn't know this peer (it restarted, or timed us out)
     ├── TokenError            a token is malformed, or of the wrong kind
+    ├── RequirementError      a job's --require or --prefer is malformed (checked before sending)
     ├── ProtocolError         a peer sent a message that breaks the wire protocol
     │   └── InvalidTransition  a job was moved to a state it can't reach from where it is
     ├── Busy                  the queue to the hub stayed full past the bound the caller set
@@ -22,6 +23,7 @@ Every error a user can catch derives from one root::
     │   ├── JobCancelled      the job was interrupted or its client went away
     │   ├── JobTimeout        the job ran past its timeout
     │   ├── NoSuchWorker      the job asked for a worker the hub does not know
+    │   ├── NoMatchingWorker  no connected worker has what the job requires (lists what they have)
     │   └── FleetError        a job run on several workers failed on some (``failures``, ``results``)
     ├── FileTransferError     a file or folder could not be copied to or from the worker (names it)
     ├── GpuError              the worker's GPU could not do what was asked
@@ -67,6 +69,10 @@ class NotConnected(ConnectionFailed):
 
 class TokenError(RemoteMagicError, ValueError):
     """A token is malformed, or is not the kind this command needs."""
+
+
+class RequirementError(RemoteMagicError, ValueError):
+    """A job's requirement (``--require``) or preference (``--prefer``) is malformed; nothing was sent."""
 
 
 class ProtocolError(RemoteMagicError):
@@ -155,6 +161,10 @@ class JobTimeout(JobError):
 
 class NoSuchWorker(JobError):
     """The job named a worker the hub does not know."""
+
+
+class NoMatchingWorker(JobError):
+    """No connected worker has what the job requires; the message lists what each one has."""
 
 
 class FleetError(JobError):

@@ -177,7 +177,8 @@ class _Chunk:
 
 
 def map_chunks(client: "Client", fn: Callable[[Any], Any], iterable: Iterable[Any], *, chunksize: int | None,
-               retries: int, workers: Iterable[str] | None, timeout: float | None) -> list[Any]:
+               retries: int, workers: Iterable[str] | None, timeout: float | None,
+               placement: Mapping[str, Any] | None = None) -> list[Any]:
     """``Client.map``: the chunks as call jobs, every worker kept busy, the results in input order."""
     items = list(iterable)
     if not items:
@@ -200,7 +201,7 @@ def map_chunks(client: "Client", fn: Callable[[Any], Any], iterable: Iterable[An
                 chunk = waiting.popleft()
                 chunk.worker = None if load is None else min(load, key=load.__getitem__)
                 chunk.job, future = client._submit_call(_run_chunk, (fn, chunk.start, chunk.items), {},
-                                                        worker=chunk.worker, timeout=timeout)
+                                                        worker=chunk.worker, timeout=timeout, placement=placement)
                 running[future] = chunk
                 if load is not None and chunk.worker is not None:
                     load[chunk.worker] += 1

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import socket
+import time
 from typing import Any
 
 import psutil
 
+log = logging.getLogger(__name__)
+
+BATTERY_ENV = "REMOTE_MAGIC_BATTERY"
+"""A testing hook: ``percent,plugged`` (``42,false``) stands in for the battery psutil reads, when set."""
+
+SPEED_ROUNDS = 3
+SPEED_LOOP = 200_000
+"""The speed benchmark: the best of SPEED_ROUNDS runs of a pure-Python loop of SPEED_LOOP steps (~20 ms)."""
+
 
 def host_capabilities() -> dict[str, Any]:
-    """Hostname, OS, Python, CPU count, memory and battery, as JSON-able values."""
+    """Hostname, OS, Python, CPU count, memory, measured speed and battery, as JSON-able values."""
     caps: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(terse=True),
@@ -20,11 +31,45 @@ def host_capabilities() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count() or 1,
         "memory_bytes": psutil.virtual_memory().total,
+        "speed": cpu_speed(),
     }
+    state = battery_state()
+    if state is not None:
+        caps["battery"] = state
+    return caps
+
+
+def battery_state() -> dict[str, Any] | None:
+    """{percent, plugged_in} now, or None on a machine without a battery (or whose OS reports none).
+
+    ``$REMOTE_MAGIC_BATTERY`` (``percent,plugged``) overrides the sensor: tests use it, and so may a
+    machine whose sensor is wrong.
+    """
+    override = os.environ.get(BATTERY_ENV)
+    if override:
+        percent, _, plugged = override.partition(",")
+        try:
+            return {"percent": round(float(percent)), "plugged_in": plugged.strip().lower() in ("true", "1", "yes")}
+        except ValueError:
+            log.warning("ignoring $%s=%r: it should be PERCENT,PLUGGED like 42,false", BATTERY_ENV, override)
     try:
         battery = psutil.sensors_battery()
     except (AttributeError, NotImplementedError, OSError):  # not every OS reports one
-        battery = None
-    if battery is not None:
-        caps["battery"] = {"percent": round(battery.percent), "plugged_in": bool(battery.power_plugged)}
-    return caps
+        return None
+    if battery is None:
+        return None
+    return {"percent": round(battery.percent), "plugged_in": bool(battery.power_plugged)}
+
+
+def cpu_speed() -> float:
+    """Millions of simple Python steps a second on one core: what ``--prefer fastest`` compares
+    (after GPU presence). Rough, and measured while other work may run, but the same yardstick
+    on every worker."""
+    best = float("inf")
+    for _ in range(SPEED_ROUNDS):
+        started = time.perf_counter()
+        total = 0
+        for i in range(SPEED_LOOP):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - started)
+    return round(SPEED_LOOP / max(best, 1e-9) / 1e6, 1)

@@ -12,9 +12,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from remote_magic.errors import RemoteMagicError
+from remote_magic.hub.placement import DEFAULT_MIN_BATTERY, ON_BATTERY
 from remote_magic.hub.served import ServedHub
 from remote_magic.wire import keys as keystore
 from remote_magic.wire.addresses import (
@@ -26,6 +27,7 @@ from remote_magic.wire.protocol import (
     HEARTBEAT_INTERVAL_S,
     Role,
 )
+from remote_magic.wire.requirements import BUILTIN_TRAITS
 from remote_magic.wire.tokens import Token, write_private
 
 from . import DEFAULT_MAX_SESSIONS, WORKER_INSTALL
@@ -50,6 +52,23 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 512M or 2G")
     number, unit = match.groups()
     return int(float(number) * 1024 ** " kmgt".index(unit.lower() or " "))
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """'zone=lab' -> ('zone', 'lab'); 'fast' -> ('fast', 'true')."""
+    key, _, value = text.partition("=")
+    key, value = key.strip(), value.strip() if "=" in text else "true"
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", key) or not value or any(c.isspace() for c in value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a label like KEY=VALUE (zone=lab, vram=24GB) or KEY")
+    if key in BUILTIN_TRAITS:
+        raise argparse.ArgumentTypeError(f"{key!r} is a trait every worker reports itself; pick another label name")
+    return key, value
+
+
+def _percent(text: str) -> int:
+    if not text.strip().isdigit() or int(text) > 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to 100")
+    return int(text)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -93,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                              f"least recently used (default {DEFAULT_MAX_SESSIONS})")
     parser.add_argument("--max-message-size", type=parse_size, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="SIZE",
                         help="largest frame the hub accepts (default 2G)")
+    parser.add_argument("--label", type=parse_label, action="append", default=[], metavar="KEY=VALUE",
+                        help="a trait of your own that jobs can require (%%%%offload --require zone==lab); repeatable")
+    parser.add_argument("--on-battery", choices=ON_BATTERY, default="last",
+                        help="on battery: take jobs only when no plugged-in worker that matches is idle (last, the "
+                             "default), never, or always")
+    parser.add_argument("--min-battery", type=_percent, default=DEFAULT_MIN_BATTERY, metavar="PERCENT",
+                        help=f"on battery below PERCENT, take no jobs (default {DEFAULT_MIN_BATTERY})")
     parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_INTERVAL_S, metavar="SECONDS",
                         help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
@@ -150,12 +176,14 @@ class LocalHub(ServedHub):
         self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)
 
-    def local_worker(self, name: str, options: ExecutorOptions, max_sessions: int) -> Supervisor:
+    def local_worker(self, name: str, options: ExecutorOptions, max_sessions: int,
+                     placement: dict[str, Any] | None = None) -> Supervisor:
         """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies)."""
         from .supervisor import Supervisor
 
         token = self.keys.token(Role.WORKER, self.hub.local_endpoint)
-        return Supervisor(token, name, options, context=self.hub.context, max_sessions=max_sessions)
+        return Supervisor(token, name, options, context=self.hub.context, max_sessions=max_sessions,
+                          placement=placement)
 
     def reload_rotated_keys(self) -> bool:
         """Pick up keys replaced by `remote-worker token --rotate`; True when they changed."""
@@ -189,14 +217,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"remote-worker: {exc}", file=sys.stderr)
         return 2
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
+    placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     try:
         if join is None:
             local = LocalHub(args)
-            supervisor = local.local_worker(args.name, options, args.max_sessions)
+            supervisor = local.local_worker(args.name, options, args.max_sessions, placement)
         else:
-            supervisor = Supervisor(Token.decode(join), args.name, options, max_sessions=args.max_sessions)
+            supervisor = Supervisor(Token.decode(join), args.name, options, max_sessions=args.max_sessions,
+                                    placement=placement)
         supervisor.start()
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import zmq
 
@@ -36,7 +36,7 @@ from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
 
 from . import DEFAULT_MAX_SESSIONS
-from .capabilities import host_capabilities
+from .capabilities import battery_state, host_capabilities
 from .executors import EXECUTOR_START_TIMEOUT_S, ExecutorLink, ExecutorOptions
 from .sessions import Session, Sessions
 
@@ -84,13 +84,15 @@ class Supervisor:
     """
 
     def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
-                 context: zmq.Context[Any] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
+                 context: zmq.Context[Any] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 placement: Mapping[str, Any] | None = None) -> None:
         if token.role is not Role.WORKER:
             raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
                                    "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
         self.token = token
         self.name = name
         self.options = options
+        self.placement = dict(placement or {})  # labels, on_battery, min_battery: told to the hub at HELLO
         self.connect_timeout = connect_timeout
         self.job: HeldJob | None = None  # the one running in its session's executor
         self._pending: list[HeldJob] = []  # jobs that came while an executor was busy or starting
@@ -109,7 +111,7 @@ class Supervisor:
         assert self.sessions.spare is not None
         self._link.wait_ready(self.sessions.spare, EXECUTOR_START_TIMEOUT_S)
         hello = {"role": Role.WORKER.value, "name": self.name, "versions": local_versions(),
-                 "capabilities": {**host_capabilities(), "gpu": self.sessions.spare.capabilities}}
+                 "capabilities": {**host_capabilities(), **self.placement, "gpu": self.sessions.spare.capabilities}}
         sock, self.welcome = dial(self._context, self.token, hello, self.connect_timeout)
         self.name = str(self.welcome.header.get("name", self.name))
         self._connection = Connection(
@@ -131,7 +133,7 @@ class Supervisor:
 
     def _heartbeat(self) -> dict[str, Any]:
         return {"stats": {"gpu": self.totals, "sessions": self.sessions.memory(),
-                          "max_sessions": self.sessions.max_sessions}}
+                          "max_sessions": self.sessions.max_sessions, "battery": battery_state()}}
 
     # -- from the hub ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ The hub never unpickles anything; payload frames pass through untouched.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -25,6 +26,8 @@ from ..errors import (
     CredentialsRotated,
     InvalidTransition,
     JobCancelled,
+    JobTimeout,
+    NoMatchingWorker,
     NoSuchWorker,
     NotConnected,
     PermissionDenied,
@@ -50,7 +53,9 @@ from ..wire.protocol import (
     encode,
     session_id,
 )
+from ..wire.requirements import check_prefer, parse_all
 from ..wire.versions import describe_differences, local_versions
+from . import placement
 from .fleet import Fleet, Job, Peer
 from .throttle import WarningThrottle
 
@@ -355,7 +360,7 @@ class Hub:
         peer = Peer(identity, role, name, {k: str(v) for k, v in versions.items()},
                     caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY)
         if old is not None:  # a reconnect: keep what it was doing
-            peer.job, peer.jobs_done = old.job, old.jobs_done
+            peer.job, peer.jobs_done, peer.usage = old.job, old.jobs_done, old.usage
         self.fleet.peers[identity] = peer
         log.info("%s %r joined (%s)", role.value, name, ", ".join(f"{k} {v}" for k, v in versions.items()))
         notes = describe_differences(ours, peer.versions, f"this {role.value}")
@@ -370,7 +375,10 @@ class Hub:
 
     def _on_heartbeat(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         if peer.role is Role.WORKER and isinstance(msg.header.get("stats"), dict):
+            before = placement.power_hold(peer), placement.on_battery(peer)
             peer.stats = msg.header["stats"]
+            if self.fleet.queue and (placement.power_hold(peer), placement.on_battery(peer)) != before:
+                self._dispatch()  # plugged in, or charged past its --min-battery: waiting jobs may go there now
 
     def _on_bye(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         self._forget(peer, "shut down" if peer.role is Role.WORKER else "disconnected")
@@ -392,9 +400,18 @@ class Hub:
             self._send(peer.identity, T.ERROR, error_header(NoSuchWorker(
                 f"no worker is named {wanted!r} (workers: {self._worker_names()}); see %offload_workers"), job_id))
             return
+        require = parse_all(msg.header.get("require"))  # a malformed one: ValueError, answered as ProtocolError
+        timeout = msg.header.get("timeout")
         # The worker runs it in the client's session; the hub says which, whatever the client wrote.
         submit = encode(T.SUBMIT, {**msg.header, "session": session_id(peer.identity)}, msg.buffers)
-        self.fleet.enqueue(Job(job_id, peer.identity, wanted, submit))
+        job = Job(job_id, peer.identity, wanted, submit, require=require, prefer=check_prefer(msg.header.get("prefer")),
+                  timeout=float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max
+                  else None)  # not NaN, inf or 10**400 (which float() can't take)
+        if not self.fleet.could_run(job):
+            self._send(peer.identity, T.ERROR, error_header(NoMatchingWorker(
+                placement.unmatched(require, self.fleet.workers(), wanted)), job_id))
+            return
+        self.fleet.enqueue(job)
         self._dispatch()
 
     def _on_cancel(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
@@ -409,9 +426,14 @@ class Hub:
         if job is None or job.worker != peer.identity:
             log.debug("event for unknown job %r from %s", job_id, peer.name)
             return
+        peer.usage.bytes_out += sum(len(frame) for frame in frames)
         if msg.type is T.STARTED:
             job.lifecycle.move(JobState.RUNNING, f"on worker {peer.name!r}")
         elif msg.type in (T.RESULT, T.ERROR):
+            stats = msg.header.get("stats")
+            gpu_s = stats.get("gpu_time_s") if isinstance(stats, dict) else None
+            if isinstance(gpu_s, (int, float)) and gpu_s > 0:
+                peer.usage.gpu_s += float(gpu_s)
             self.fleet.finish(job_id, msg.header if msg.type is T.ERROR else None)
         if job.client in self.fleet.peers:
             self._send_frames(job.client, list(frames))
@@ -426,7 +448,17 @@ class Hub:
         for job, worker in self.fleet.next_assignments():
             log.debug("job %s -> %s", job.id, worker.name)
             frames, job.frames = job.frames, []
+            worker.usage.bytes_in += sum(len(frame) for frame in frames)
             self._send_frames(worker.identity, frames)
+        workers = self.fleet.workers()
+        if not any(placement.power_hold(w) for w in workers):  # the usual case: no look at a long queue
+            return
+        for job in self.fleet.queue:  # say once why a job waits when it is not for a busy worker
+            if not job.told_why and (why := placement.held_by_power(job, workers)) is not None:
+                job.told_why = True
+                self._send(job.client, T.STREAM, {"job": job.id, "name": "stderr", "text": (
+                    f"remote-magic: this job waits: {why}. It starts when a worker that matches may take it "
+                    "(plugged in, or charged enough).\n")})
 
     def _cancel(self, job: Job, reason: str) -> None:
         if job.worker is None:  # still queued: answer for the worker
@@ -442,6 +474,13 @@ class Hub:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        for job in [j for j in self.fleet.queue if j.timeout is not None and now - j.queued_at > j.timeout]:
+            why = placement.held_by_power(job, self.fleet.workers())
+            if why is not None:  # waiting for a busy worker is not bounded by the job's timeout; this is
+                self._end(job, JobTimeout(
+                    f"no worker started this job within its {job.timeout:g} s timeout: {why}. Plug that worker "
+                    "in, run the job without the requirements only it meets, or start it with another "
+                    "--on-battery or --min-battery"))
         for peer in self.fleet.silent(now, self.expiry_s):
             if now - peer.last_seen > self.stall_s:
                 self._forget(peer, f"said nothing for {self.stall_s:.0f} s though its connection is up (hung?)")
@@ -478,6 +517,10 @@ class Hub:
                     self._end(job, NoSuchWorker(
                         f"worker {peer.name!r}, which this job was waiting for, {why} (workers now: {known}); "
                         "run it on another worker, or start that one again"))
+            for job in [j for j in list(self.fleet.queue) if not self.fleet.could_run(j)]:
+                self._end(job, NoMatchingWorker(
+                    f"worker {peer.name!r} {why}, and it was the one that matched: "
+                    + placement.unmatched(job.require, self.fleet.workers(), job.worker_name)))
         else:
             for job in self.fleet.jobs_of_client(peer.identity):
                 self._cancel(job, "the notebook that submitted it went away")

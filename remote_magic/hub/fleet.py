@@ -13,6 +13,22 @@ from typing import Any, Mapping
 from ..errors import RemoteMagicError
 from ..wire.lifecycle import JobState, Lifecycle
 from ..wire.protocol import Role
+from ..wire.requirements import Requirement, traits
+from . import placement
+
+
+@dataclass
+class Usage:
+    """What a worker did for the fleet, as the hub counts it."""
+
+    busy_s: float = 0.0   # from a job's hand-over to the worker until it ended, summed
+    gpu_s: float = 0.0    # GPU time its results report (stats.gpu_time_s)
+    bytes_in: int = 0     # SUBMIT frames the hub sent it
+    bytes_out: int = 0    # what it sent back about jobs: results, errors, output
+
+    def as_dict(self, running_s: float = 0.0) -> dict[str, Any]:
+        return {"busy_s": round(self.busy_s + running_s, 3), "gpu_s": round(self.gpu_s, 6),
+                "bytes_in": self.bytes_in, "bytes_out": self.bytes_out}
 
 
 @dataclass
@@ -30,9 +46,15 @@ class Peer:
     job: "Job | None" = None     # workers: the job running there
     jobs_done: int = 0           # workers: finished jobs, any outcome
     stats: dict[str, Any] = field(default_factory=dict)  # workers: counters from the last heartbeat
+    usage: Usage = field(default_factory=Usage)  # workers: what the hub counted
+    traits: dict[str, Any] = field(init=False)  # workers: what requirements match against
+
+    def __post_init__(self) -> None:
+        self.traits = traits(self.capabilities)
 
     def describe(self) -> dict[str, Any]:
         """The listing a client sees for a worker."""
+        running_s = time.monotonic() - self.job.sent_at if self.job and self.job.sent_at else 0.0
         return {
             **self.capabilities,
             "name": self.name,
@@ -41,6 +63,9 @@ class Peer:
             "job": self.job.id if self.job else None,
             "jobs_done": self.jobs_done,
             "stats": self.stats,
+            "battery": placement.battery(self),
+            "held": placement.power_hold(self),
+            **self.usage.as_dict(running_s),
         }
 
 
@@ -53,6 +78,12 @@ class Job:
     worker_name: str | None
     frames: list[Any]
     worker: bytes | None = None
+    require: list[Requirement] = field(default_factory=list)
+    prefer: str | None = None
+    timeout: float | None = None  # the job's own; also how long it may wait for a worker held back by battery
+    queued_at: float = field(default_factory=time.monotonic)
+    sent_at: float = 0.0
+    told_why: bool = False  # its client was told why it waits
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
@@ -87,18 +118,19 @@ class Fleet:
         self.queue.append(job)
 
     def next_assignments(self) -> list[tuple[Job, Peer]]:
-        """Match waiting jobs to idle workers, oldest job first; marks them running."""
+        """Match waiting jobs to idle workers that fit them (``placement``), oldest job first; marks them sent."""
         assigned = []
         idle = [w for w in self.workers() if w.job is None]
         for job in list(self.queue):
             if not idle:
                 break
-            worker = next((w for w in idle if job.worker_name in (None, w.name)), None)
+            worker = placement.choose(job, idle)
             if worker is None:
                 continue
             idle.remove(worker)
             self.queue.remove(job)
             job.worker, worker.job = worker.identity, job
+            job.sent_at = time.monotonic()
             job.lifecycle.move(JobState.SENT, f"to worker {worker.name!r}")
             assigned.append((job, worker))
         return assigned
@@ -116,7 +148,14 @@ class Fleet:
         if worker is not None and worker.job is job:
             worker.job = None
             worker.jobs_done += 1
+            worker.usage.busy_s += time.monotonic() - job.sent_at
         return job
+
+    def could_run(self, job: Job) -> bool:
+        """Does a connected worker fit the job (its name and requirements), busy or not? True with none
+        connected: a job waits for the first worker to join."""
+        workers = self.workers()
+        return not workers or any(placement.fits(job, w) for w in workers)
 
     def silent(self, now: float, seconds: float) -> list[Peer]:
         """Peers that said nothing for more than ``seconds``."""

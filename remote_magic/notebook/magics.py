@@ -19,7 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Float
 
 from ..client import Client, FileChanges, JobResult, connect
-from ..errors import FileTransferError, FleetError, NoSuchWorker, RemoteError, TokenError
+from ..errors import FileTransferError, FleetError, NoSuchWorker, RemoteError, RequirementError, TokenError
 from ..hub.served import ServedHub
 from ..transfer import Transfer, human_size
 from ..wire.addresses import check_endpoint, parse_host_port
@@ -152,6 +152,9 @@ class OffloadMagics(Magics):
               help="run the cell again on another worker, up to N times, when its worker is lost")
     @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
     @argument("--stats", action="store_true", help="show what ran on the GPU, for how long, and bytes moved")
+    @argument("--require", action="append", default=None, metavar="REQUIREMENT",
+              help="run on a worker that has this: gpu, memory>=16GB, cpus>=8, a --label (repeatable; docs/fleet.md)")
+    @argument("--prefer", default=None, choices=["fastest"], help="fastest: the fastest idle worker that matches")
     @_output_can_be_silenced
     @cell_magic
     def offload(self, line: str, cell: str) -> Any:
@@ -168,9 +171,11 @@ class OffloadMagics(Magics):
 
         Usage: %%offload [matmul[,softmax...]] [--gpu] [--worker NAME | --all | --workers A,B] [--retries N]
         [--timeout S] [--stats]
+                         [--require REQUIREMENT ...] [--prefer fastest]
         """
         args = parse_argstring(self.offload, line)
-        several = on_several.chosen_workers(args.all, args.workers, args.worker, args.retries)
+        several = on_several.chosen_workers(args.all, args.workers, args.worker, args.retries,
+                                            placed=bool(args.require or args.prefer))
         client = self._client()
         try:
             reads = names_read(cell)
@@ -194,7 +199,10 @@ class OffloadMagics(Magics):
                 cell, inputs, worker=worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
                 kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
                 on_display=self.cell_display.show, on_module_error=on_module_error,
-                on_files=lambda files: _notice(_describe_files(files)), retries=args.retries, on_retry=_notice)
+                on_files=lambda files: _notice(_describe_files(files)), retries=args.retries, on_retry=_notice,
+                require=_unquoted(args.require), prefer=args.prefer)
+        except RequirementError as exc:
+            raise UsageError(str(exc)) from None
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
                 _apply(error.partial, namespace, inputs)
@@ -298,8 +306,9 @@ class OffloadMagics(Magics):
 
     @line_magic
     def offload_workers(self, line: str) -> WorkersTable:
-        """The fleet as a table: name, host, platform, Python, CPUs, memory, GPU, state, jobs done, and
-        the sessions each keeps (how many, their memory, and this notebook's)."""
+        """The fleet as a table: name, host, platform, Python, CPUs (and measured speed), memory, GPU, power
+        (battery and whether it takes jobs), state, work done (jobs, busy and GPU seconds, bytes in and
+        out), the sessions each keeps (how many, their memory, and this notebook's), and labels."""
         return WorkersTable(self._client().workers())
 
     @magic_arguments()
@@ -369,6 +378,12 @@ def _worker_holding(inputs: dict[str, Any], asked: str | None) -> str | None:
         raise UsageError(f"this cell reads values that live on workers ({where}), so it can run only there"
                          + (f", not on {asked!r}" if asked else "") + ": make them again where it runs")
     return asked if asked is not None else next(iter(holders), None)
+
+
+def _unquoted(values: list[str] | None) -> list[str] | None:
+    """``--require "memory>=16GB"`` as typed: IPython's magic parser keeps the quotes."""
+    return None if values is None else [v[1:-1] if len(v) > 1 and v[0] == v[-1] and v[0] in "'\"" else v
+                                        for v in values]
 
 
 def _figure_formats(shell: Any) -> list[str]:

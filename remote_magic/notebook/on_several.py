@@ -19,8 +19,10 @@ class Several:
     workers: list[str] | None
 
 
-def chosen_workers(every: bool, names: str | None, worker: str | None, retries: int) -> Several | None:
-    """What --all / --workers ask for (None: one worker, as usual); a contradiction is a UsageError."""
+def chosen_workers(every: bool, names: str | None, worker: str | None, retries: int,
+                   placed: bool = False) -> Several | None:
+    """What --all / --workers ask for (None: one worker, as usual); a contradiction (with --worker,
+    --retries, or ``placed``: --require/--prefer) is a UsageError."""
     if retries < 0:
         raise UsageError(f"--retries takes 0 or more, not {retries}")
     if not every and names is None:
@@ -29,6 +31,9 @@ def chosen_workers(every: bool, names: str | None, worker: str | None, retries: 
         raise UsageError("--all runs on every worker and --workers on the ones named: use one of them")
     if worker is not None:
         raise UsageError("--worker runs the cell on one worker, --all and --workers on several: use one of them")
+    if placed:
+        raise UsageError("--require and --prefer pick one worker for the cell; --all and --workers run it on "
+                         "several: name them with --workers (%offload_workers shows what each has)")
     if retries:
         raise UsageError("--retries runs a cell again on another worker; with --all or --workers each copy belongs "
                          "to its worker: run the cell again on the ones that failed (--workers NAME)")

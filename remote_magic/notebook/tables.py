@@ -39,20 +39,72 @@ def _sessions(worker: dict[str, Any]) -> str:
     return f"{count} ({_size(worker.get('sessions_memory_bytes'))}{mine})"
 
 
+def _cpus(worker: dict[str, Any]) -> str:
+    """'8 (speed 41)': CPU count and the measured single-core speed that --prefer fastest compares."""
+    speed = worker.get("speed")
+    return f"{worker.get('cpu_count', '?')}" + (f" (speed {speed:g})" if isinstance(speed, (int, float)) else "")
+
+
+def _power(worker: dict[str, Any]) -> str:
+    """'mains', 'plugged in, 87%', 'battery 42%, last resort', 'battery 15%: no jobs (under 20%)'."""
+    battery = worker.get("battery")
+    if not isinstance(battery, dict):
+        return "mains"
+    percent = battery.get("percent", "?")
+    if battery.get("plugged_in"):
+        return f"plugged in, {percent}%"
+    if worker.get("held"):
+        policy = worker.get("on_battery")
+        return f"battery {percent}%: no jobs ({'--on-battery never' if policy == 'never' else 'under --min-battery'})"
+    return f"battery {percent}%" + (", last resort" if worker.get("on_battery", "last") == "last" else "")
+
+
+def _work(worker: dict[str, Any]) -> str:
+    """'3 (busy 12.5 s, GPU 0.4 s)': jobs run, and the seconds the hub counted them busy and on the GPU."""
+    busy, gpu = worker.get("busy_s"), worker.get("gpu_s")
+    if not isinstance(busy, (int, float)):
+        return str(worker.get("jobs_done", 0))
+    on_gpu = f", GPU {gpu:.1f} s" if isinstance(gpu, (int, float)) and gpu else ""
+    return f"{worker.get('jobs_done', 0)} (busy {busy:.1f} s{on_gpu})"
+
+
+def _data(worker: dict[str, Any]) -> str:
+    """'1.0 MiB / 2.0 KiB': bytes of jobs sent to the worker, and of what it sent back."""
+    sent, back = worker.get("bytes_in"), worker.get("bytes_out")
+    return f"{_bytes(sent)} / {_bytes(back)}" if isinstance(sent, int) and isinstance(back, int) else "?"
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def _labels(worker: dict[str, Any]) -> str:
+    labels = worker.get("labels")
+    return ", ".join(f"{k}={v}" for k, v in labels.items()) if isinstance(labels, dict) else ""
+
+
 def _size(n: Any) -> str:
     if not isinstance(n, int):
         return "?"
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-COLUMNS = ("name", "host", "platform", "python", "CPUs", "memory", "GPU", "state", "jobs", "sessions", "GPU work")
+COLUMNS = ("name", "host", "platform", "python", "CPUs", "memory", "GPU", "power", "state", "jobs", "data in / out",
+           "sessions", "GPU work", "labels")
 
 
 def rows(workers: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     return [(
         str(w.get("name", "?")), str(w.get("hostname", "?")), str(w.get("platform", "?")),
-        str(w.get("python", "?")), str(w.get("cpu_count", "?")), _gib(w.get("memory_bytes")), _gpu(w),
-        str(w.get("state", "?")), str(w.get("jobs_done", 0)), _sessions(w), _gpu_counters(w),
+        str(w.get("python", "?")), _cpus(w), _gib(w.get("memory_bytes")), _gpu(w), _power(w),
+        str(w.get("state", "?")), _work(w), _data(w), _sessions(w), _gpu_counters(w), _labels(w),
     ) for w in workers]
 
 

@@ -1,0 +1,106 @@
+"""Requirements (--require, --prefer) and the hub's placement, without sockets: the parser both sides
+use, and the fleet's choice among workers with given capabilities and batteries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from remote_magic import RequirementError
+from remote_magic.hub.fleet import Fleet, Job, Peer
+from remote_magic.wire.protocol import Role
+from remote_magic.wire.requirements import parse, parse_quantity, placement_header, traits
+
+CAPS = {"memory_bytes": 16 * 2**30, "cpu_count": 8, "python": "3.11.7", "system": "Linux", "speed": 40.0,
+        "gpu": {"active": False}, "labels": {"vram": "24GB", "zone": "lab", "fast": "true"}}
+
+
+@pytest.mark.parametrize("text, matches", [
+    ("memory>=16GB", True), ("memory>=16GiB", True), ("memory>=17GiB", False), ("memory>=1TB", False),
+    ("cpus>=8", True), ("cpus>8", False), ("python>=3.11", True), ("python<3.11", False), ("python==3.11", True),
+    ("system==linux", True), ("system!=Linux", False), ("vram>=16GB", True), ("zone==LAB", True), ("fast", True),
+    ("gpu", False), ("nope", False), ("nope==1", False),
+])
+def test_a_requirement_matches_what_a_worker_has(text: str, matches: bool) -> None:
+    assert parse(text).matches(traits(CAPS)) is matches
+
+
+@pytest.mark.parametrize("text, says", [
+    ("memory>>1", "comes one value"), ("memory>=lots", "has no order"), ("1x", "not a trait name"),
+    ("memory>=", "comes one value"), ("", "not a trait name"),
+])
+def test_a_malformed_requirement_is_an_error_that_says_what_to_write(text: str, says: str) -> None:
+    with pytest.raises(RequirementError, match=says):
+        parse(text)
+
+
+def test_sizes_and_the_header() -> None:
+    assert parse_quantity("16GB") == 16e9 and parse_quantity("512MiB") == 512 * 2**20 and parse_quantity("2G") == 2**31
+    assert parse_quantity("3.11.2") is None and parse_quantity("lots") is None
+    assert placement_header(["gpu", " memory >= 16GB "], "fastest") == {"require": ["gpu", "memory>=16GB"],
+                                                                        "prefer": "fastest"}
+    assert placement_header(None, None) == {}
+    with pytest.raises(RequirementError, match="--prefer 'cheapest' is not known"):
+        placement_header(None, "cheapest")
+
+
+def _worker(fleet: Fleet, name: str, battery: tuple[int, bool] | None = None, **caps: Any) -> Peer:
+    peer = Peer(name.encode(), Role.WORKER, name, {}, {"cpu_count": 2, "memory_bytes": 2**33, **caps})
+    if battery is not None:
+        peer.stats = {"battery": {"percent": battery[0], "plugged_in": battery[1]}}
+    fleet.peers[peer.identity] = peer
+    return peer
+
+
+def _place(fleet: Fleet, *require: str, prefer: str | None = None) -> str | None:
+    job = Job(f"j{len(fleet.jobs)}", b"client", None, [], require=[parse(r) for r in require], prefer=prefer)
+    fleet.enqueue(job)
+    assigned = fleet.next_assignments()
+    return assigned[0][1].name if assigned else None
+
+
+def test_jobs_go_to_plugged_in_workers_first_and_to_one_on_battery_when_those_are_busy() -> None:
+    fleet = Fleet()
+    _worker(fleet, "laptop", battery=(80, False))
+    _worker(fleet, "desk", battery=(100, True))
+    assert _place(fleet) == "desk"
+    assert _place(fleet) == "laptop"  # desk is busy: the one on battery is the last resort
+    assert _place(fleet) is None
+
+
+def test_battery_policies_and_the_floor_hold_workers_back_and_say_why() -> None:
+    fleet = Fleet()
+    _worker(fleet, "never", battery=(90, False), on_battery="never")
+    _worker(fleet, "low", battery=(10, False), min_battery=30)
+    job = Job("held", b"client", None, [])
+    fleet.enqueue(job)
+    assert fleet.next_assignments() == []
+    from remote_magic.hub.placement import held_by_power
+    why = held_by_power(job, fleet.workers())
+    assert why is not None and "(--on-battery never)" in why and "at 10%, under its --min-battery 30" in why
+    _worker(fleet, "always", battery=(50, False), on_battery="always")
+    assert [w.name for _, w in fleet.next_assignments()] == ["always"]
+
+
+def test_prefer_fastest_picks_a_gpu_then_the_highest_speed() -> None:
+    fleet = Fleet()
+    _worker(fleet, "slow", speed=10.0)
+    _worker(fleet, "quick", speed=50.0)
+    assert _place(fleet, prefer="fastest") == "quick"
+    fleet = Fleet()
+    _worker(fleet, "slow", speed=10.0)
+    _worker(fleet, "quick", speed=50.0)
+    _worker(fleet, "gpu", speed=5.0, gpu={"active": True, "adapter": "A100"})
+    assert _place(fleet, prefer="fastest") == "gpu"
+    assert _place(fleet) == "slow"  # without a preference: the first to have joined
+
+
+def test_requirements_pick_the_worker_that_has_it_and_wait_only_for_workers_that_could() -> None:
+    fleet = Fleet()
+    _worker(fleet, "small")
+    big = _worker(fleet, "big", labels={"vram": "24GB"})
+    assert _place(fleet, "vram>=16GB") == "big"
+    assert _place(fleet, "vram>=16GB") is None  # big is busy: it waits for big
+    assert big.job is not None
+    assert not fleet.could_run(Job("x", b"client", None, [], require=[parse("memory>=1TB")]))
