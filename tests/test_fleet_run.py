@@ -240,8 +240,12 @@ def test_offload_on_some_workers_keeps_what_the_others_did_and_says_which_failed
 
 
 def test_offload_options_that_contradict_are_usage_errors(fleet_shell: InteractiveShell) -> None:
-    for line in ("--all --workers home", "--all --worker home", "--all --retries 1", "--retries -1"):
+    for line, why in (("--all --workers home", "use one of them"), ("--all --worker home", "use one of them"),
+                      ("--all --retries 1", "each copy belongs to its worker"), ("--retries -1", "0 or more"),
+                      ("--all --require cpus>=1", "pick one worker"), ("--workers home --prefer fastest",
+                                                                       "pick one worker")):
         result, out = run(fleet_shell, f"%%offload {line}\nx = 1")
         assert not result.success and "x" not in fleet_shell.user_ns, line
+        assert why in str(result.error_in_exec), (line, result.error_in_exec)
     result, out = run(fleet_shell, "%%offload --retries 1 --worker third\nx = 3")
     assert result.success and fleet_shell.user_ns["x"] == 3
