@@ -19,6 +19,7 @@ from .errors import (
     ExecutorDied,
     FileTransferError,
     FleetError,
+    GatherError,
     GpuError,
     GpuLimitError,
     InputError,
@@ -34,11 +35,13 @@ from .errors import (
     RequirementError,
     SerializationError,
     ShaderError,
+    SplitError,
     TokenError,
     TunnelError,
     VersionMismatch,
     WorkerLost,
 )
+from .split_gather import SplitResult
 from .transfer import Transfer
 from .wire.handles import RemoteValue
 
@@ -48,6 +51,7 @@ __all__ = [
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
+    "SplitResult", "SplitError", "GatherError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

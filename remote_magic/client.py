@@ -22,8 +22,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import zmq
 
-from . import errors, fleet_jobs, transfer
+from . import errors, fleet_jobs, split_gather, transfer
 from .errors import ConnectionFailed, FleetError, JobError, RemoteMagicError
+from .split_gather import SplitResult
 from .transfer import Transfer
 from .wire import identity, serialization
 from .wire.connection import Connection, dial
@@ -243,13 +244,16 @@ class Client:
                     gpu: bool | list[str] | None = None, kernels: Mapping[str, str] | None = None,
                     on_stream: OnWorkerOutput | None = None, on_display: OnWorkerOutput | None = None,
                     on_module_error: Callable[[str, Any, Exception], None] | None = None,
-                    figure_formats: Iterable[str] = ("png",)) -> dict[str, JobResult]:
+                    figure_formats: Iterable[str] = ("png",),
+                    inputs_for: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, JobResult]:
         """Run ``code`` on several workers at once, each in this client's session there; ``{worker: JobResult}``.
 
-        ``workers``: their names (default: every worker connected now). Each gets the same ``inputs``;
-        inputs the code changes in place come back per worker, as new objects (the notebook's stay as
-        they were). Output is labelled by worker: ``on_stream`` and ``on_display`` get the worker's
-        name and the output; by default each part is written under a line such as ``[stdout:box]``.
+        ``workers``: their names (default: every worker connected now). Each gets the same ``inputs``,
+        and, with ``inputs_for`` ({worker: {name: value}}), its own values on top of them (``split`` sends
+        each worker its piece this way); inputs the code changes in place come back per worker, as new
+        objects (the notebook's stay as they were). Output is labelled by worker: ``on_stream`` and
+        ``on_display`` get the worker's name and the output; by default each part is written under a line
+        such as ``[stdout:box]``.
         One worker failing cancels nothing: when any fails, FleetError says which and why, with
         ``failures`` ({worker: error}) and ``results`` (the others' JobResults). Never retried.
         """
@@ -265,7 +269,8 @@ class Client:
         targets: dict[str, str] = {}
         try:
             for name in names:
-                job = self._submit_code(header, inputs, name, timeout, events)
+                own = (inputs_for or {}).get(name)
+                job = self._submit_code(header, {**(inputs or {}), **own} if own else inputs, name, timeout, events)
                 job.update_inputs = False  # each worker's change comes back as its own object
                 targets[job.id] = name
                 waits[job.id] = (job, _for_worker(stream, name), _for_worker(display, name))
@@ -285,6 +290,31 @@ class Client:
         if failures:
             raise FleetError(fleet_jobs.describe_failures(failures, names), failures, results)
         return results
+
+    def split(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None, *,
+              split: Iterable[str] | str, gather: Iterable[str] | str = (), workers: Iterable[str] | None = None,
+              timeout: float | None = None, gpu: bool | list[str] | None = None,
+              kernels: Mapping[str, str] | None = None, on_stream: OnWorkerOutput | None = None,
+              on_display: OnWorkerOutput | None = None,
+              on_module_error: Callable[[str, Any, Exception], None] | None = None,
+              figure_formats: Iterable[str] = ("png",)) -> SplitResult:
+        """Run ``code`` on pieces of the ``split`` inputs, one piece per worker at once; concatenate ``gather``.
+
+        Each input named in ``split`` (numpy arrays, lists, tuples, pandas DataFrames and Series, all of one
+        length) is cut along axis 0 into contiguous pieces, one per worker of ``workers`` (default: every
+        worker connected now), in that order, sized in proportion to each worker's measured ``speed``
+        (equal pieces when one has none). An input shorter than the workers runs on fewer of them (the
+        fastest; ``SplitResult.notes`` says so). The other inputs go whole to every worker. Each name in
+        ``gather`` is concatenated over the pieces in order (``np.concatenate``, list or tuple concatenation,
+        ``pd.concat``) into ``SplitResult.gathered``; ``SplitResult.results`` has each worker's JobResult.
+
+        Raises SplitError (nothing ran) when an input can't be split as asked, GatherError (with
+        ``results``) when a gathered name's values can't be concatenated, and FleetError as ``execute_all``
+        when a piece failed: then nothing is gathered. The other arguments are ``execute_all``'s.
+        """
+        return split_gather.run(self, code, inputs, split, gather, workers, outputs, timeout=timeout, gpu=gpu,
+                                kernels=kernels, on_stream=on_stream, on_display=on_display,
+                                on_module_error=on_module_error, figure_formats=figure_formats)
 
     def _submit_code(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
                      timeout: float | None, events: "queue.SimpleQueue[Message] | None" = None) -> _Job:

@@ -10,6 +10,8 @@ Every error a user can catch derives from one root::
     │   └── NotConnected      the hub doesn't know this peer (it restarted, or timed us out)
     ├── TokenError            a token is malformed, or of the wrong kind
     ├── RequirementError      a job's --require or --prefer is malformed (checked before sending)
+    ├── SplitError            inputs can't be split as asked (checked before sending; names one)
+    ├── GatherError           a name's per-piece values can't be concatenated (carries ``results``)
     ├── ProtocolError         a peer sent a message that breaks the wire protocol
     │   └── InvalidTransition  a job was moved to a state it can't reach from where it is
     ├── Busy                  the queue to the hub stayed full past the bound the caller set
@@ -73,6 +75,27 @@ class TokenError(RemoteMagicError, ValueError):
 
 class RequirementError(RemoteMagicError, ValueError):
     """A job's requirement (``--require``) or preference (``--prefer``) is malformed; nothing was sent."""
+
+
+class SplitError(RemoteMagicError, ValueError):
+    """Inputs could not be split as asked (``Client.split``, ``--split``): one is not something that can be
+    cut along axis 0, they differ in length, or it is not among the inputs. ``name`` names it. Nothing ran."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class GatherError(RemoteMagicError):
+    """A name's values from the pieces of a split could not be concatenated (or a piece did not assign it).
+
+    Every piece ran: ``results`` maps each worker to its ``JobResult``, in piece order; ``name`` is the name.
+    """
+
+    def __init__(self, message: str, name: str | None = None, results: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.results: dict[str, Any] = dict(results or {})
 
 
 class ProtocolError(RemoteMagicError):

@@ -19,7 +19,16 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Float
 
 from ..client import Client, FileChanges, JobResult, connect
-from ..errors import FileTransferError, FleetError, NoSuchWorker, RemoteError, RequirementError, TokenError
+from ..errors import (
+    FileTransferError,
+    FleetError,
+    GatherError,
+    NoSuchWorker,
+    RemoteError,
+    RequirementError,
+    SplitError,
+    TokenError,
+)
 from ..hub.served import ServedHub
 from ..transfer import Transfer, human_size
 from ..wire.addresses import check_endpoint, parse_host_port
@@ -148,6 +157,10 @@ class OffloadMagics(Magics):
     @argument("--worker", default=None, help="run on the worker with this name")
     @argument("--all", action="store_true", help="run on every worker at once; names come back as {worker: value}")
     @argument("--workers", default=None, help="run on these workers at once, e.g. box,laptop (as --all)")
+    @argument("--split", default=None, metavar="X[,Y]",
+              help="cut these inputs along axis 0, one piece per worker (sized by speed), and run the cell on each")
+    @argument("--gather", default=None, metavar="NAME[,NAME]",
+              help="with --split: concatenate these names' pieces in order (other names come back as {worker: value})")
     @argument("--retries", type=int, default=0,
               help="run the cell again on another worker, up to N times, when its worker is lost")
     @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
@@ -167,15 +180,22 @@ class OffloadMagics(Magics):
         --all (or --workers A,B) runs the cell on each of those workers at once: output comes under
         labels such as [stdout:A], each name it assigns comes back as {worker: value}, and so does its
         value. One worker failing stops none of the others; the error says which failed and why.
+        --split X[,Y] cuts those inputs along axis 0 (arrays, lists, tuples, DataFrames, Series) into one
+        contiguous piece per worker (every worker, or --workers A,B), sized by each one's measured speed, and
+        runs the cell on each piece at once; the other inputs go whole. --gather NAME concatenates NAME's
+        pieces in order; other names come back as {worker: value}, as with --all.
         --retries N runs the cell again elsewhere when its worker is lost (it may have run partly there).
 
         Usage: %%offload [matmul[,softmax...]] [--gpu] [--worker NAME | --all | --workers A,B] [--retries N]
         [--timeout S] [--stats]
                          [--require REQUIREMENT ...] [--prefer fastest]
+                         [--split X[,Y] [--gather NAME[,NAME]]]
         """
         args = parse_argstring(self.offload, line)
-        several = on_several.chosen_workers(args.all, args.workers, args.worker, args.retries,
-                                            placed=bool(args.require or args.prefer))
+        placed = bool(args.require or args.prefer)
+        if args.split is not None and args.worker is None and not (placed or args.retries):
+            args.all = args.all or args.workers is None  # --split runs on several: every worker, unless named
+        several = on_several.chosen_workers(args.all, args.workers, args.worker, args.retries, placed=placed)
         client = self._client()
         try:
             reads = names_read(cell)
@@ -191,8 +211,9 @@ class OffloadMagics(Magics):
             [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None)
         on_module_error = lambda name, ref, exc: _notice(  # noqa: E731
             f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})")
+        split = on_several.chosen_split(args.split, args.gather, inputs, namespace, args.worker, args.retries, placed)
         if several is not None:
-            return self._offload_on_several(client, cell, inputs, several, args, gpu, on_module_error)
+            return self._offload_on_several(client, cell, inputs, several, args, gpu, on_module_error, split)
         worker = _worker_holding(inputs, args.worker)
         try:
             result = client.execute(
@@ -216,26 +237,42 @@ class OffloadMagics(Magics):
         return result.value
 
     def _offload_on_several(self, client: Client, cell: str, inputs: dict[str, Any], several: on_several.Several,
-                            args: Any, gpu: bool | list[str] | None, on_module_error: Any) -> Any:
-        """%%offload --all / --workers: the cell on each worker at once; names come back as {worker: value}."""
+                            args: Any, gpu: bool | list[str] | None, on_module_error: Any,
+                            split: on_several.Split | None) -> Any:
+        """%%offload --all / --workers / --split: the cell on each worker (or piece) at once; names come back
+        as {worker: value}, gathered ones concatenated."""
         assert self.shell is not None
         if any(isinstance(value, RemoteValue) for value in inputs.values()):
             raise UsageError("this cell reads values that live on one worker (handles): it can run only there, "
                              "not on several workers")
         labelled = on_several.Labels(self.cell_display.show)
+        options: dict[str, Any] = dict(
+            workers=several.workers, timeout=args.timeout or self.default_timeout, gpu=gpu,
+            kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
+            on_stream=labelled.stream, on_display=labelled.display, on_module_error=on_module_error)
+        gathered: dict[str, Any] = {}
         try:
-            results = client.execute_all(
-                cell, inputs, workers=several.workers, timeout=args.timeout or self.default_timeout, gpu=gpu,
-                kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
-                on_stream=labelled.stream, on_display=labelled.display, on_module_error=on_module_error)
-        except NoSuchWorker as exc:
+            if split is None:
+                results = client.execute_all(cell, inputs, **options)
+            else:
+                outcome = client.split(cell, inputs, split=split.names, gather=split.gather, **options)
+                results, gathered = outcome.results, outcome.gathered
+                for note in outcome.notes:
+                    _notice(note)
+        except (NoSuchWorker, SplitError) as exc:
             raise UsageError(str(exc)) from None
         except FleetError as error:  # as locally: what the cells did stays done, on the workers that ran it
             partial = {worker: failed.partial for worker, failed in error.failures.items()
                        if isinstance(failed, RemoteError) and failed.partial is not None}
-            on_several.apply(self.shell.user_ns, {**error.results, **partial}, _notice)
+            on_several.apply(self.shell.user_ns, {**error.results, **partial}, _notice,
+                             leave=split.gather if split else ())  # nothing gathered: those names stay as they were
             raise
-        on_several.apply(self.shell.user_ns, results, _notice)
+        except GatherError as error:  # every piece ran: what they assigned comes back as with --all
+            on_several.apply(self.shell.user_ns, error.results, _notice)
+            _notice("nothing was gathered: every name the cell assigned is in the notebook as {worker: value}")
+            raise
+        on_several.apply(self.shell.user_ns, results, _notice, leave=gathered)
+        self.shell.user_ns.update(gathered)
         if args.stats:
             for worker, result in results.items():
                 _notice(_format_stats(worker, result.stats))

@@ -1,10 +1,11 @@
-"""%%offload --all and --workers A,B: which workers, labelled output, and names that come back as {worker: value}."""
+"""%%offload --all, --workers A,B and --split X --gather Y: which workers, which inputs are cut, labelled
+output, and names that come back as {worker: value} (or, gathered, concatenated)."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from IPython.core.error import UsageError
 
@@ -45,6 +46,44 @@ def chosen_workers(every: bool, names: str | None, worker: str | None, retries: 
     return Several(listed)
 
 
+@dataclass(frozen=True)
+class Split:
+    """What --split and --gather ask for: the inputs to cut along axis 0, and the names to concatenate."""
+
+    names: list[str]
+    gather: list[str]
+
+
+def chosen_split(split: str | None, gather: str | None, inputs: Mapping[str, Any], namespace: Mapping[str, Any],
+                 worker: str | None, retries: int, placed: bool = False) -> Split | None:
+    """What --split / --gather ask for (None: no split); a mistake (a name the cell doesn't read, --gather
+    without --split, --worker, --retries, --require or --prefer with --split) is a UsageError."""
+    if split is None:
+        if gather is not None:
+            raise UsageError("--gather concatenates the pieces of a --split: add --split NAME (the inputs to cut), "
+                             "or use --all to get each name as {worker: value}")
+        return None
+    names = _listed(split)
+    if not names:
+        raise UsageError("--split needs the names of the inputs to cut, e.g. --split X or --split X,y")
+    if worker is not None:
+        raise UsageError("--split runs the cell on several workers, --worker on one: name several with --workers A,B")
+    if placed or retries:
+        raise UsageError("--split gives each worker its own piece, so --retries, --require and --prefer don't "
+                         "apply: name the workers with --workers (%offload_workers shows what each has)")
+    for name in names:
+        if name not in namespace:
+            raise UsageError(f"--split {name}: `{name}` is not defined in the notebook")
+        if name not in inputs:
+            raise UsageError(f"--split {name}: the cell doesn't read `{name}`, so there is nothing to cut; "
+                             "split the inputs the cell works on")
+    return Split(names, _listed(gather) if gather is not None else [])
+
+
+def _listed(names: str) -> list[str]:
+    return list(dict.fromkeys(name.strip() for name in names.split(",") if name.strip()))
+
+
 class Labels(LabelledOutput):
     """A cell's output on several workers in the notebook: text to stdout/stderr, displays as the cell's."""
 
@@ -58,13 +97,16 @@ def _write(header: Mapping[str, Any]) -> None:
     stream.flush()
 
 
-def apply(namespace: dict[str, Any], results: Mapping[str, JobResult], notice: Callable[[str], None]) -> None:
+def apply(namespace: dict[str, Any], results: Mapping[str, JobResult], notice: Callable[[str], None],
+          leave: Collection[str] = ()) -> None:
     """Bring what the cell did on each worker into the namespace: each name it assigned, as
-    ``{worker: value}`` over the workers that assigned it; a name every worker deleted, deleted."""
+    ``{worker: value}`` over the workers that assigned it; a name every worker deleted, deleted.
+    Names in ``leave`` (gathered, or not to be) are left to the caller."""
     merged: dict[str, dict[str, Any]] = {}
     for worker, result in results.items():
         for name, value in {**result.values, **result.kept_on_worker}.items():
-            merged.setdefault(name, {})[worker] = value
+            if name not in leave:
+                merged.setdefault(name, {})[worker] = value
         if result.kept_on_worker:
             kept = ", ".join(handle.describe() for handle in result.kept_on_worker.values())
             notice(f"{kept} stayed on worker {worker!r}: the notebook holds a handle")
@@ -73,5 +115,5 @@ def apply(namespace: dict[str, Any], results: Mapping[str, JobResult], notice: C
     namespace.update(merged)
     if results:
         deleted = set.intersection(*(set(result.deleted) for result in results.values()))
-        for name in deleted - set(merged):
+        for name in deleted - set(merged) - set(leave):
             namespace.pop(name, None)
