@@ -16,6 +16,7 @@ from .client import Client, FileChanges, JobResult, connect
 from .errors import (
     Busy,
     ConnectionFailed,
+    DiscoveryError,
     ExecutorDied,
     FileTransferError,
     FleetError,
@@ -39,7 +40,9 @@ from .errors import (
     VersionMismatch,
     WorkerLost,
 )
+from .lan import discover
 from .transfer import Transfer
+from .wire.discovery import DiscoveredHub
 from .wire.handles import RemoteValue
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
+    "discover", "DiscoveredHub", "DiscoveryError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 
