@@ -105,14 +105,17 @@ def cell(code):
     return {"ok": result.success, "output": out.stdout + out.stderr}
 
 cell("%load_ext remote_magic")
-report["list"] = cell("%offload_connect --lan --timeout 3")
-other = HubKeys.generate().token(Role.CLIENT, "tcp://10.0.0.9:5587").encode()
-report["other"] = cell(f"%offload_connect --lan --timeout 3 {other}")
 # The token's address is out of date (the hub's LAN address changed): discovery supplies the current one.
 stale = Token.decode(token).with_address("tcp://192.0.2.1:5587").encode()
 report["connect"] = cell(f"%offload_connect --lan --timeout 60 {stale}")
 report["run"] = cell("%%offload\nanswer = 6 * 7\n")
 report["answer"] = shell.user_ns.get("answer")
+# Listing, and looking for another token's hub, leave this notebook's connection as it was.
+report["list"] = cell("%offload_connect --lan --timeout 3")
+other = HubKeys.generate().token(Role.CLIENT, "tcp://10.0.0.9:5587").encode()
+report["other"] = cell(f"%offload_connect --lan --timeout 3 {other}")
+report["still"] = cell("%%offload\nanswer = answer + 1\n")
+report["answer_after"] = shell.user_ns.get("answer")
 cell("%offload_disconnect")
 
 # Keep browsing while the test stops the worker: its goodbye makes the hub disappear at once.
@@ -139,6 +142,11 @@ def test_a_notebook_finds_the_hub_its_token_opens_and_runs_a_cell_there(lan: Lan
         log = worker.log()
         assert f"mDNS on {lan.hub_ip} only" in log  # zeroconf is bound to the veth address and nothing else
         assert f"key fingerprint {hub_fingerprint[:16]}" in log
+        # A hub on 0.0.0.0 would advertise on each non-loopback IPv4 address: in this namespace, the veth's.
+        wildcard = subprocess.run(["ip", "netns", "exec", lan.hub, sys.executable, "-c", "from remote_magic.hub."
+                                   "advertise import lan_interfaces; print(lan_interfaces('0.0.0.0'))"],
+                                  capture_output=True, text=True, timeout=60)
+        assert wildcard.stdout.strip() == repr([lan.hub_ip]), wildcard.stderr
         script = tmp_path / "notebook.py"
         script.write_text(NOTEBOOK)
         environment = {k: v for k, v in os.environ.items() if k != "REMOTE_MAGIC_TOKEN"}
@@ -166,6 +174,7 @@ def test_a_notebook_finds_the_hub_its_token_opens_and_runs_a_cell_there(lan: Lan
         assert f"Connected to tcp://{lan.hub_ip}:{found['port']}" in report["connect"]["output"]
         assert report["run"]["ok"], report["run"]
         assert report["answer"] == 42
+        assert report["still"]["ok"] and report["answer_after"] == 43, report["still"]
 
         worker.stop()
         assert worker.process.returncode == 0, worker.log()

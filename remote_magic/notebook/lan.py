@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ..client import Client
 from ..errors import DiscoveryError
-from ..lan import connect_discovered, discover
+from ..lan import discover
 from ..wire.discovery import DEFAULT_BROWSE_S, DiscoveredHub, token_fingerprint
 from ..wire.tokens import Token
 
@@ -17,11 +16,11 @@ def hubs_table(hubs: list[DiscoveredHub]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3] for row in rows)
 
 
-def lan_connect(token: str | None, browse_s: float | None, connect_timeout: float) -> Client | None:
-    """Browse for ``browse_s`` seconds (default 3) and print what answered; with a token, connect to its hub.
+def find_lan_hub(token: str | None, browse_s: float | None) -> tuple[Token, DiscoveredHub] | None:
+    """Browse for ``browse_s`` seconds (default 3) and print what answered; with a token, its hub (to connect to).
 
-    Without a token this only lists (and says how to connect): discovery never replaces the token.
-    Raises DiscoveryError when no hub found is the token's, TokenError for a malformed token.
+    Without a token this only lists (and says how to connect), returning None: discovery never replaces
+    the token. Raises DiscoveryError when no hub found is the token's, TokenError for a malformed token.
     """
     wanted = Token.decode(token) if token else None
     browse_s = browse_s or DEFAULT_BROWSE_S
@@ -45,4 +44,4 @@ def lan_connect(token: str | None, browse_s: float | None, connect_timeout: floa
             f"%offload_connect TOKEN dials the address in the token ({wanted.address}).")
     hub = matching[0]
     print(f"Found {hub.name!r} on {hub.host or '?'} at {hub.address} (key fingerprint {hub.fingerprint[:16]})")
-    return connect_discovered(wanted, hub, timeout=connect_timeout)
+    return wanted, hub

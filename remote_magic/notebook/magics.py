@@ -85,15 +85,18 @@ class OffloadMagics(Magics):
             raise UsageError("%offload_connect needs the token remote-worker printed "
                              "(or set REMOTE_MAGIC_TOKEN in the environment); %offload_connect --lan "
                              "lists the hubs on this network")
-        self.disconnect()
         try:
             if args.lan:
-                from .lan import lan_connect
+                from ..lan import connect_discovered
+                from .lan import find_lan_hub
 
-                self.client = lan_connect(token, args.timeout, self.connect_timeout)
-                if self.client is None:
+                found = find_lan_hub(token, args.timeout)
+                if found is None:  # listed only: the connection this notebook has stays
                     return
+                self.disconnect()
+                self.client = connect_discovered(*found, timeout=self.connect_timeout)
             else:
+                self.disconnect()
                 self.client = connect(token, timeout=args.timeout or self.connect_timeout)
         except TokenError as exc:
             raise UsageError(str(exc)) from None
