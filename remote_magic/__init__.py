@@ -16,6 +16,7 @@ from .client import Client, FileChanges, JobResult, connect
 from .errors import (
     Busy,
     ConnectionFailed,
+    DiscoveryError,
     ExecutorDied,
     FileTransferError,
     FleetError,
@@ -41,8 +42,10 @@ from .errors import (
     VersionMismatch,
     WorkerLost,
 )
+from .lan import discover
 from .split_gather import SplitResult
 from .transfer import Transfer
+from .wire.discovery import DiscoveredHub
 from .wire.handles import RemoteValue
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
     "SplitResult", "SplitError", "GatherError",
+    "discover", "DiscoveredHub", "DiscoveryError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

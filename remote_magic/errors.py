@@ -31,7 +31,8 @@ Every error a user can catch derives from one root::
     ├── GpuError              the worker's GPU could not do what was asked
     │   ├── ShaderError       WGSL failed to compile (carries line and column)
     │   └── GpuLimitError     the data exceeds a device limit and cannot be split
-    └── TunnelError           an ngrok tunnel could not be opened
+    ├── TunnelError           an ngrok tunnel could not be opened
+    └── DiscoveryError        LAN discovery could not run, or found no hub that a token opens
 
 Messages say what happened and what to do next.
 """
@@ -240,3 +241,10 @@ class GpuLimitError(GpuError):
 
 class TunnelError(RemoteMagicError):
     """An ngrok tunnel could not be opened."""
+
+
+class DiscoveryError(RemoteMagicError):
+    """LAN discovery (mDNS/DNS-SD) could not run, or no hub it found is the one a token opens.
+
+    Discovery only finds a hub's current address; connecting still takes the hub's token.
+    """

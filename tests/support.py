@@ -59,16 +59,16 @@ class WorkerProcess:
 
 def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, str] | None = None,
                  home: Path | None = None, executable: str | Path | None = None,
-                 cwd: Path | None = None) -> WorkerProcess:
+                 cwd: Path | None = None, wrapper: tuple[str, ...] = ()) -> WorkerProcess:
     """Start `remote-worker ARGS` (the one on PATH, or ``executable``) with its own config dir; wait
-    until it accepts jobs."""
+    until it accepts jobs. ``wrapper`` goes before the command (`ip netns exec NS`: it execs it, same pid)."""
     tmp.mkdir(parents=True, exist_ok=True)
     home = home or tmp / "home"
     token = tmp / "token"
     log = tmp / "worker.log"
     executable = executable or shutil.which("remote-worker")
     assert executable, "remote-worker is not on PATH: install the project (pip install -e .)"
-    command = [str(executable), *args]
+    command = [*wrapper, str(executable), *args]
     if token_file:
         command += ["--token-file", str(token)]
     environment = {**os.environ, "REMOTE_MAGIC_HOME": str(home), **(env or {})}

@@ -66,7 +66,7 @@ def test_the_notebook_side_loads_nothing_of_the_worker_side() -> None:
     """%load_ext, connect and %offload_serve's modules import no worker code and no worker-only library."""
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, remote_magic, remote_magic.notebook.magics, remote_magic.hub.served; "
-         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('wgpu', 'psutil', 'ngrok', 'xxhash') "
+         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('wgpu', 'psutil', 'ngrok', 'xxhash', 'zeroconf') "
          "or m.startswith('remote_magic.worker')))"],
         capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr

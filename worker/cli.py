@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_magic.errors import RemoteMagicError
+from remote_magic.hub.advertise import LanAdvertisement, lan_interfaces
 from remote_magic.hub.placement import DEFAULT_MIN_BATTERY, ON_BATTERY
 from remote_magic.hub.served import ServedHub
 from remote_magic.wire import keys as keystore
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default=platform.node() or "worker", help="this worker's name in the fleet")
     parser.add_argument("--advertise", type=_endpoint, metavar="tcp://HOST:PORT",
                         help="the address to put in the token when you forward the port yourself")
+    parser.add_argument("--lan", action="store_true",
+                        help="advertise the hub on the local network by mDNS (DNS-SD), on the addresses it listens "
+                             "on, so %%offload_connect --lan finds it; notebooks still need the token")
     parser.add_argument("--ngrok", action="store_true",
                         help="expose the hub through an ngrok TCP tunnel (needs NGROK_AUTHTOKEN); see docs/tunnel.md")
     parser.add_argument("--ngrok-authtoken", metavar="TOKEN", help="ngrok auth token (default: $NGROK_AUTHTOKEN)")
@@ -213,13 +217,19 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         join = join_token(args)
-    except ValueError as exc:
+        lan = lan_interfaces(args.listen[0]) if args.lan and join is None else None
+    except (ValueError, RemoteMagicError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr)
+        return 2
+    if args.lan and join is not None:
+        print("remote-worker: --lan advertises the hub this command starts; a worker that joins another hub "
+              "has none (run --lan where that hub runs)", file=sys.stderr)
         return 2
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
     placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
+    advertisement: LanAdvertisement | None = None
     try:
         if join is None:
             local = LocalHub(args)
@@ -228,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             supervisor = Supervisor(Token.decode(join), args.name, options, max_sessions=args.max_sessions,
                                     placement=placement)
         supervisor.start()
+        if local is not None and lan is not None:
+            advertisement = LanAdvertisement(args.name, local.keys.server_public, local.hub.port, lan)
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         if supervisor is not None:
@@ -244,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             write_private(args.token_file, client_token + "\n")
         print(f"remote-worker: worker {supervisor.name!r} is ready. In your notebook run:\n", flush=True)
         print(f"%load_ext remote_magic\n%offload_connect {client_token}\n", flush=True)
+        if advertisement is not None:
+            print(f"remote-worker: advertising this hub on the LAN as {advertisement.service_name!r} (mDNS on "
+                  f"{', '.join(advertisement.interfaces)} only; key fingerprint {advertisement.fingerprint[:16]}). "
+                  "A notebook on this network finds its current address with %offload_connect --lan TOKEN\n",
+                  flush=True)
     else:
         print(f"remote-worker: worker {supervisor.name!r} joined {supervisor.token.address}", flush=True)
     try:
@@ -251,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             if local is not None and local.reload_rotated_keys() and args.token_file:
                 write_private(args.token_file, local.token(Role.CLIENT).encode() + "\n")
     finally:
+        if advertisement is not None:
+            advertisement.close()
         supervisor.stop()
         if local is not None:
             local.close()
@@ -281,7 +300,8 @@ def join_token(args: argparse.Namespace) -> str | None:
 
 def missing_worker_packages(args: argparse.Namespace) -> list[str]:
     """The [worker] extra's packages these options need and this environment lacks."""
-    needed = ["psutil", "xxhash"] + (["wgpu"] if args.gpu != "off" else []) + (["ngrok"] if args.ngrok else [])
+    needed = ["psutil", "xxhash"] + (["wgpu"] if args.gpu != "off" else []) + (["ngrok"] if args.ngrok else []) \
+        + (["zeroconf"] if args.lan else [])
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
 

@@ -73,21 +73,40 @@ class OffloadMagics(Magics):
 
     @magic_arguments()
     @argument("token", nargs="?", help="the token remote-worker printed (default: $REMOTE_MAGIC_TOKEN)")
-    @argument("--timeout", type=float, default=None, help="seconds to wait for the hub")
+    @argument("--timeout", type=float, default=None,
+              help="seconds to wait for the hub (with --lan: to browse the network, default 3)")
+    @argument("--lan", action="store_true",
+              help="find hubs on this network (remote-worker --lan); with a token, connect to its hub there")
     @line_magic
     def offload_connect(self, line: str) -> None:
         """Connect this notebook to a remote-worker's hub.
 
+        With --lan, list the hubs advertised on this network (remote-worker --lan); with a token too,
+        connect to the hub that token opens at the address it is found at now (the token's address may
+        be out of date). Discovery never replaces the token: without one it only lists.
+
         Usage: %offload_connect TOKEN   (or set REMOTE_MAGIC_TOKEN and run %offload_connect)
+               %offload_connect --lan [TOKEN] [--timeout S]
         """
         args = parse_argstring(self.offload_connect, line)
         token = args.token or os.environ.get("REMOTE_MAGIC_TOKEN")
-        if not token:
+        if not token and not args.lan:
             raise UsageError("%offload_connect needs the token remote-worker printed "
-                             "(or set REMOTE_MAGIC_TOKEN in the environment)")
-        self.disconnect()
+                             "(or set REMOTE_MAGIC_TOKEN in the environment); %offload_connect --lan "
+                             "lists the hubs on this network")
         try:
-            self.client = connect(token, timeout=args.timeout or self.connect_timeout)
+            if args.lan:
+                from ..lan import connect_discovered
+                from .lan import find_lan_hub
+
+                found = find_lan_hub(token, args.timeout)
+                if found is None:  # listed only: the connection this notebook has stays
+                    return
+                self.disconnect()
+                self.client = connect_discovered(*found, timeout=self.connect_timeout)
+            else:
+                self.disconnect()
+                self.client = connect(token, timeout=args.timeout or self.connect_timeout)
         except TokenError as exc:
             raise UsageError(str(exc)) from None
         workers = self.client.workers()
