@@ -106,7 +106,7 @@ class Executor:
     def run_job(self, msg: Message) -> None:
         if msg.header.get("kind") == "file":
             self._run_file_job(msg)
-            self._scan_ahead = self._scanner.submit(_scan_working_directory)  # the copy may have changed it
+            self._scan_ahead = None  # the copy may have changed the folder: the next cell looks again itself
             return
         job = str(msg.header["job"])
         started = time.perf_counter()
@@ -144,7 +144,10 @@ class Executor:
             self.send(T.ERROR, self._with_files(_remote_error(exc, job, self._sources)))
         finally:
             self._outputs = None
-            self._scan_ahead = self._scanner.submit(_scan_working_directory)
+            # The next cell's working directory, looked through while the worker waits for it; after a
+            # call (map's chunks come by the hundred) the next cell looks itself, only when one comes.
+            is_cell = msg.header.get("kind") == "code"
+            self._scan_ahead = self._scanner.submit(_scan_working_directory) if is_cell else None
 
     def _run_file_job(self, msg: Message) -> None:
         """One step of copying a file or folder (worker/files.py): no user code runs, so nothing is tracked."""
