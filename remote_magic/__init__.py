@@ -12,7 +12,7 @@ From a script::
 """
 
 from ._version import __version__
-from .client import Client, FileChanges, JobResult, connect
+from .client import Client, connect
 from .errors import (
     Busy,
     ConnectionFailed,
@@ -43,6 +43,7 @@ from .errors import (
     WorkerLost,
 )
 from .lan import discover
+from .results import FileChanges, JobResult
 from .split_gather import SplitResult
 from .transfer import Transfer
 from .wire.discovery import DiscoveredHub

@@ -12,7 +12,6 @@ import logging
 import os
 import platform
 import queue
-import sys
 import threading
 import time
 import uuid
@@ -24,12 +23,13 @@ import zmq
 
 from . import errors, fleet_jobs, split_gather, transfer
 from .errors import ConnectionFailed, FleetError, JobError, RemoteMagicError
+from .results import FileChanges, JobResult, read_result, show_display, write_stream
 from .split_gather import SplitResult
 from .transfer import Transfer
 from .wire import identity, serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
-from .wire.handles import RemoteValue, kept_description
+from .wire.handles import RemoteValue
 from .wire.lifecycle import JobState, Lifecycle
 from .wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -56,64 +56,6 @@ CANCEL_WAIT_S = 5.0
 
 
 @dataclass
-class FileChanges:
-    """Files a cell created, changed or deleted on the worker, under the working directory it started in."""
-
-    folder: str
-    """The worker's working directory when the cell started; the paths below are relative to it."""
-    written: dict[str, int]
-    """Files created or changed, with their sizes in bytes (the first hundred, by path)."""
-    deleted: list[str]
-    """Files removed (the first hundred, by path)."""
-    written_count: int = 0
-    """How many files were created or changed in all."""
-    deleted_count: int = 0
-    """How many files were removed in all."""
-    complete: bool = True
-    """False when the folder was too large to look at all of it: changes deep inside may be missing."""
-    worker: str = ""
-
-    @classmethod
-    def from_header(cls, files: Any, worker: str) -> "FileChanges | None":
-        """What a RESULT or ERROR header's ``files`` says, or None when it says nothing."""
-        if not isinstance(files, dict):
-            return None
-        try:
-            written = {str(path): int(size) for path, size in files.get("written") or []}
-            deleted = [str(path) for path in files.get("deleted") or []]
-            return cls(str(files.get("root", "")), written, deleted, int(files.get("written_count") or len(written)),
-                       int(files.get("deleted_count") or len(deleted)), bool(files.get("complete", True)), worker)
-        except (TypeError, ValueError) as exc:  # a worker's bug must not cost the cell its result
-            log.warning("the worker's list of files the code wrote is malformed (%s); left out", exc)
-            return None
-
-
-@dataclass
-class JobResult:
-    """Everything a finished job sent back."""
-
-    values: dict[str, Any]
-    worker: str = ""
-    has_value: bool = False
-    value: Any = None      # the code's last expression, when it ends with one
-    stats: dict[str, Any] = field(default_factory=dict)
-    kept_on_worker: dict[str, RemoteValue] = field(default_factory=dict)
-    """Values the code assigned that stayed on the worker (they can't be pickled, or are matplotlib
-    objects: figures come as images), as handles that later jobs on that worker may read in place."""
-    value_display: dict[str, Any] | None = None
-    """The value as the notebook shows it (``data``, ``metadata``), rendered in the worker's session."""
-    deleted: list[str] = field(default_factory=list)
-    """Names the code deleted (``del x``): gone from its namespace, as they would be locally."""
-    files: FileChanges | None = None
-    """Files the code wrote or removed in the worker's working directory (they stay there); None if none."""
-    in_place: list[str] = field(default_factory=list)
-    """Inputs the code changed in place (``L.sort()``): updated in place here too where the type allows
-    (lists, dicts, sets, arrays of the same shape, random Generators and RandomStates, notebook classes' instances)."""
-    notes: list[str] = field(default_factory=list)
-    """Where the result differs from a local run, in words (a view that could only come back as a copy)."""
-
-
-@dataclass
 class _Job:
     id: str
     events: "queue.SimpleQueue[Message]" = field(default_factory=queue.SimpleQueue)
@@ -125,25 +67,6 @@ class _Job:
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.id, "client")
-
-
-def _write_stream(header: Mapping[str, Any]) -> None:
-    stream = sys.stderr if header.get("name") == "stderr" else sys.stdout
-    stream.write(str(header.get("text", "")))
-    stream.flush()
-
-
-def _show_display(header: Mapping[str, Any]) -> None:
-    data, metadata = header.get("data") or {}, header.get("metadata") or {}
-    try:
-        from IPython import get_ipython
-        from IPython.display import publish_display_data
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        publish_display_data(data, metadata)  # type: ignore[no-untyped-call]  # IPython has no hints
-    else:
-        print(data.get("text/plain", "<rich output>"))
 
 
 class Client:
@@ -208,8 +131,8 @@ class Client:
     def execute(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
                 *, worker: str | None = None, timeout: float | None = None, gpu: bool | list[str] | None = None,
                 kernels: Mapping[str, str] | None = None,
-                on_stream: Callable[[Mapping[str, Any]], None] = _write_stream,
-                on_display: Callable[[Mapping[str, Any]], None] = _show_display,
+                on_stream: Callable[[Mapping[str, Any]], None] = write_stream,
+                on_display: Callable[[Mapping[str, Any]], None] = show_display,
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
                 figure_formats: Iterable[str] = ("png",),
                 on_files: Callable[[FileChanges], None] | None = None,
@@ -261,7 +184,7 @@ class Client:
         if not names:
             raise errors.NoSuchWorker("no worker is connected to the hub: start one (`remote-worker --join`), "
                                       "then run this again")
-        labelled = fleet_jobs.LabelledOutput(_write_stream, _show_display)
+        labelled = fleet_jobs.LabelledOutput(write_stream, show_display)
         stream, display = on_stream or labelled.stream, on_display or labelled.display
         header = _code_header(code, outputs, gpu, kernels, figure_formats)
         events: queue.SimpleQueue[Message] = queue.SimpleQueue()
@@ -422,7 +345,7 @@ class Client:
         names = [worker] if worker is not None else sorted(self._ran_on)
         reset = []
         for name in names:
-            msg = self._wait(self._submit({"kind": "reset"}, {}, name, None), _write_stream, _show_display)
+            msg = self._wait(self._submit({"kind": "reset"}, {}, name, None), write_stream, show_display)
             if msg.type is T.ERROR:
                 error = error_from_header(msg.header)
                 if worker is not None or not isinstance(error, errors.NoSuchWorker):
@@ -522,7 +445,7 @@ class Client:
                 job.lifecycle.move(JobState.SENT)
         return job
 
-    def _wait(self, job: _Job, on_stream: OnStream = _write_stream, on_display: OnStream = _show_display) -> Message:
+    def _wait(self, job: _Job, on_stream: OnStream = write_stream, on_display: OnStream = show_display) -> Message:
         """The job's RESULT or ERROR, showing its output meanwhile; Ctrl-C stops it on the worker too."""
         return self._wait_all({job.id: (job, on_stream, on_display)})[job.id]
 
@@ -605,27 +528,8 @@ class Client:
 
     def _result(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
                 ) -> JobResult:
-        values = serialization.unpack(msg.header, msg.buffers, errors.OutputError, on_module_error,
-                                      sides=("in the notebook", "on the worker"))
-        worker = str(msg.header.get("worker", job.worker))
-        kept = msg.header.get("kept_on_worker")
-        handles = kept_description(kept if isinstance(kept, dict) else {}, worker)
-        in_place = [str(name) for name in msg.header.get("in_place") or [] if name in values]
-        for name in in_place:  # so every other reference to the object here sees the change, as locally
-            if job.update_inputs and name in job.inputs and identity.update_in_place(job.inputs[name], values[name]):
-                values[name] = job.inputs[name]
-        refs = msg.header.get("refs")
-        values, copies = identity.resolve(values, refs if isinstance(refs, dict) else {}, {**job.inputs, **handles})
-        has_value = "__value__" in values or "__value__" in handles
-        value = values.pop("__value__", handles.pop("__value__", None))
-        deleted = msg.header.get("deleted")
-        shown = msg.header.get("value_display")
-        notes = [f"{', '.join(copies)} came back as a copy, not a view: the array it views is laid out "
-                 "differently here (not C-contiguous)"] if copies else []
-        return JobResult(values, worker, has_value, value, msg.header.get("stats") or {}, handles,
-                         shown if isinstance(shown, dict) else None,
-                         [str(name) for name in deleted] if isinstance(deleted, list) else [],
-                         in_place=in_place, notes=notes)
+        return read_result(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs,
+                           on_module_error)
 
     def _cancel(self, job_id: str) -> None:
         try:
@@ -680,9 +584,9 @@ class Client:
     def _settle_future(self, job: _Job, msg: Message) -> None:
         assert job.future is not None
         if msg.type is T.STREAM:
-            _write_stream(msg.header)
+            write_stream(msg.header)
         elif msg.type is T.DISPLAY:
-            _show_display(msg.header)
+            show_display(msg.header)
         elif msg.type in (T.RESULT, T.ERROR):
             if job.future.done():
                 return

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from .errors import FleetError, GatherError, NoSuchWorker, SplitError
 
 if TYPE_CHECKING:
-    from .client import Client, JobResult
+    from .client import Client
+    from .results import JobResult
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Float
 
-from ..client import Client, FileChanges, JobResult, connect
+from ..client import Client, connect
 from ..errors import (
     FileTransferError,
     FleetError,
@@ -30,6 +30,7 @@ from ..errors import (
     TokenError,
 )
 from ..hub.served import ServedHub
+from ..results import FileChanges, JobResult
 from ..transfer import Transfer, human_size
 from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.cellcode import names_read

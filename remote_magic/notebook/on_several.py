@@ -9,8 +9,8 @@ from typing import Any, Callable, Collection, Mapping
 
 from IPython.core.error import UsageError
 
-from ..client import JobResult
 from ..fleet_jobs import LabelledOutput
+from ..results import JobResult
 
 
 @dataclass(frozen=True)
