@@ -8,10 +8,9 @@ from typing import Iterator
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
 
 import remote_magic
-from support import WorkerProcess, build_wheel, start_worker
+from support import WorkerProcess, build_wheel, connected_shell, start_worker
 
 # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: the tests
 # that press Ctrl-C need Python's usual handler wherever the suite is started from.
@@ -42,12 +41,7 @@ def client(worker: WorkerProcess) -> Iterator[remote_magic.Client]:
 @pytest.fixture
 def ip(worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
     """A real IPython shell with the extension loaded, connected to the shared worker."""
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "remote_magic")
     monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
-    with capture_output() as out:
-        shell.run_line_magic("offload_connect", "")  # falls back to REMOTE_MAGIC_TOKEN
-    assert "Connected to tcp://127.0.0.1" in out.stdout and "shared" in out.stdout
-    yield shell
-    shell.run_line_magic("unload_ext", "remote_magic")
-    shell.reset(new_session=False)
+    with connected_shell("") as (shell, printed):  # falls back to REMOTE_MAGIC_TOKEN
+        assert "Connected to tcp://127.0.0.1" in printed and "shared" in printed
+        yield shell

@@ -10,9 +10,10 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 STARTUP_TIMEOUT_S = 120.0
 INSTALL_TIMEOUT_S = 600
@@ -87,6 +88,24 @@ def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, 
     if process.poll() is not None:
         raise AssertionError(f"remote-worker exited with {process.returncode}:\n{log.read_text()}")
     return worker
+
+
+@contextmanager
+def connected_shell(token: str) -> Iterator[tuple[Any, str]]:
+    """The real IPython shell with the extension loaded and ``%offload_connect TOKEN`` run (an empty
+    token falls back to $REMOTE_MAGIC_TOKEN), and what connecting printed; unloaded and reset after."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    try:
+        with capture_output() as out:
+            shell.run_line_magic("offload_connect", token)
+        yield shell, out.stdout
+    finally:
+        shell.run_line_magic("unload_ext", "remote_magic")
+        shell.reset(new_session=False)
 
 
 def run(shell: Any, cell: str) -> tuple[Any, Any]:

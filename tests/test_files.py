@@ -15,7 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import remote_magic
-from support import WorkerProcess, run, start_worker
+from support import WorkerProcess, connected_shell, run, start_worker
 
 BIG = 20 * 2**20 + 12345  # more than two chunks, and not a whole number of them
 
@@ -36,13 +36,8 @@ def files_worker(tmp_path_factory: pytest.TempPathFactory, folder: Path) -> Iter
 
 @pytest.fixture
 def shell(files_worker: WorkerProcess) -> Iterator[InteractiveShell]:
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "remote_magic")
-    with capture_output():
-        ip.run_line_magic("offload_connect", files_worker.token)
-    yield ip
-    ip.run_line_magic("unload_ext", "remote_magic")
-    ip.reset(new_session=False)
+    with connected_shell(files_worker.token) as (ip, _):
+        yield ip
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from test_hub import _join
 
 import remote_magic
 from remote_magic import FleetError, RemoteError, RemoteValue, WorkerLost
-from support import WorkerProcess, run, start_worker, wait_for
+from support import WorkerProcess, connected_shell, run, start_worker, wait_for
 
 NAMES = ["home", "joiner", "third"]
 
@@ -207,14 +207,9 @@ def test_without_retries_a_lost_job_fails_and_never_runs_twice(
 @pytest.fixture
 def fleet_shell(three: list[WorkerProcess]) -> Iterator[InteractiveShell]:
     """A real IPython shell with the extension loaded, connected to the three workers' hub."""
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "remote_magic")
-    with capture_output() as out:
-        shell.run_line_magic("offload_connect", three[0].token)
-    assert all(name in out.stdout for name in NAMES)
-    yield shell
-    shell.run_line_magic("unload_ext", "remote_magic")
-    shell.reset(new_session=False)
+    with connected_shell(three[0].token) as (shell, printed):
+        assert all(name in printed for name in NAMES)
+        yield shell
 
 
 def test_offload_all_labels_output_and_names_come_back_per_worker(fleet_shell: InteractiveShell) -> None:

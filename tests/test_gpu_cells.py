@@ -14,7 +14,7 @@ from IPython.utils.capture import capture_output
 
 import remote_magic
 from remote_magic import ShaderError
-from support import WorkerProcess, start_worker
+from support import WorkerProcess, connected_shell, start_worker
 
 pytestmark = pytest.mark.gpu
 
@@ -39,14 +39,8 @@ def gpu_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProce
 
 @pytest.fixture
 def ip(gpu_worker: WorkerProcess) -> Iterator[InteractiveShell]:
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "remote_magic")
-    with capture_output():
-        shell.run_line_magic("offload_connect", gpu_worker.token)
-    yield shell
-    shell.run_line_magic("unload_ext", "remote_magic")
-    for name in ("A", "B", "C", "H", "X", "Y", "Z", "np"):
-        shell.user_ns.pop(name, None)
+    with connected_shell(gpu_worker.token) as (shell, _):
+        yield shell
 
 
 def _relative_error(out: np.ndarray, ref: np.ndarray) -> float:
