@@ -20,7 +20,6 @@ import threading
 import time
 import traceback
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import zmq
@@ -71,9 +70,8 @@ class Executor:
         self._kept: dict[str, Any] = {}       # what stayed here, by handle id (RemoteValue.id)
         self._kept_ids: dict[int, str] = {}   # id() of each of those -> its handle id
         self._files_before: workdir.Snapshot | None = None  # the working directory as the running cell found it
-        # The next cell's "before" is scanned while the executor waits for it, off the cell's round trip.
-        self._scanner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workdir-scan")
-        self._scan_ahead: Future[workdir.Snapshot | None] | None = None
+        # The last cell's look after it ran: the next cell's look before, when it starts there.
+        self._last_scan: workdir.Snapshot | None = None
         self._files_changed: dict[str, Any] | None = None
         self.gpu, self.no_gpu = _create_gpu(gpu_mode, adapter, backend)
 
@@ -106,7 +104,7 @@ class Executor:
     def run_job(self, msg: Message) -> None:
         if msg.header.get("kind") == "file":
             self._run_file_job(msg)
-            self._scan_ahead = None  # the copy may have changed the folder: the next cell looks again itself
+            self._last_scan = None  # the copy may have changed the folder: the next cell looks again itself
             return
         job = str(msg.header["job"])
         started = time.perf_counter()
@@ -144,10 +142,8 @@ class Executor:
             self.send(T.ERROR, self._with_files(_remote_error(exc, job, self._sources)))
         finally:
             self._outputs = None
-            # The next cell's working directory, looked through while the worker waits for it; after a
-            # call (map's chunks come by the hundred) the next cell looks itself, only when one comes.
-            is_cell = msg.header.get("kind") == "code"
-            self._scan_ahead = self._scanner.submit(_scan_working_directory) if is_cell else None
+            if msg.header.get("kind") != "code":  # a call may have written files: the next cell looks itself
+                self._last_scan = None
 
     def _run_file_job(self, msg: Message) -> None:
         """One step of copying a file or folder (worker/files.py): no user code runs, so nothing is tracked."""
@@ -170,10 +166,9 @@ class Executor:
                 "remote-magic version on the notebook and the worker"), job))
 
     def _starting_files(self) -> workdir.Snapshot | None:
-        """The working directory as this cell finds it: as scanned after the last job, if that scan looked
-        where the cell starts (a file arriving between the two is taken for the cell's)."""
-        ahead, self._scan_ahead = self._scan_ahead, None
-        snapshot = ahead.result() if ahead is not None else None
+        """The working directory as this cell finds it: as the last cell left it, if that cell looked where
+        this one starts (a file another program writes between the two is taken for this cell's)."""
+        snapshot, self._last_scan = self._last_scan, None
         if snapshot is None or snapshot.root != os.getcwd():
             snapshot = _scan_working_directory()
         return snapshot
@@ -181,7 +176,7 @@ class Executor:
     def _note_file_changes(self) -> None:
         """Compare the running cell's working directory with how the cell found it."""
         if self._files_before is not None:
-            after = workdir.scan(self._files_before.root)
+            after = self._last_scan = workdir.scan(self._files_before.root)
             self._files_changed = workdir.changes(self._files_before, after)
 
     def _with_files(self, header: dict[str, Any]) -> dict[str, Any]:
