@@ -563,6 +563,8 @@ class Client:
         ends = msg.type in (T.RESULT, T.ERROR)
         with self._lock:  # one owner per ending: whoever takes the job out of the table
             job = (self._jobs.pop if ends else self._jobs.get)(job_id, None) if isinstance(job_id, str) else None
+            if job is not None and job.lifecycle.state is JobState.QUEUED:
+                job.lifecycle.move(JobState.SENT)  # the hub answered before send() returned: it has the job
             if job is not None and ends:
                 job.lifecycle.end(msg.header if msg.type is T.ERROR else None)
             elif job is not None and msg.type is T.STARTED:
