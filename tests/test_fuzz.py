@@ -142,7 +142,7 @@ _PICKLES = [_pickled(v) for v in (None, 0, 10 ** 400, "text", b"bytes", [1, [2]]
 _payloads = st.binary(max_size=64) | st.sampled_from(_PICKLES + [p[:-1] for p in _PICKLES] + [p[:5] for p in _PICKLES])
 
 # Most messages are well formed, so that most get past framing into the handlers.
-_VERSIONS = [PROTOCOL_VERSION] * 20 + [b"", b"RM0", b"rm1", b"RM1\0", b"\xff" * 8]
+_VERSIONS = [PROTOCOL_VERSION] * 20 + [b"", b"RM0", b"rm2", b"RM2\0", b"RM1", b"\xff" * 8]
 _BAD_TYPES = [None] * 20 + [b"", b"HELLO", b"submit\0", b"launch", b"\xff\xfe"]
 _HEADER_SHAPES = ["json"] * 10 + ["bytes", "truncated", "not-an-object", "nested", "oversized"]
 _FRAME_SHAPES = ["as-is"] * 10 + ["truncated", "reordered", "dropped", "duplicated", "random", "oversized"]

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from netns import Link, linked_namespaces
 
 import remote_magic
 from remote_magic.wire.discovery import (
@@ -34,51 +32,10 @@ from support import start_worker
 BLOCK_ZEROCONF = "import sys\nsys.modules['zeroconf'] = None  # as if it were not installed\n"
 
 
-@dataclass(frozen=True)
-class Lan:
-    """Two namespaces, ``hub`` and ``notebook``, on one link: 10.X.Y.1 and 10.X.Y.2."""
-
-    hub: str
-    notebook: str
-    hub_ip: str
-    notebook_ip: str
-
-
-def _ip(*args: str) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
-    if result.returncode != 0:
-        raise AssertionError(f"ip {' '.join(args)} failed: {result.stderr.strip()}")
-
-
 @pytest.fixture
-def lan() -> Iterator[Lan]:
-    if shutil.which("ip") is None:
-        pytest.skip("LAN discovery tests make network namespaces with `ip` (iproute2), which is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("LAN discovery tests make network namespaces, which takes root")
-    tag = secrets.token_hex(3)
-    subnet = f"10.{secrets.randbelow(200) + 50}.{secrets.randbelow(250) + 1}"
-    lan = Lan(f"rm-lan-a-{tag}", f"rm-lan-b-{tag}", f"{subnet}.1", f"{subnet}.2")
-    made: list[str] = []
-    try:
-        for namespace in (lan.hub, lan.notebook):
-            _ip("netns", "add", namespace)
-            made.append(namespace)
-        # Both ends are created inside the namespaces: no interface appears on this machine's own network.
-        ends = {lan.hub: (f"rmla{tag}", lan.hub_ip), lan.notebook: (f"rmlb{tag}", lan.notebook_ip)}
-        _ip("link", "add", ends[lan.hub][0], "netns", lan.hub, "type", "veth",
-            "peer", "name", ends[lan.notebook][0], "netns", lan.notebook)
-        for namespace, (device, address) in ends.items():
-            _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", device)
-            _ip("-n", namespace, "link", "set", "lo", "up")
-            _ip("-n", namespace, "link", "set", device, "up", "multicast", "on")
-            _ip("-n", namespace, "route", "add", "224.0.0.0/4", "dev", device)
-        yield lan
-    finally:
-        for namespace in made:  # removing a namespace removes its end of the veth pair
-            _ip("netns", "del", namespace)
-    remaining = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert lan.hub not in remaining and lan.notebook not in remaining
+def lan() -> Iterator[Link]:
+    with linked_namespaces("LAN discovery tests", multicast=True) as link:
+        yield link
 
 
 NOTEBOOK = r'''
@@ -132,26 +89,26 @@ print(json.dumps({"removed": removed}), flush=True)
 '''
 
 
-def test_a_notebook_finds_the_hub_its_token_opens_and_runs_a_cell_there(lan: Lan, tmp_path: Path) -> None:
-    worker = start_worker(tmp_path, "--lan", "--listen", f"{lan.hub_ip}:0", "--gpu", "off", "--name", "lanhub",
-                          "-v", wrapper=("ip", "netns", "exec", lan.hub))
+def test_a_notebook_finds_the_hub_its_token_opens_and_runs_a_cell_there(lan: Link, tmp_path: Path) -> None:
+    worker = start_worker(tmp_path, "--lan", "--listen", f"{lan.a_ip}:0", "--gpu", "off", "--name", "lanhub",
+                          "-v", wrapper=("ip", "netns", "exec", lan.a))
     notebook: subprocess.Popen[str] | None = None
     try:
         token = worker.token
         hub_fingerprint = token_fingerprint(token)
         log = worker.log()
-        assert f"mDNS on {lan.hub_ip} only" in log  # zeroconf is bound to the veth address and nothing else
+        assert f"mDNS on {lan.a_ip} only" in log  # zeroconf is bound to the veth address and nothing else
         assert f"key fingerprint {hub_fingerprint[:16]}" in log
         # A hub on 0.0.0.0 would advertise on each non-loopback IPv4 address: in this namespace, the veth's.
-        wildcard = subprocess.run(["ip", "netns", "exec", lan.hub, sys.executable, "-c", "from remote_magic.hub."
+        wildcard = subprocess.run(["ip", "netns", "exec", lan.a, sys.executable, "-c", "from remote_magic.hub."
                                    "advertise import lan_interfaces; print(lan_interfaces('0.0.0.0'))"],
                                   capture_output=True, text=True, timeout=60)
-        assert wildcard.stdout.strip() == repr([lan.hub_ip]), wildcard.stderr
+        assert wildcard.stdout.strip() == repr([lan.a_ip]), wildcard.stderr
         script = tmp_path / "notebook.py"
         script.write_text(NOTEBOOK)
         environment = {k: v for k, v in os.environ.items() if k != "REMOTE_MAGIC_TOKEN"}
-        notebook = subprocess.Popen(["ip", "netns", "exec", lan.notebook, sys.executable, str(script), token,
-                                     lan.notebook_ip], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        notebook = subprocess.Popen(["ip", "netns", "exec", lan.b, sys.executable, str(script), token,
+                                     lan.b_ip], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, env=environment)
         assert notebook.stdout is not None and notebook.stdin is not None
         first = notebook.stdout.readline()
@@ -159,19 +116,19 @@ def test_a_notebook_finds_the_hub_its_token_opens_and_runs_a_cell_there(lan: Lan
         report = json.loads(first)
         [found] = [hub for hub in report["discovered"] if hub["matches"]]
         assert report["added"]
-        assert found["name"] == "lanhub" and found["addresses"] == [lan.hub_ip]
+        assert found["name"] == "lanhub" and found["addresses"] == [lan.a_ip]
         assert found["fingerprint"] == hub_fingerprint
-        assert f"tcp://{lan.hub_ip}:{found['port']}" == remote_magic.wire.tokens.Token.decode(token).address
+        assert f"tcp://{lan.a_ip}:{found['port']}" == remote_magic.wire.tokens.Token.decode(token).address
 
         assert report["list"]["ok"], report["list"]
-        assert "lanhub" in report["list"]["output"] and f"{lan.hub_ip}:{found['port']}" in report["list"]["output"]
+        assert "lanhub" in report["list"]["output"] and f"{lan.a_ip}:{found['port']}" in report["list"]["output"]
         assert hub_fingerprint[:16] in report["list"]["output"]
         assert "%offload_connect --lan TOKEN" in report["list"]["output"]
         assert not report["other"]["ok"]
         assert "is the one this token opens" in report["other"]["output"] and "lanhub" in report["other"]["output"]
 
         assert report["connect"]["ok"], report["connect"]
-        assert f"Connected to tcp://{lan.hub_ip}:{found['port']}" in report["connect"]["output"]
+        assert f"Connected to tcp://{lan.a_ip}:{found['port']}" in report["connect"]["output"]
         assert report["run"]["ok"], report["run"]
         assert report["answer"] == 42
         assert report["still"]["ok"] and report["answer_after"] == 43, report["still"]

@@ -16,8 +16,7 @@ import logging
 import sys
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Sequence
 
 import zmq
@@ -37,6 +36,7 @@ from ..errors import (
     WorkerLost,
 )
 from ..wire.auth import HubAuthenticator
+from ..wire.chunks import Inbox, Outbox, ack
 from ..wire.failures import error_header
 from ..wire.keys import HubKeys
 from ..wire.lifecycle import JobState
@@ -63,8 +63,9 @@ log = logging.getLogger(__name__)
 
 # What each role may send once it said HELLO.
 _ALLOWED = {
-    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO},
-    Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO},
+    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK},
+    Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO, T.CHUNK,
+                  T.CHUNK_ACK},
 }
 _LOCAL_KEY = b"in-process"
 
@@ -76,13 +77,7 @@ GOODBYE_LINGER_MS = 1000
 """At shutdown, how long the hub's socket may take to deliver its goodbyes."""
 
 HELD_RETRY_MS = 10
-"""While messages wait for a peer: how often the hub tries to send them."""
-
-
-@dataclass
-class _Held:
-    messages: deque[tuple[list[Any], int]] = field(default_factory=deque)  # (frames, their size), in order
-    bytes: int = 0
+"""While messages wait for a peer's queue to have room: how often the hub tries to send them."""
 
 
 class Hub:
@@ -111,7 +106,9 @@ class Hub:
         self._socket: zmq.Socket[Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._held: dict[bytes, _Held] = {}  # per peer whose queue is full: what waits for it, in order
+        # Per peer: what goes to it, in order (large messages in paced chunks), and what it is sending us.
+        self._outboxes: dict[bytes, Outbox] = {}
+        self._inboxes: dict[bytes, Inbox] = {}
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
@@ -206,8 +203,7 @@ class Hub:
         try:
             while not self._stopping.is_set():
                 timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
-                if self._held:  # the socket can't say when a peer's queue has room again: look often
-                    self._send_held()
+                if self._send_held():  # the socket can't say when a peer's queue has room again: look often
                     timeout_ms = min(timeout_ms, HELD_RETRY_MS)
                 events = dict(poller.poll(timeout_ms))
                 if wake in events:
@@ -243,19 +239,24 @@ class Hub:
         self._send_frames(identity, encode(msg_type, header, buffers))
 
     def _send_frames(self, identity: bytes, frames: list[Any]) -> None:
-        """Send without ever blocking the hub: what a peer's full queue can't take waits for it, in order."""
-        held = self._held.get(identity)
-        if held is not None:
-            self._hold(identity, held, frames)
-        elif not self._try_send(identity, frames):
-            peer = self.fleet.peers.get(identity)
-            if peer is None:  # not (or no longer) a peer: nothing to keep it for
+        """Send without ever blocking the hub: what a peer can't take now waits for it, in order."""
+        peer = self.fleet.peers.get(identity)
+        if peer is None:  # not (or no longer) a peer: nothing to keep it for
+            if not self._try_send(identity, frames):
                 log.debug("dropped a message to %r, which is not reading and not a peer", identity)
-                return
+            return
+        outbox = self._outboxes.get(identity)
+        if outbox is None:  # in-process workers need no chunks: inproc carries no heartbeats to starve
+            outbox = self._outboxes[identity] = Outbox(partial(self._try_send, identity), chunked=not peer.local)
+        reading = not outbox.waiting_for_room
+        outbox.put(frames)
+        if reading and outbox.waiting_for_room:
             log.info("%s %r is not reading what the hub sends, or is reconnecting; keeping its messages "
                      "until it reads", peer.role.value, peer.name)
-            self._held[identity] = held = _Held()
-            self._hold(identity, held, frames)
+        if len(outbox) > 1 and outbox.pending_bytes > MAX_HELD_BYTES:
+            log.warning("%s %r stopped reading while %.0f MiB waited for it; dropping it and what waited",
+                        peer.role.value, peer.name, outbox.pending_bytes / 2**20)
+            self._forget(peer, f"stopped reading while {outbox.pending_bytes / 2**20:.0f} MiB waited for it")
 
     def _try_send(self, identity: bytes, frames: list[Any]) -> bool:
         """Send one message if the peer's queue has room; False if it has none (nothing was sent)."""
@@ -269,25 +270,14 @@ class Hub:
             peer.last_sent = time.monotonic()
         return True
 
-    def _hold(self, identity: bytes, held: "_Held", frames: list[Any]) -> None:
-        size = sum(len(frame) for frame in frames)
-        peer = self.fleet.peers.get(identity)
-        if held.messages and held.bytes + size > MAX_HELD_BYTES and peer is not None:
-            log.warning("%s %r stopped reading while %.0f MiB waited for it; dropping it and what waited",
-                        peer.role.value, peer.name, held.bytes / 2**20)
-            self._forget(peer, f"stopped reading while {held.bytes / 2**20:.0f} MiB waited for it")
-            return
-        held.messages.append((frames, size))
-        held.bytes += size
-
-    def _send_held(self) -> None:
-        """Send what waits for peers that read again."""
-        for identity, held in list(self._held.items()):
-            while held.messages and self._try_send(identity, held.messages[0][0]):
-                held.bytes -= held.messages.popleft()[1]
-            if not held.messages:
-                del self._held[identity]
-                log.info("%r reads again: sent what waited for it", identity)
+    def _send_held(self) -> bool:
+        """Send what waits for peers (they read again, or a chunk is due); True while any waits for room."""
+        waiting = False
+        for outbox in self._outboxes.values():
+            if outbox:
+                outbox.pump()
+                waiting = waiting or outbox.waiting_for_room
+        return waiting
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
         identity = frames[0].bytes
@@ -301,8 +291,11 @@ class Hub:
         except ValueError:
             self._peer_warnings.warning(user_id, "dropped a message from a peer with no role")
             return
+        self._handle_message(identity, role, key, user_id, frames[1:])
+
+    def _handle_message(self, identity: bytes, role: Role, key: str, user_id: str, frames: Sequence[Any]) -> None:
         try:
-            msg = decode(frames[1:])
+            msg = decode(frames)
         except ProtocolError as exc:
             self._peer_warnings.warning(user_id, "malformed message from a %s: %s", role.value, exc)
             self._send(identity, T.ERROR, error_header(ProtocolError(str(exc))))
@@ -326,8 +319,10 @@ class Hub:
                 PermissionDenied(f"{msg.type.value} is not allowed here: {what}"), msg.header.get("job")))
             return
         try:
-            handler = getattr(self, f"_on_{msg.type.value}")
-            handler(peer, msg, frames[1:])
+            if msg.type is T.CHUNK:
+                self._on_chunk(peer, msg, key, user_id)
+            else:
+                getattr(self, f"_on_{msg.type.value}")(peer, msg, frames)
         except (KeyError, TypeError, ValueError, InvalidTransition) as exc:
             self._peer_warnings.warning(user_id, "bad %s from %s: %s", msg.type.value, peer.name, exc)
             self._send(identity, T.ERROR, error_header(
@@ -379,6 +374,23 @@ class Hub:
             peer.stats = msg.header["stats"]
             if self.fleet.queue and (placement.power_hold(peer), placement.on_battery(peer)) != before:
                 self._dispatch()  # plugged in, or charged past its --min-battery: waiting jobs may go there now
+
+    def _on_chunk(self, peer: Peer, msg: Message, key: str, user_id: str) -> None:
+        inbox = self._inboxes.setdefault(peer.identity, Inbox(max_bytes=self.max_message_bytes))
+        try:
+            received, whole = inbox.add(msg)
+        except ProtocolError as exc:
+            self._peer_warnings.warning(user_id, "bad chunk from %s: %s", peer.name, exc)
+            self._send(peer.identity, T.ERROR, error_header(exc, _job_id(msg)))
+            return
+        self._try_send(peer.identity, ack(msg, received))
+        if whole is not None:
+            self._handle_message(peer.identity, peer.role, key, user_id, whole)
+
+    def _on_chunk_ack(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        outbox = self._outboxes.get(peer.identity)
+        if outbox is not None:
+            outbox.on_ack(msg.header)
 
     def _on_bye(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         self._forget(peer, "shut down" if peer.role is Role.WORKER else "disconnected")
@@ -488,7 +500,9 @@ class Hub:
                 self._forget(peer, f"stopped answering for {self.expiry_s:.1f} s")
         for peer in list(self.fleet.peers.values()):
             if now - peer.last_sent >= self.heartbeat_interval:
-                self._send(peer.identity, T.HEARTBEAT)
+                self._try_send(peer.identity, encode(T.HEARTBEAT))  # never behind what is queued for it
+        for inbox in self._inboxes.values():
+            inbox.drop_older_than(self.stall_s, now)
 
     def _connected(self, peer: Peer) -> bool:
         """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""
@@ -503,7 +517,8 @@ class Hub:
 
     def _forget(self, peer: Peer, why: str) -> None:
         self.fleet.peers.pop(peer.identity, None)
-        self._held.pop(peer.identity, None)
+        self._outboxes.pop(peer.identity, None)
+        self._inboxes.pop(peer.identity, None)
         log.info("%s %r left: %s", peer.role.value, peer.name, why)
         if peer.role is Role.WORKER:
             host = peer.capabilities.get("hostname", "?")

@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from typing import Any, Callable, Sequence
 
 import zmq
@@ -27,6 +26,7 @@ from ..errors import (
     ProtocolError,
     VersionMismatch,
 )
+from .chunks import Inbox, OnProgress, Outbox, ack
 from .failures import is_error
 from .protocol import (
     HEARTBEAT_INTERVAL_S,
@@ -145,7 +145,8 @@ class Connection:
                  on_message: Callable[[Message], None], on_lost: Callable[[str], None],
                  heartbeat_header: Callable[[], dict[str, Any]] | None = None,
                  watch: dict[zmq.Socket[Any], Callable[[list[zmq.Frame]], None]] | None = None,
-                 on_tick: Callable[[], float] | None = None, name: str = "remote-magic-io") -> None:
+                 on_tick: Callable[[], float] | None = None, name: str = "remote-magic-io",
+                 on_progress: OnProgress | None = None) -> None:
         self._context = context
         self._sock = sock
         self._hello = hello
@@ -167,9 +168,12 @@ class Connection:
         self._outbox.linger = 0
         self._outbox.connect(self._endpoint)
         self._send_lock = threading.Lock()
-        # Messages the socket's queue had no room for yet, in order. While any wait, the outbox isn't
-        # read, so it fills and send() blocks: backpressure to the caller instead of loss.
-        self._backlog: deque[list[Any]] = deque()
+        # What goes to the hub, in order: large messages in paced chunks, and what the socket's queue had
+        # no room for yet. While any of it waits, the inproc outbox isn't read, so it fills and send()
+        # blocks: backpressure to the caller instead of loss.
+        inproc = sock.getsockopt_string(zmq.LAST_ENDPOINT).startswith("inproc://")
+        self._queue = Outbox(self._try_send, chunked=not inproc, on_progress=on_progress)
+        self._inbox = Inbox(on_progress=on_progress)
         self._closing = False
         self._last_hello = 0.0
         self._forgotten = False  # the hub said it doesn't know us, and hasn't welcomed us back yet
@@ -237,13 +241,13 @@ class Connection:
             poller.register(extra, zmq.POLLIN)
         last_heard = last_sent = time.monotonic()
         wait_s = self.interval / 2
-        waiting_for_room = False  # polling for the socket to take the backlog, not reading the outbox
+        waiting = (False, False)  # the queue waits for room in the socket; anything is queued (don't read the outbox)
         try:
             while True:
-                if bool(self._backlog) != waiting_for_room:  # re-arm the poller only when that changes
-                    waiting_for_room = not waiting_for_room
-                    poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if waiting_for_room else 0))
-                    poller.modify(outbox, 0 if waiting_for_room else zmq.POLLIN)
+                if (self._queue.waiting_for_room, bool(self._queue)) != waiting:  # re-arm only on a change
+                    waiting = (self._queue.waiting_for_room, bool(self._queue))
+                    poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if waiting[0] else 0))
+                    poller.modify(outbox, 0 if waiting[1] else zmq.POLLIN)
                 ready = dict(poller.poll(int(wait_s * 1000)))
                 now = time.monotonic()
                 if self._link_events in ready:
@@ -252,13 +256,12 @@ class Connection:
                 for extra, handler in self._watched.items():
                     if extra in ready:
                         self._guarded(handler, extra.recv_multipart(copy=False))
-                if ready.get(sock, 0) & zmq.POLLOUT:
-                    self._drain()
+                if self._queue:  # room again, or time to send a chunk again
+                    self._queue.pump(now)
                 if ready.get(outbox, 0) & zmq.POLLIN:
                     frames = outbox.recv_multipart(copy=False)
                     if len(frames) == 1 and frames[0].bytes == b"close":
-                        self._drain()
-                        self._send(encode(T.BYE))
+                        self._try_send(encode(T.BYE))
                         return
                     self._send(frames)
                     last_sent = now
@@ -268,8 +271,8 @@ class Connection:
                         self.connected = True
                         log.info("the hub answers again")
                     self._receive(sock.recv_multipart(copy=False))
-                if now - last_sent >= self.interval and not self.refused and not self._backlog:
-                    self._send(encode(T.HEARTBEAT, self._heartbeat_header()))
+                if now - last_sent >= self.interval and not self.refused:
+                    self._try_send(encode(T.HEARTBEAT, self._heartbeat_header()))  # never behind queued data
                     last_sent = now
                 silent = now - last_heard
                 if self.connected and silent > self.expiry_s and (not self._link_up or silent > self.stall_s):
@@ -290,13 +293,8 @@ class Connection:
             sock.close()
 
     def _send(self, frames: list[Any]) -> None:
-        """Send in order without ever blocking the I/O thread: what the full queue can't take waits."""
-        if self._backlog or not self._try_send(frames):
-            self._backlog.append(frames)
-
-    def _drain(self) -> None:
-        while self._backlog and self._try_send(self._backlog[0]):
-            self._backlog.popleft()
+        """Send in order without ever blocking the I/O thread: what the link can't take now waits."""
+        self._queue.put(frames)
 
     def _try_send(self, frames: list[Any]) -> bool:
         try:
@@ -311,13 +309,19 @@ class Connection:
         except Exception:  # one bad message must not end the connection: log it whole
             log.exception("failed to handle a message; dropped it")
 
-    def _receive(self, frames: list[zmq.Frame]) -> None:
+    def _receive(self, frames: Sequence[Any]) -> None:
         try:
             msg = decode(frames)
         except ProtocolError as exc:
             log.warning("dropped a malformed message from the hub: %s", exc)
             return
         if msg.type is T.HEARTBEAT:
+            return
+        if msg.type is T.CHUNK:
+            self._take_chunk(msg)
+            return
+        if msg.type is T.CHUNK_ACK:
+            self._queue.on_ack(msg.header)
             return
         if msg.type is T.BYE:  # the hub is stopping: what we wait for won't come. We reconnect when it's back
             self.connected = False
@@ -336,6 +340,7 @@ class Connection:
             if now - self._last_hello >= self.interval:  # one hello per interval, however many replies
                 self._last_hello = now
                 log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
+                self._queue.clear()  # what waited was for the hub's memory of us, which is gone
                 self._send(encode(T.HELLO, self._hello))
             if msg.header.get("job") is not None:
                 self._guarded(self._on_message, msg)  # the job it refused ends with this error
@@ -346,3 +351,13 @@ class Connection:
         if msg.type is T.WELCOME:
             self._forgotten = False
         self._guarded(self._on_message, msg)
+
+    def _take_chunk(self, msg: Message) -> None:
+        try:
+            received, whole = self._inbox.add(msg)
+        except ProtocolError as exc:
+            log.warning("dropped a malformed chunk from the hub: %s", exc)
+            return
+        self._try_send(ack(msg, received))
+        if whole is not None:
+            self._receive(whole)

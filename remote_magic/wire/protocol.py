@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from ..errors import ProtocolError
 
-PROTOCOL_VERSION = b"RM1"
+PROTOCOL_VERSION = b"RM2"
 
 HEARTBEAT_INTERVAL_S = 1.0
 """How often every peer sends a heartbeat when it has nothing else to say."""
@@ -69,6 +69,8 @@ class MessageType(str, Enum):
     WORKERS = "workers"        # client -> hub (request), hub -> client (listing)
     BYE = "bye"                # peer -> hub: leaving; hub -> peer: shutting down
     SESSION_END = "session_end"  # hub -> worker: a client is gone; stop its session's interpreter
+    CHUNK = "chunk"            # any link: a piece of a large message (wire/chunks.py)
+    CHUNK_ACK = "chunk_ack"    # any link: how much of a large message the receiver holds
 
 
 _TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}

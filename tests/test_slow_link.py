@@ -1,0 +1,91 @@
+"""Large values over a slow link: they cross at the link's pace, heartbeats keep flowing beside them,
+and what compresses well crosses compressed.
+
+The worker runs in one network namespace and the notebook in another, joined by a veth pair whose two
+ends are capped at 16 Mbit/s (a token bucket each way). A value that takes longer to cross than the
+heartbeat bound (5 s) used to cost the connection: the hub took the silent peer for gone.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from netns import Link, linked_namespaces
+from support import start_worker
+
+RATE_MBIT = 16
+SECONDS_OF_LINK = 7  # each way: past the 5 s heartbeat bound
+
+NOTEBOOK = r'''
+import json, logging, sys, time
+import numpy as np
+import remote_magic
+
+logging.basicConfig(level=logging.WARNING)
+token, size = sys.argv[1], int(sys.argv[2])
+report = {}
+x = np.random.default_rng(0).random(size // 8)
+with remote_magic.connect(token) as client:
+    start = time.monotonic()
+    out = client.run("y = x[::-1] * 2\nsize = x.nbytes", {"x": x}, outputs=["y", "size"], timeout=300)
+    report["random"] = {"seconds": time.monotonic() - start, "same": bool(np.array_equal(out["y"], x[::-1] * 2)),
+                        "size": out["size"]}
+    print(json.dumps({"mark": "zeros"}), flush=True)
+    sys.stdin.readline()  # the test has read the link's counters
+    zeros = np.zeros(3 * size // 8)
+    out = client.run("total = float(z.sum())\nlength = len(z)", {"z": zeros}, outputs=["total", "length"], timeout=300)
+    report["zeros"] = out
+print(json.dumps(report), flush=True)
+'''
+
+
+@pytest.fixture
+def slow_link() -> Iterator[Link]:
+    with linked_namespaces("slow-link tests", rate_mbit=RATE_MBIT) as link:
+        yield link
+
+
+def test_values_longer_than_the_heartbeat_bound_cross_a_slow_link_and_zeros_cross_compressed(
+        slow_link: Link, tmp_path: Path) -> None:
+    home, notebook = slow_link.a, slow_link.b
+    worker = start_worker(tmp_path, "--listen", f"{slow_link.a_ip}:0", "--gpu", "off", "-v",
+                          wrapper=slow_link.run(home))
+    size = SECONDS_OF_LINK * RATE_MBIT * 10**6 // 8  # bytes
+    script = tmp_path / "notebook.py"
+    script.write_text(NOTEBOOK)
+    try:
+        before = slow_link.sent_bytes(notebook), slow_link.sent_bytes(home)
+        process = subprocess.Popen([*slow_link.run(notebook), sys.executable, str(script), worker.token, str(size)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert process.stdout is not None and process.stdin is not None
+        # 7 s each way at the link's pace; a notebook that lost its connection would wait forever.
+        assert select.select([process.stdout], [], [], 90)[0], "the first value did not cross within 90 s"
+        first = process.stdout.readline()
+        after_random = slow_link.sent_bytes(notebook), slow_link.sent_bytes(home)
+        assert json.loads(first or "{}") == {"mark": "zeros"}, process.stderr.read() if process.stderr else ""
+        process.stdin.write("\n")
+        process.stdin.flush()
+        out, err = process.communicate(timeout=240)
+        after_zeros = slow_link.sent_bytes(notebook)
+        report = json.loads(out.splitlines()[-1])
+    finally:
+        log = worker.log()
+        worker.stop()
+    assert report["random"]["same"] and report["random"]["size"] == size
+    # Both ways at the link's pace: each took over the heartbeat bound, and nobody was taken for gone.
+    assert report["random"]["seconds"] > 2 * 5, report
+    assert "left:" not in log.replace("left: disconnected", ""), log
+    assert "stopped answering" not in err and "ConnectionFailed" not in err, err
+    # Random floats don't compress: they crossed raw, each way.
+    up, down = after_random[0] - before[0], after_random[1] - before[1]
+    assert up >= size and down >= size, (up, down)
+    # Three times as many zeros crossed in a fraction of their size.
+    assert report["zeros"] == {"total": 0.0, "length": 3 * size // 8}
+    assert after_zeros - after_random[0] < size / 4, after_zeros - after_random[0]
