@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import zmq
 
-from . import errors, fleet_jobs, split_gather, transfer
+from . import errors, fleet_jobs, progress, split_gather, transfer
 from .errors import ConnectionFailed, FleetError, JobError, RemoteMagicError
 from .results import FileChanges, JobResult, read_result, show_display, write_stream
 from .split_gather import SplitResult
@@ -63,6 +63,7 @@ class _Job:
     worker: str = ""
     inputs: dict[str, Any] = field(default_factory=dict)  # a cell's, for what comes back to refer to
     update_inputs: bool = True  # inputs changed in place on the worker are updated in place here too
+    transfers: progress.TransferState = field(default_factory=progress.TransferState)
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,7 +101,8 @@ class Client:
         self.version_notes = [note for worker in self._fleet for note in self.differences_with(worker)]
         for note in self.version_notes:
             log.info("%s", note)
-        self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost)
+        self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost,
+                                      on_progress=self._on_progress)
         self._connection.start()
         log.info("connected to %s", self.token.redacted())
 
@@ -445,18 +447,23 @@ class Client:
                 job.lifecycle.move(JobState.SENT)
         return job
 
-    def _wait(self, job: _Job, on_stream: OnStream = write_stream, on_display: OnStream = show_display) -> Message:
+    def _wait(self, job: _Job, on_stream: OnStream = write_stream, on_display: OnStream = show_display,
+              bars: bool = True) -> Message:
         """The job's RESULT or ERROR, showing its output meanwhile; Ctrl-C stops it on the worker too."""
-        return self._wait_all({job.id: (job, on_stream, on_display)})[job.id]
+        return self._wait_all({job.id: (job, on_stream, on_display)}, bars)[job.id]
 
-    def _wait_all(self, waits: Mapping[str, tuple[_Job, OnStream, OnStream]]) -> dict[str, Message]:
-        """Each job's RESULT or ERROR, by job id, showing each one's output with its callbacks meanwhile.
-        The jobs share one events queue. Ctrl-C stops them on their workers too."""
+    def _wait_all(self, waits: Mapping[str, tuple[_Job, OnStream, OnStream]], bars: bool = True
+                  ) -> dict[str, Message]:
+        """Each job's RESULT or ERROR, by job id, showing each one's output with its callbacks meanwhile,
+        and progress bars for its large messages (unless ``bars`` is False). The jobs share one events
+        queue. Ctrl-C stops them on their workers too."""
         events = next(iter(waits.values()))[0].events
         ended: dict[str, Message] = {}
+        states = [job.transfers for job, _, _ in waits.values()] if bars else []
         try:
-            while len(ended) < len(waits):
-                self._take(waits, self._next_event(events), ended)
+            with progress.Bars() as shown:
+                while len(ended) < len(waits):
+                    self._take(waits, self._next_event(events, lambda: shown.update(states)), ended)
             return ended
         except KeyboardInterrupt:
             self._interrupt(waits, ended)
@@ -485,7 +492,7 @@ class Client:
     def _file_job(self, op: dict[str, Any], frames: Sequence[Any], worker: str | None) -> transfer.Reply:
         """Run one step of a copy (worker/files.py) as a job: its result header, frames and worker."""
         job = self._submit({"kind": "file", "op": op}, {}, worker, None, frames=frames)
-        msg = self._wait(job)
+        msg = self._wait(job, bars=False)  # the copy shows one bar for all its steps
         if msg.type is T.ERROR:
             raise error_from_header(msg.header)
         return transfer.Reply(dict(msg.header.get("file") or {}), msg.buffers, job.worker)
@@ -510,10 +517,13 @@ class Client:
         return {**worker, "sessions": len(sessions), "sessions_memory_bytes": sum(sessions.values()),
                 "session_memory_bytes": sessions.get(self.session)}
 
-    def _next_event(self, events: "queue.SimpleQueue[Message]") -> Message:
+    @staticmethod
+    def _next_event(events: "queue.SimpleQueue[Message]", meanwhile: Callable[[], None] = lambda: None) -> Message:
+        """The next event, calling ``meanwhile`` every quarter second until it comes."""
         while True:
+            meanwhile()
             try:
-                return events.get(timeout=0.5)  # a finite wait keeps Ctrl-C responsive everywhere
+                return events.get(timeout=0.25)  # a finite wait keeps Ctrl-C responsive everywhere
             except queue.Empty:
                 continue
 
@@ -597,6 +607,11 @@ class Client:
                 job.future.set_result(result.kept_on_worker or result.values.get("result"))
             except RemoteMagicError as exc:
                 job.future.set_exception(exc)
+
+    def _on_progress(self, about: Mapping[str, Any], done: int, total: int) -> None:
+        job = self._jobs.get(str(about.get("job")))
+        if job is not None:
+            job.transfers.note(progress.direction(about), done, total)
 
     def _on_lost(self, reason: str) -> None:
         self._fail_every_job(ConnectionFailed(f"{reason}; the job's result is lost"))

@@ -1,5 +1,5 @@
-"""Large values over a slow link: they cross at the link's pace, heartbeats keep flowing beside them,
-and what compresses well crosses compressed.
+"""Large values over a slow link: they cross at the link's pace with a progress bar, heartbeats keep
+flowing beside them, and what compresses well crosses compressed.
 
 The worker runs in one network namespace and the notebook in another, joined by a veth pair whose two
 ends are capped at 16 Mbit/s (a token bucket each way). A value that takes longer to cross than the
@@ -9,6 +9,7 @@ heartbeat bound (5 s) used to cost the connection: the hub took the silent peer 
 from __future__ import annotations
 
 import json
+import re
 import select
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from netns import Link, linked_namespaces
+
 from support import start_worker
 
 RATE_MBIT = 16
@@ -83,6 +84,9 @@ def test_values_longer_than_the_heartbeat_bound_cross_a_slow_link_and_zeros_cros
     assert report["random"]["seconds"] > 2 * 5, report
     assert "left:" not in log.replace("left: disconnected", ""), log
     assert "stopped answering" not in err and "ConnectionFailed" not in err, err
+    # Each way, a progress bar of bytes with rate and ETA showed while it took more than a second.
+    assert "sending to the worker" in err and "receiving from the worker" in err, err
+    assert re.search(r"sending to the worker: +\d+%.*MB/s", err), err
     # Random floats don't compress: they crossed raw, each way.
     up, down = after_random[0] - before[0], after_random[1] - before[1]
     assert up >= size and down >= size, (up, down)

@@ -502,7 +502,7 @@ class Hub:
             if now - peer.last_sent >= self.heartbeat_interval:
                 self._try_send(peer.identity, encode(T.HEARTBEAT))  # never behind what is queued for it
         for inbox in self._inboxes.values():
-            inbox.drop_older_than(self.stall_s, now)
+            inbox.drop_older_than(self.stall_s)
 
     def _connected(self, peer: Peer) -> bool:
         """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""

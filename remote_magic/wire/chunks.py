@@ -85,7 +85,7 @@ class _Transfer:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     sent: int = 0        # bytes handed to the socket
     acked: int = 0       # bytes the far side holds in order
-    started: float = 0.0
+    started: float | None = None
     last_ack: float = 0.0
     compressible: bool | None = None  # decided from a sample when the link is slow enough to care
 
@@ -119,8 +119,9 @@ class Outbox:
     """
 
     def __init__(self, send: Callable[[list[Any]], bool], *, chunked: bool = True,
-                 on_progress: OnProgress | None = None) -> None:
+                 on_progress: OnProgress | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._send = send
+        self._clock = clock
         self._chunked = chunked
         self._on_progress = on_progress
         self._queue: deque[list[Any] | _Transfer] = deque()
@@ -146,9 +147,9 @@ class Outbox:
         self.pending_bytes = 0
         self.waiting_for_room = False
 
-    def pump(self, now: float | None = None) -> None:
+    def pump(self) -> None:
         """Send what the link takes now, in order."""
-        now = time.monotonic() if now is None else now
+        now = self._clock()
         self.waiting_for_room = False
         while self._queue:
             head = self._queue[0]
@@ -172,7 +173,7 @@ class Outbox:
         """Send the transfer's next chunks; True once all of it is acknowledged."""
         if transfer.acked >= transfer.total:
             return True
-        if not transfer.started:
+        if transfer.started is None:
             transfer.started = transfer.last_ack = now
         elif transfer.sent > transfer.acked and now - transfer.last_ack > RESEND_AFTER_S:
             log.info("no acknowledgement for %.0f s: sending again from byte %d of %d",
@@ -201,9 +202,9 @@ class Outbox:
             transfer.compressible = transfer.sample_shrinks()
         return transfer.compressible
 
-    def on_ack(self, header: Mapping[str, Any], now: float | None = None) -> None:
+    def on_ack(self, header: Mapping[str, Any]) -> None:
         """The far side holds ``received`` bytes of ``transfer`` in order."""
-        now = time.monotonic() if now is None else now
+        now = self._clock()
         head = self._queue[0] if self._queue else None
         received = header.get("received")
         if not isinstance(head, _Transfer) or head.id != header.get("transfer") or not isinstance(received, int):
@@ -212,13 +213,15 @@ class Outbox:
             head.sent = head.acked = max(0, received)
         elif received > head.acked:
             head.acked, head.last_ack = min(received, head.total), now
-            self._rate = head.acked / max(now - head.started, 1e-6)
-            log.debug("transfer %s: %d of %d bytes acknowledged, %.0f bytes/s", head.id, head.acked, head.total, self._rate)
+            started = now if head.started is None else head.started
+            self._rate = head.acked / max(now - started, 1e-6)
+            log.debug("transfer %s: %d of %d bytes acknowledged, %.0f bytes/s",
+                      head.id, head.acked, head.total, self._rate)
             if self._on_progress is not None:
                 self._on_progress(head.about, head.acked, head.total)
         if head.acked >= head.total:
             self.pending_bytes -= head.total
-        self.pump(now)
+        self.pump()
 
 
 @dataclass
@@ -239,15 +242,17 @@ class Inbox:
     acknowledge) and, once it is whole, the message's frames.
     """
 
-    def __init__(self, max_bytes: int | None = None, on_progress: OnProgress | None = None) -> None:
+    def __init__(self, max_bytes: int | None = None, on_progress: OnProgress | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._max_bytes = max_bytes
+        self._clock = clock
         self._on_progress = on_progress
         self._partial: dict[str, _Partial] = {}
         self._decompressor = zstandard.ZstdDecompressor()
 
-    def add(self, msg: Message, now: float | None = None) -> tuple[int, list[memoryview] | None]:
+    def add(self, msg: Message) -> tuple[int, list[memoryview] | None]:
         """Take one chunk; raises ProtocolError for one that can't be part of a message."""
-        now = time.monotonic() if now is None else now
+        now = self._clock()
         header = msg.header
         transfer, offset, sizes = header.get("transfer"), header.get("offset"), header.get("sizes")
         if not isinstance(transfer, str) or not isinstance(offset, int) or not isinstance(sizes, list) \
@@ -261,7 +266,7 @@ class Inbox:
         if partial is None:
             if offset != 0:
                 return 0, None  # we hold nothing of it (we forgot, or restarted): the sender starts again
-            partial = self._partial[transfer] = _Partial(sizes, bytearray(total), {
+            partial = self._partial[transfer] = _Partial(sizes, bytearray(), {
                 k: header[k] for k in ("job", "type") if k in header})
         partial.touched = now
         data = memoryview(b"".join(bytes(_flat(b)) for b in msg.buffers)) if len(msg.buffers) != 1 \
@@ -269,7 +274,7 @@ class Inbox:
         if "raw" in header:
             data = memoryview(self._decompressor.decompress(bytes(data), max_output_size=int(header["raw"])))
         if offset == partial.received and offset + data.nbytes <= total:
-            partial.buffer[offset:offset + data.nbytes] = data
+            partial.buffer += data  # grows with what arrived, never to what a header merely claims
             partial.received += data.nbytes
             if self._on_progress is not None:
                 self._on_progress(partial.about, partial.received, total)
@@ -282,9 +287,9 @@ class Inbox:
             start += size
         return total, frames
 
-    def drop_older_than(self, seconds: float, now: float | None = None) -> None:
+    def drop_older_than(self, seconds: float) -> None:
         """Forget messages no chunk of which came for ``seconds`` (their sender gave up)."""
-        now = time.monotonic() if now is None else now
+        now = self._clock()
         for transfer in [t for t, p in self._partial.items() if now - p.touched > seconds]:
             log.info("dropped a message that stopped arriving %.0f s ago", now - self._partial[transfer].touched)
             del self._partial[transfer]

@@ -257,7 +257,7 @@ class Connection:
                     if extra in ready:
                         self._guarded(handler, extra.recv_multipart(copy=False))
                 if self._queue:  # room again, or time to send a chunk again
-                    self._queue.pump(now)
+                    self._queue.pump()
                 if ready.get(outbox, 0) & zmq.POLLIN:
                     frames = outbox.recv_multipart(copy=False)
                     if len(frames) == 1 and frames[0].bytes == b"close":

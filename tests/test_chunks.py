@@ -1,0 +1,191 @@
+"""Chunked transfer (remote_magic/wire/chunks.py): a sender's Outbox and a receiver's Inbox, joined here by
+lists instead of sockets so each case (a lost chunk, a receiver that forgot, a full queue) is exact."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from remote_magic.errors import ProtocolError
+from remote_magic.wire import chunks
+from remote_magic.wire.chunks import CHUNK_BYTES, CHUNKED_OVER, RESEND_AFTER_S, Inbox, Outbox
+from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
+
+
+class Clock:
+    """Time as the test says it is."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Link:
+    """An outbox whose sends land in a list (``room`` says how many more it takes), an inbox at its far
+    end, and one clock for both."""
+
+    def __init__(self, room: int = 10**9) -> None:
+        self.sent: list[Message] = []
+        self.room = room
+        self.clock = Clock()
+        self.outbox = Outbox(self.send, clock=self.clock)
+        self.inbox = Inbox(clock=self.clock)
+
+    def ack(self, chunk: Message, received: int, at: float) -> None:
+        self.clock.now = at
+        self.outbox.on_ack({"transfer": chunk.header["transfer"], "received": received})
+
+    def send(self, frames: list[Any]) -> bool:
+        if self.room <= 0:
+            return False
+        self.room -= 1
+        self.sent.append(decode(frames))
+        return True
+
+
+def deliver(link: Link) -> list[Message]:
+    """Hand every sent chunk to the inbox, acknowledge each, and return the whole messages that arrived."""
+    arrived = []
+    while link.sent:
+        msg = link.sent.pop(0)
+        if msg.type is not T.CHUNK:
+            arrived.append(msg)
+            continue
+        received, whole = link.inbox.add(msg)
+        if whole is not None:
+            arrived.append(decode(whole))
+        link.ack(msg, received, link.clock.now)
+    return arrived
+
+
+def deliver_all(link: Link) -> list[Message]:
+    arrived = []
+    while link.sent:
+        arrived += deliver(link)
+    return arrived
+
+
+def big_message(size: int, job: str = "j1") -> tuple[list[Any], bytes]:
+    payload = os.urandom(size)
+    return encode(T.RESULT, {"job": job}, [b"small frame", payload]), payload
+
+
+def test_a_large_message_crosses_in_chunks_and_arrives_whole_with_its_frames() -> None:
+    link = Link()
+    frames, payload = big_message(5 * CHUNK_BYTES + 123)
+    link.outbox.put(frames)
+    assert [m.type for m in link.sent] == [T.CHUNK] * 2  # the first window: two chunks until the rate is known
+    link.clock.now = 1.0
+    arrived = deliver_all(link)
+    assert len(arrived) == 1 and arrived[0].header == {"job": "j1"}
+    assert [bytes(b) for b in arrived[0].buffers] == [b"small frame", payload]
+    assert not link.outbox and link.outbox.pending_bytes == 0
+
+
+def test_small_messages_stay_whole_and_keep_their_place_behind_a_large_one() -> None:
+    link = Link()
+    link.outbox.put(encode(T.STREAM, {"job": "j1", "text": "before"}))
+    frames, _ = big_message(CHUNKED_OVER + 1)
+    link.outbox.put(frames)
+    link.outbox.put(encode(T.STREAM, {"job": "j1", "text": "after"}))
+    link.clock.now = 1.0
+    assert [m.header.get("text", "RESULT") for m in deliver_all(link)] == ["before", "RESULT", "after"]
+
+
+def test_chunks_lost_with_a_connection_are_sent_again_from_the_last_acknowledged_byte() -> None:
+    link = Link()
+    frames, payload = big_message(4 * CHUNK_BYTES)
+    link.outbox.put(frames)
+    first = link.sent.pop(0)
+    link.ack(first, link.inbox.add(first)[0], at=0.5)
+    link.sent.clear()  # what was in flight is lost
+    link.clock.now = 0.5 + RESEND_AFTER_S / 2
+    link.outbox.pump()
+    assert link.sent == []  # not yet: acknowledgements may just be slow
+    link.clock.now = 0.6 + RESEND_AFTER_S
+    link.outbox.pump()
+    assert link.sent[0].header["offset"] == CHUNK_BYTES
+    assert bytes(deliver_all(link)[0].buffers[1]) == payload
+
+
+def test_a_receiver_that_forgot_the_transfer_gets_it_again_from_the_start() -> None:
+    link = Link()
+    frames, payload = big_message(4 * CHUNK_BYTES)
+    link.outbox.put(frames)
+    link.ack(link.sent[0], CHUNK_BYTES, at=0.1)
+    link.sent.clear()
+    link.inbox = Inbox(clock=link.clock)  # say, the hub restarted
+    link.clock.now = 0.2 + RESEND_AFTER_S
+    link.outbox.pump()
+    stale = link.sent[:]
+    link.sent.clear()
+    assert link.inbox.add(stale[0]) == (0, None)  # a chunk from the middle: it holds nothing of it
+    link.ack(stale[0], 0, at=5.0)
+    assert link.sent[0].header["offset"] == 0
+    assert bytes(deliver_all(link)[0].buffers[1]) == payload
+
+
+def test_a_full_queue_holds_the_rest_until_it_has_room() -> None:
+    link = Link(room=1)
+    for text in "abc":
+        link.outbox.put(encode(T.STREAM, {"text": text}))
+    assert [m.header["text"] for m in link.sent] == ["a"] and link.outbox.waiting_for_room
+    link.room = 5
+    link.outbox.pump()
+    assert [m.header["text"] for m in link.sent] == ["a", "b", "c"] and not link.outbox.waiting_for_room
+
+
+def test_the_window_follows_the_measured_rate_so_a_slow_link_holds_about_a_second_of_data() -> None:
+    link = Link()
+    frames, _ = big_message(40 * CHUNK_BYTES)
+    link.outbox.put(frames)
+    first = link.sent.pop(0)
+    link.ack(first, link.inbox.add(first)[0], at=0.25)  # 256 KiB in 0.25 s: 1 MiB/s
+    in_flight = sum(len(m.buffers[0]) for m in link.sent)
+    assert in_flight == (1 << 20) * chunks.PACE_S
+    slow = Link()  # 8 times slower: the window's floor, two chunks
+    slow.outbox.put(frames)
+    first = slow.sent.pop(0)
+    slow.ack(first, slow.inbox.add(first)[0], at=2.0)
+    assert sum(len(m.buffers[0]) for m in slow.sent) == chunks.MIN_WINDOW_BYTES
+
+
+def test_on_a_slow_link_zeros_cross_compressed_and_random_bytes_raw() -> None:
+    for payload, compressed in ((bytes(8 * CHUNK_BYTES), True), (os.urandom(8 * CHUNK_BYTES), False)):
+        link = Link()
+        link.outbox.put(encode(T.RESULT, {"job": "j"}, [payload]))
+        first = link.sent.pop(0)
+        link.ack(first, link.inbox.add(first)[0], at=1.0)  # 256 KiB/s
+        after = link.sent[1:]  # the first window left before the rate was known: raw
+        assert after and all(("raw" in m.header) is compressed for m in after)
+        assert bytes(deliver_all(link)[0].buffers[0]) == payload
+
+
+def test_on_a_fast_link_nothing_is_compressed() -> None:
+    link = Link()
+    link.outbox.put(encode(T.RESULT, {"job": "j"}, [bytes(64 * CHUNK_BYTES)]))
+    first = link.sent.pop(0)
+    link.ack(first, link.inbox.add(first)[0], at=0.001)  # 256 MiB/s: compressing would cost more than it saves
+    assert link.sent and not any("raw" in m.header for m in link.sent)
+
+
+def test_a_chunk_that_cant_be_part_of_a_message_is_refused_saying_why() -> None:
+    inbox = Inbox(max_bytes=1 << 20)
+    with pytest.raises(ProtocolError, match="over this hub's 1 MiB limit"):
+        inbox.add(Message(T.CHUNK, {"transfer": "t", "offset": 0, "sizes": [3, 6, 2, 2 << 20]}, [b"RM2"]))
+    with pytest.raises(ProtocolError, match="transfer id, an offset"):
+        inbox.add(Message(T.CHUNK, {"transfer": "t", "offset": "0", "sizes": [3, 6, 2]}, [b"RM2"]))
+
+
+def test_a_transfer_whose_sender_went_quiet_is_forgotten() -> None:
+    link = Link()
+    frames, _ = big_message(4 * CHUNK_BYTES)
+    link.outbox.put(frames)
+    link.inbox.add(link.sent[0])
+    link.clock.now = 61.0
+    link.inbox.drop_older_than(60)
+    assert link.inbox.add(link.sent[1]) == (0, None)  # the rest no longer fits anything it holds
