@@ -139,7 +139,8 @@ class Client:
                 figure_formats: Iterable[str] = ("png",),
                 on_files: Callable[[FileChanges], None] | None = None,
                 retries: int = 0, on_retry: Callable[[str], None] | None = None,
-                require: Iterable[str] | str | None = None, prefer: str | None = None) -> JobResult:
+                require: Iterable[str] | str | None = None, prefer: str | None = None,
+                keep: Iterable[str] | None = None) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
@@ -152,8 +153,14 @@ class Client:
         may then have run partly on the lost worker. Each retry is logged and told to ``on_retry``.
         No other error is retried; without retries nothing ever runs twice. ``require`` and ``prefer``:
         as ``run``; a malformed requirement raises RequirementError before anything is sent.
+
+        ``keep``: names whose values stay on the worker when the code binds them: the result's
+        ``kept_on_worker`` holds a handle for each (later code there uses it in place; ``gather`` brings
+        values back).
         """
         header = {**_code_header(code, outputs, gpu, kernels, figure_formats), **placement_header(require, prefer)}
+        if keep:
+            header["keep"] = list(keep)
         attempts = fleet_jobs.Attempts(retries, "the code", on_retry)
         while True:
             job = self._submit_code(header, inputs, worker, timeout)
@@ -308,6 +315,17 @@ class Client:
         One job per worker that holds some. A value that can't be pickled raises OutputError naming it.
         """
         return fleet_jobs.gather(self, handles)
+
+    def pull(self, handle: RemoteValue, *, timeout: float | None = None) -> Any:
+        """The value behind one handle, brought here, with a progress bar while a large one crosses.
+
+        For handles from ``execute(..., keep=...)``, ``scatter``, or values that couldn't cross; a value
+        that can't be pickled raises OutputError naming it (it stays there). ``gather`` brings several.
+        """
+        if not isinstance(handle, RemoteValue):
+            raise errors.InputError(f"pull takes a handle (RemoteValue), not {type(handle).__name__}")
+        result = self.execute("", {handle.name: handle}, [handle.name], worker=handle.worker, timeout=timeout)
+        return result.values[handle.name]
 
     def get_file(self, remote_path: str, local_path: str | os.PathLike[str] | None = None, *,
                  worker: str | None = None, overwrite: bool = False, progress: bool | None = None) -> Transfer:

@@ -36,7 +36,7 @@ from remote_magic.errors import (
 from remote_magic.wire import definitions, identity, serialization
 from remote_magic.wire.cellcode import split_last_expression
 from remote_magic.wire.failures import error_header
-from remote_magic.wire.handles import RemoteValue
+from remote_magic.wire.handles import RemoteValue, summarize
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 from remote_magic.wire.versions import local_versions
 
@@ -69,6 +69,7 @@ class Executor:
         self._kernels: dict[str, str] = {}
         self._kept: dict[str, Any] = {}       # what stayed here, by handle id (RemoteValue.id)
         self._kept_ids: dict[int, str] = {}   # id() of each of those -> its handle id
+        self._kept_why: dict[str, str] = {}   # why each stayed, by handle id
         self._files_before: workdir.Snapshot | None = None  # the working directory as the running cell found it
         # The last cell's look after it ran: the next cell's look before, when it starts there.
         self._last_scan: workdir.Snapshot | None = None
@@ -276,11 +277,20 @@ class Executor:
         if not cell and msg.header.get("keep"):
             return {"kept_on_worker": {name: self._keep(name, value, "scattered there by Client.scatter")
                                        for name, value in values.items()}}, []
+        # Named by --keep, or kept here already (the notebook holds a handle): they stay, whatever the cell
+        # did, unless the caller asked for them by name (Client.pull).
+        keep = set(msg.header.get("keep") or ()) if cell else set()
+        every_name = cell and msg.header.get("outputs") is None
+        asked = {name: values.pop(name) for name in list(values)
+                 if name in keep or (every_name and id(values[name]) in self._kept_ids)}
         packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
                                     portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
-                                    keep_unpicklable=cell and msg.header.get("outputs") is None)
+                                    keep_unpicklable=every_name)
         header = packed.header()
-        fields = {"kept_on_worker": {name: self._keep(name, values[name], why) for name, why in packed.kept.items()},
+        kept = {**{name: self._kept_why.get(self._kept_ids.get(id(value), ""), "kept there, as asked (--keep)")
+                   for name, value in asked.items()}, **packed.kept}
+        values.update(asked)
+        fields = {"kept_on_worker": {name: self._keep(name, values[name], why) for name, why in kept.items()},
                   "refs": refs, "in_place": changes.in_place, "deleted": changes.deleted}
         header.update((key, value) for key, value in fields.items() if value)
         return header, packed.frames
@@ -290,9 +300,9 @@ class Executor:
         handle = self._kept_ids.get(id(value))
         if handle is None:
             handle = f"{len(self._kept) + 1}:{name}"
-            self._kept[handle], self._kept_ids[id(value)] = value, handle
+            self._kept[handle], self._kept_ids[id(value)], self._kept_why[handle] = value, handle, why
         kind = type(value)
-        return {"id": handle, "type": f"{kind.__module__}.{kind.__qualname__}", "why": why}
+        return {"id": handle, "type": f"{kind.__module__}.{kind.__qualname__}", "why": why, "summary": summarize(value)}
 
     def _send_failure(self, msg: Message, failed: "_CellFailed") -> None:
         """The cell's exception, with what it changed before raising (so the notebook keeps that, as

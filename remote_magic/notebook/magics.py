@@ -24,6 +24,7 @@ from ..errors import (
     FleetError,
     GatherError,
     NoSuchWorker,
+    OutputError,
     RemoteError,
     RequirementError,
     SplitError,
@@ -184,6 +185,8 @@ class OffloadMagics(Magics):
     @argument("--retries", type=int, default=0,
               help="run the cell again on another worker, up to N times, when its worker is lost")
     @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
+    @argument("--keep", default=None, metavar="NAME[,NAME]",
+              help="leave these values on the worker: the notebook gets handles (%%offload_pull NAME brings one here)")
     @argument("--stats", action="store_true", help="show what ran on the GPU, for how long, and bytes moved")
     @argument("--require", action="append", default=None, metavar="REQUIREMENT",
               help="run on a worker that has this: gpu, memory>=16GB, cpus>=8, a --label (repeatable; docs/fleet.md)")
@@ -205,9 +208,12 @@ class OffloadMagics(Magics):
         runs the cell on each piece at once; the other inputs go whole. --gather NAME concatenates NAME's
         pieces in order; other names come back as {worker: value}, as with --all.
         --retries N runs the cell again elsewhere when its worker is lost (it may have run partly there).
+        --keep NAME[,NAME] leaves those values on the worker (large results over a slow link): the
+        notebook gets a handle showing type and size, later offloaded cells use the value in place, and
+        %offload_pull NAME brings it here.
 
         Usage: %%offload [matmul[,softmax...]] [--gpu] [--worker NAME | --all | --workers A,B] [--retries N]
-        [--timeout S] [--stats]
+        [--timeout S] [--stats] [--keep NAME[,NAME]]
                          [--require REQUIREMENT ...] [--prefer fastest]
                          [--split X[,Y] [--gather NAME[,NAME]]]
         """
@@ -233,6 +239,9 @@ class OffloadMagics(Magics):
             f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})")
         split = on_several.chosen_split(args.split, args.gather, inputs, namespace, args.worker, args.retries, placed)
         if several is not None:
+            if args.keep:
+                raise UsageError("--keep leaves values on the one worker a cell runs on: drop --all, --workers "
+                                 "or --split, or keep them with a cell on one worker")
             return self._offload_on_several(client, cell, inputs, several, args, gpu, on_module_error, split)
         worker = _worker_holding(inputs, args.worker)
         try:
@@ -241,7 +250,7 @@ class OffloadMagics(Magics):
                 kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
                 on_display=self.cell_display.show, on_module_error=on_module_error,
                 on_files=lambda files: _notice(_describe_files(files)), retries=args.retries, on_retry=_notice,
-                require=_unquoted(args.require), prefer=args.prefer)
+                require=_unquoted(args.require), prefer=args.prefer, keep=_names(args.keep))
         except RequirementError as exc:
             raise UsageError(str(exc)) from None
         except RemoteError as error:
@@ -340,6 +349,35 @@ class OffloadMagics(Magics):
         print(f"Copied {_describe_copy(copied)} from worker {copied.worker!r} to {copied.destination}")
 
     @magic_arguments()
+    @argument("names", nargs="+", help="the names whose values stayed on a worker (their handles)")
+    @line_magic
+    def offload_pull(self, line: str) -> None:
+        """Bring values that stayed on a worker (``%%offload --keep``, or that couldn't cross) into the
+        notebook, replacing their handles, with a progress bar for large ones.
+
+        Usage: %offload_pull NAME [NAME ...]
+        """
+        args = parse_argstring(self.offload_pull, line)
+        assert self.shell is not None
+        namespace = self.shell.user_ns
+        handles = []
+        for name in args.names:
+            value = namespace.get(name)
+            if not isinstance(value, RemoteValue):
+                what = "isn't defined" if name not in namespace else f"is a {type(value).__name__} here already"
+                raise UsageError(f"`{name}` {what}: %offload_pull brings values that stayed on a worker "
+                                 "(their handles) into the notebook")
+            handles.append(value)
+        client = self._client()
+        for handle in handles:
+            try:
+                namespace[handle.name] = client.pull(handle)
+            except OutputError as exc:
+                raise UsageError(f"{exc}; it stays on the worker, where offloaded cells use it") from None
+            print(f"Pulled `{handle.name}`{f' ({handle.summary})' if handle.summary else ''} "
+                  f"from worker {handle.worker!r}")
+
+    @magic_arguments()
     @argument("local", help="the file or folder here")
     @argument("path", nargs="?", default=None,
               help="where to put it on the worker (default: the same relative path in its working directory)")
@@ -435,6 +473,11 @@ def _worker_holding(inputs: dict[str, Any], asked: str | None) -> str | None:
         raise UsageError(f"this cell reads values that live on workers ({where}), so it can run only there"
                          + (f", not on {asked!r}" if asked else "") + ": make them again where it runs")
     return asked if asked is not None else next(iter(holders), None)
+
+
+def _names(listed: str | None) -> list[str] | None:
+    """``a, b`` as typed after an option: the names."""
+    return [name.strip() for name in listed.split(",") if name.strip()] if listed else None
 
 
 def _unquoted(values: list[str] | None) -> list[str] | None:

@@ -21,14 +21,16 @@ class RemoteValue:
     type_name: str   # the value's type, module-qualified
     why: str         # why it stayed there
     worker: str
+    summary: str = ""  # its shape and size, where the worker could tell: "float64 (1000, 1000), 7.6 MiB"
 
     @property
     def kind(self) -> str:
         return self.type_name.rpartition(".")[2]
 
     def __repr__(self) -> str:
-        return (f"<{self.kind} on worker {self.worker!r}, not here: {self.why}. "
-                f"Offloaded cells use `{self.name}` in place>")
+        summary = f" {self.summary}" if self.summary else ""
+        return (f"<{self.kind}{summary} on worker {self.worker!r}, not here: {self.why}. "
+                f"Offloaded cells use `{self.name}` in place; %offload_pull {self.name} brings it here>")
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute.startswith("__"):
@@ -37,10 +39,31 @@ class RemoteValue:
                              f"use it in an offloaded cell, where it is the {self.kind} itself")
 
     def describe(self) -> str:
-        return f"`{self.name}` ({self.kind}: {self.why})"
+        summary = f" {self.summary}" if self.summary else ""
+        return f"`{self.name}` ({self.kind}{summary}: {self.why})"
+
+
+def summarize(value: Any) -> str:
+    """A kept value's shape and size, as its handle shows them: "float64 (1000, 1000), 8.0 MB"."""
+    from ..transfer import human_size
+
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int):  # numpy, and arrays like it
+        dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+        described = " ".join(str(part) for part in (dtype, shape) if part is not None)
+        return f"{described}, {human_size(nbytes)}" if described else human_size(nbytes)
+    usage = getattr(value, "memory_usage", None)
+    if callable(usage) and hasattr(value, "shape"):  # pandas
+        try:
+            total = usage(deep=True)
+            return f"{value.shape}, {human_size(int(getattr(total, 'sum', lambda: total)()))}"
+        except (TypeError, ValueError):
+            pass
+    return f"{len(value)} items" if isinstance(value, (list, tuple, dict, set)) else ""
 
 
 def kept_description(kept: dict[str, Any], worker: str) -> dict[str, RemoteValue]:
     """The handles a RESULT's ``kept_on_worker`` header describes."""
-    return {str(name): RemoteValue(str(info.get("id")), str(name), str(info.get("type")), str(info.get("why")), worker)
+    return {str(name): RemoteValue(str(info.get("id")), str(name), str(info.get("type")), str(info.get("why")), worker,
+                                   str(info.get("summary") or ""))
             for name, info in kept.items() if isinstance(info, dict)}
