@@ -97,8 +97,8 @@ def colab_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Itera
     off_pin = {n: (v, pins[n]) for n, v in after.items() if n in pins and v != pins[n]}
     assert not off_pin, f"packages off Colab's pins (installed, pinned): {off_pin}"
     run_command(python, "-m", "pip", "check", cwd=tmp)
-    added = sorted(set(after) - set(before))
-    assert added == ["remote-magic"], f"the notebook side brought packages Colab lacks: {added}"
+    lacking = sorted(set(after) - set(before) - set(pins) - {"remote-magic"})  # Colab has the others, at their pins
+    assert not lacking, f"the notebook side brought packages Colab lacks: {lacking}"
     _say(f"Colab venv: Python {version}, IPython {after['ipython']}, ipykernel {after['ipykernel']}, "
          f"jupyter_client {after['jupyter-client']}; the worker: Python {platform.python_version()}")
     yield python, version

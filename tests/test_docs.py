@@ -14,9 +14,8 @@ from remote_magic.worker.cli import build_parser
 REPO = Path(__file__).resolve().parents[1]
 DOCS = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / "README.md",
                                                                         *sorted((REPO / "docs").glob("*.md"))]}
-MAGICS = {name: getattr(OffloadMagics, name) for name in ("offload", "offload_connect", "offload_serve",
-                                                           "offload_disconnect", "offload_workers", "offload_kernel",
-                                                           "offload_reset", "offload_get", "offload_put")}
+MAGICS = {name: getattr(OffloadMagics, method) for kind in ("line", "cell")  # as the extension registers them
+          for name, method in OffloadMagics.magics[kind].items()}
 
 
 def _worker_flags() -> set[str]:
