@@ -29,6 +29,7 @@ from .transfer import Transfer
 from .wire import identity, serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
+from .wire.frame_cache import SentDigests
 from .wire.handles import RemoteValue
 from .wire.lifecycle import JobState, Lifecycle
 from .wire.protocol import (
@@ -37,6 +38,7 @@ from .wire.protocol import (
     Message,
     MessageType as T,
     Role,
+    encode,
     encode_header,
     session_id,
 )
@@ -64,6 +66,7 @@ class _Job:
     inputs: dict[str, Any] = field(default_factory=dict)  # a cell's, for what comes back to refer to
     update_inputs: bool = True  # inputs changed in place on the worker are updated in place here too
     transfers: progress.TransferState = field(default_factory=progress.TransferState)
+    whole: "tuple[dict[str, Any], list[Any]] | None" = None  # its SUBMIT with every frame, for a hub that lost some
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +96,7 @@ class Client:
             self._context.term()
             raise
         self.max_message_bytes = int(welcome.header.get("max_message_bytes") or DEFAULT_MAX_MESSAGE_BYTES)
+        self._hub_holds = SentDigests(int(welcome.header.get("cache_bytes") or 0))
         # The hub names this client's session on each worker after its routing id, which reconnects keep.
         self.session = session_id(sock.getsockopt(zmq.ROUTING_ID))  # type: ignore[arg-type]
         self._ran_on: set[str] = set()  # workers where this client's jobs started: where it has a session
@@ -453,10 +457,15 @@ class Client:
             raise errors.InputError(
                 f"the cell's source is {size:.1f} MiB, over the {MAX_HEADER_BYTES / 2**20:.0f} MiB a job's header "
                 "may hold: keep large data in variables (they travel as frames), not in the source")
+        whole = [*packed.frames, *frames]
+        sent = whole if header.get("kind") == "file" else self._hub_holds.mark(whole, header)
+        if "cached" in header:
+            job.whole = ({**{k: v for k, v in header.items() if k != "cached"},
+                          "digests": {**header["cached"], **header.get("digests", {})}}, whole)
         with self._lock:
             self._jobs[job.id] = job
         try:
-            self._connection.send(T.SUBMIT, header, [*packed.frames, *frames], timeout=self.send_timeout)
+            self._connection.send(T.SUBMIT, header, sent, timeout=self.send_timeout)
         except RemoteMagicError as exc:  # nothing was sent
             self._end(job.id, exc)
             raise
@@ -588,6 +597,10 @@ class Client:
                 future.set_result(list(msg.header.get("workers", [])))
             return
         job_id = msg.header.get("job")
+        if msg.type is T.ERROR and isinstance(msg.header.get("missing"), list) and self._send_whole(str(job_id), msg):
+            return
+        if msg.type is T.RESULT:
+            self._hub_holds.remember(msg.buffers)
         ends = msg.type in (T.RESULT, T.ERROR)
         with self._lock:  # one owner per ending: whoever takes the job out of the table
             job = (self._jobs.pop if ends else self._jobs.get)(job_id, None) if isinstance(job_id, str) else None
@@ -604,6 +617,19 @@ class Client:
                 log.warning("the hub says: %s", msg.header.get("message"))
             return
         self._deliver(job, msg)
+
+    def _send_whole(self, job_id: str, msg: Message) -> bool:
+        """The hub no longer holds values a job sent as digests: send the job again, whole."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.whole is None:
+                return False
+            whole, job.whole = job.whole, None  # once: a hub that loses them again fails the job
+        self._hub_holds.forget([str(key) for key in msg.header["missing"]])
+        log.info("the hub no longer holds %d of the values job %s refers to; sending them again",
+                 len(msg.header["missing"]), job_id)
+        self._connection.send_now(encode(T.SUBMIT, *whole))
+        return True
 
     def _deliver(self, job: _Job, msg: Message) -> None:
         if job.future is None:

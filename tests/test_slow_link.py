@@ -1,5 +1,6 @@
 """Large values over a slow link: they cross at the link's pace with a progress bar, heartbeats keep
-flowing beside them, and what compresses well crosses compressed.
+flowing beside them, what compresses well crosses compressed, and what the hub holds already crosses
+as its digest.
 
 The worker runs in one network namespace and the notebook in another, joined by a veth pair whose two
 ends are capped at 16 Mbit/s (a token bucket each way). A value that takes longer to cross than the
@@ -36,13 +37,18 @@ x = np.random.default_rng(0).random(size // 8)
 with remote_magic.connect(token) as client:
     start = time.monotonic()
     out = client.run("y = x[::-1] * 2\nsize = x.nbytes", {"x": x}, outputs=["y", "size"], timeout=300)
-    report["random"] = {"seconds": time.monotonic() - start, "same": bool(np.array_equal(out["y"], x[::-1] * 2)),
+    y = out["y"]
+    report["random"] = {"seconds": time.monotonic() - start, "same": bool(np.array_equal(y, x[::-1] * 2)),
                         "size": out["size"]}
     print(json.dumps({"mark": "zeros"}), flush=True)
     sys.stdin.readline()  # the test has read the link's counters
     zeros = np.zeros(3 * size // 8)
     out = client.run("total = float(z.sum())\nlength = len(z)", {"z": zeros}, outputs=["total", "length"], timeout=300)
     report["zeros"] = out
+    print(json.dumps({"mark": "again"}), flush=True)
+    sys.stdin.readline()
+    again = client.run("first = float(x[0])\nlast = float(y[-1])", {"x": x, "y": y}, outputs=["first", "last"])
+    report["again"] = again == {"first": float(x[0]), "last": float(y[-1])}
 print(json.dumps(report), flush=True)
 '''
 
@@ -73,8 +79,12 @@ def test_values_longer_than_the_heartbeat_bound_cross_a_slow_link_and_zeros_cros
         assert json.loads(first or "{}") == {"mark": "zeros"}, process.stderr.read() if process.stderr else ""
         process.stdin.write("\n")
         process.stdin.flush()
-        out, err = process.communicate(timeout=240)
+        assert json.loads(process.stdout.readline() or "{}") == {"mark": "again"}
         after_zeros = slow_link.sent_bytes(notebook)
+        process.stdin.write("\n")
+        process.stdin.flush()
+        out, err = process.communicate(timeout=240)
+        after_again = slow_link.sent_bytes(notebook)
         report = json.loads(out.splitlines()[-1])
     finally:
         log = worker.log()
@@ -93,3 +103,5 @@ def test_values_longer_than_the_heartbeat_bound_cross_a_slow_link_and_zeros_cros
     # Three times as many zeros crossed in a fraction of their size.
     assert report["zeros"] == {"total": 0.0, "length": 3 * size // 8}
     assert after_zeros - after_random[0] < size / 4, after_zeros - after_random[0]
+    # x again, and y (which came from the worker): the hub holds both, so only their digests crossed.
+    assert report["again"] and after_again - after_zeros < 256 << 10, after_again - after_zeros

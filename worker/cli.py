@@ -23,6 +23,7 @@ from remote_magic.wire.addresses import (
     check_endpoint,
     parse_host_port,
 )
+from remote_magic.wire.frame_cache import DEFAULT_CACHE_BYTES
 from remote_magic.wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HEARTBEAT_INTERVAL_S,
@@ -116,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
                              f"least recently used (default {DEFAULT_MAX_SESSIONS})")
     parser.add_argument("--max-message-size", type=parse_size, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="SIZE",
                         help="largest frame the hub accepts (default 2G)")
+    parser.add_argument("--cache-size", type=parse_size, default=DEFAULT_CACHE_BYTES, metavar="SIZE",
+                        help="how much of each notebook's large values the hub keeps, so one sent again crosses "
+                             "as its digest (default 1G; 0: none)")
     parser.add_argument("--label", type=parse_label, action="append", default=[], metavar="KEY=VALUE",
                         help="a trait of your own that jobs can require (%%%%offload --require zone==lab); repeatable")
     parser.add_argument("--on-battery", choices=ON_BATTERY, default="last",
@@ -176,7 +180,8 @@ class LocalHub(ServedHub):
         host, port = args.listen
         super().__init__(keystore.load_or_create(), host, port, ngrok=args.ngrok,
                          ngrok_authtoken=args.ngrok_authtoken, advertise=args.advertise,
-                         heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size)
+                         heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size,
+                         cache_bytes=args.cache_size)
         self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)
 

@@ -38,6 +38,7 @@ from ..errors import (
 from ..wire.auth import HubAuthenticator
 from ..wire.chunks import Inbox, Outbox, ack
 from ..wire.failures import error_header
+from ..wire.frame_cache import DEFAULT_CACHE_BYTES, FrameCache
 from ..wire.keys import HubKeys
 from ..wire.lifecycle import JobState
 from ..wire.protocol import (
@@ -91,8 +92,9 @@ class Hub:
 
     def __init__(self, keys: HubKeys, listen: str = "tcp://127.0.0.1:0", *,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.keys = keys
+        self.cache_bytes = cache_bytes
         self.listen = listen
         self.heartbeat_interval = heartbeat_interval
         self.expiry_s = heartbeat_interval * HEARTBEAT_LIVENESS
@@ -109,6 +111,7 @@ class Hub:
         # Per peer: what goes to it, in order (large messages in paced chunks), and what it is sending us.
         self._outboxes: dict[bytes, Outbox] = {}
         self._inboxes: dict[bytes, Inbox] = {}
+        self._caches: dict[bytes, FrameCache] = {}  # per client: its large frames, so they cross once
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
@@ -363,7 +366,7 @@ class Hub:
             log.warning("version differences with %s %r: %s", role.value, name, "; ".join(notes))
         self._send(identity, T.WELCOME, {
             "name": name, "versions": ours, "heartbeat_interval": self.heartbeat_interval,
-            "max_message_bytes": self.max_message_bytes,
+            "max_message_bytes": self.max_message_bytes, "cache_bytes": self.cache_bytes if role is Role.CLIENT else 0,
             "workers": [w.describe() for w in self.fleet.workers()],
         })
         self._dispatch()
@@ -414,8 +417,15 @@ class Hub:
             return
         require = parse_all(msg.header.get("require"))  # a malformed one: ValueError, answered as ProtocolError
         timeout = msg.header.get("timeout")
+        cache = self._caches.setdefault(peer.identity, FrameCache(self.cache_bytes))
+        buffers, missing = cache.fill(msg.header, msg.buffers)
+        if missing:  # the client sends the job again, whole
+            self._send(peer.identity, T.ERROR, error_header(ProtocolError(
+                f"the hub no longer holds {len(missing)} of the values this job refers to"), job_id, missing=missing))
+            return
+        header = {key: value for key, value in msg.header.items() if key not in ("cached", "digests")}
         # The worker runs it in the client's session; the hub says which, whatever the client wrote.
-        submit = encode(T.SUBMIT, {**msg.header, "session": session_id(peer.identity)}, msg.buffers)
+        submit = encode(T.SUBMIT, {**header, "session": session_id(peer.identity)}, buffers)
         job = Job(job_id, peer.identity, wanted, submit, require=require, prefer=check_prefer(msg.header.get("prefer")),
                   timeout=float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max
                   else None)  # not NaN, inf or 10**400 (which float() can't take)
@@ -447,6 +457,8 @@ class Hub:
             if isinstance(gpu_s, (int, float)) and gpu_s > 0:
                 peer.usage.gpu_s += float(gpu_s)
             self.fleet.finish(job_id, msg.header if msg.type is T.ERROR else None)
+            if msg.type is T.RESULT and job.client in self._caches:  # sending it back will cost nothing
+                self._caches[job.client].remember(msg.buffers)
         if job.client in self.fleet.peers:
             self._send_frames(job.client, list(frames))
         if msg.type in (T.RESULT, T.ERROR):
@@ -519,6 +531,7 @@ class Hub:
         self.fleet.peers.pop(peer.identity, None)
         self._outboxes.pop(peer.identity, None)
         self._inboxes.pop(peer.identity, None)
+        self._caches.pop(peer.identity, None)
         log.info("%s %r left: %s", peer.role.value, peer.name, why)
         if peer.role is Role.WORKER:
             host = peer.capabilities.get("hostname", "?")

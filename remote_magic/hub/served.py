@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..wire.addresses import advertised_address, bind_endpoint
+from ..wire.frame_cache import DEFAULT_CACHE_BYTES
 from ..wire.keys import HubKeys
 from ..wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, HEARTBEAT_INTERVAL_S, Role
 from ..wire.tokens import Token
@@ -28,10 +29,10 @@ class ServedHub:
     def __init__(self, keys: HubKeys, host: str, port: int, *, ngrok: bool = False,
                  ngrok_authtoken: str | None = None, advertise: str | None = None,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.keys = keys
         self.hub = Hub(keys, bind_endpoint(host, port), heartbeat_interval=heartbeat_interval,
-                       max_message_bytes=max_message_bytes).start()
+                       max_message_bytes=max_message_bytes, cache_bytes=cache_bytes).start()
         self.tunnel: Tunnel | None = None
         try:
             if ngrok:
