@@ -189,3 +189,18 @@ def test_a_transfer_whose_sender_went_quiet_is_forgotten() -> None:
     link.clock.now = 61.0
     link.inbox.drop_older_than(60)
     assert link.inbox.add(link.sent[1]) == (0, None)  # the rest no longer fits anything it holds
+
+
+def test_compressed_chunks_acknowledged_quickly_dont_switch_compression_off() -> None:
+    # The link's rate counts bytes on the wire: 128 MiB of zeros acknowledged within a second is
+    # a few KiB on a 256 KiB/s link, not a 128 MiB/s one.
+    link = Link()
+    link.outbox.put(encode(T.RESULT, {"job": "j"}, [bytes(512 * CHUNK_BYTES)]))
+    first = link.sent.pop(0)
+    link.ack(first, link.inbox.add(first)[0], at=1.0)
+    link.clock.now = 1.001
+    compressed = []
+    while link.sent:
+        compressed += ["raw" in m.header for m in link.sent[1:] if m.type is T.CHUNK]
+        deliver(link)
+    assert len(compressed) > 500 and all(compressed)

@@ -88,6 +88,11 @@ class _Transfer:
     started: float | None = None
     last_ack: float = 0.0
     compressible: bool | None = None  # decided from a sample when the link is slow enough to care
+    # What the link carries, compressed or not: the chunks in flight (their end, their size on the
+    # wire), and the wire bytes acknowledged. The rate and the window count these.
+    in_flight: deque[tuple[int, int]] = field(default_factory=deque)
+    wire_in_flight: int = 0
+    wire_acked: int = 0
 
     def __post_init__(self) -> None:
         self.sizes = [f.nbytes for f in self.frames]
@@ -179,7 +184,9 @@ class Outbox:
             log.info("no acknowledgement for %.0f s: sending again from byte %d of %d",
                      now - transfer.last_ack, transfer.acked, transfer.total)
             transfer.sent, transfer.last_ack = transfer.acked, now
-        while transfer.sent < transfer.total and transfer.sent - transfer.acked < self.window():
+            transfer.in_flight.clear()
+            transfer.wire_in_flight = 0
+        while transfer.sent < transfer.total and transfer.wire_in_flight < self.window():
             length = min(CHUNK_BYTES, transfer.total - transfer.sent)
             header: dict[str, Any] = {"transfer": transfer.id, "offset": transfer.sent, "sizes": transfer.sizes,
                                       **transfer.about}
@@ -192,6 +199,9 @@ class Outbox:
                 self.waiting_for_room = True
                 return False
             transfer.sent += length
+            wire = sum(memoryview(p).nbytes for p in piece)
+            transfer.in_flight.append((transfer.sent, wire))
+            transfer.wire_in_flight += wire
         return False
 
     def _worth_compressing(self, transfer: _Transfer) -> bool:
@@ -211,10 +221,16 @@ class Outbox:
             return  # an acknowledgement of something already done, or dropped
         if received < head.acked:  # the far side lost what it held (it forgot this link): start again there
             head.sent = head.acked = max(0, received)
+            head.in_flight.clear()
+            head.wire_in_flight = 0
         elif received > head.acked:
             head.acked, head.last_ack = min(received, head.total), now
+            while head.in_flight and head.in_flight[0][0] <= head.acked:
+                wire = head.in_flight.popleft()[1]
+                head.wire_in_flight -= wire
+                head.wire_acked += wire
             started = now if head.started is None else head.started
-            self._rate = head.acked / max(now - started, 1e-6)
+            self._rate = head.wire_acked / max(now - started, 1e-6)
             log.debug("transfer %s: %d of %d bytes acknowledged, %.0f bytes/s",
                       head.id, head.acked, head.total, self._rate)
             if self._on_progress is not None:
