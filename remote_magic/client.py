@@ -486,11 +486,12 @@ class Client:
         queue. Ctrl-C stops them on their workers too."""
         events = next(iter(waits.values()))[0].events
         ended: dict[str, Message] = {}
-        states = [job.transfers for job, _, _ in waits.values()] if bars else []
+        jobs = [job for job, _, _ in waits.values()] if bars else []
         try:
             with progress.Bars() as shown:
                 while len(ended) < len(waits):
-                    self._take(waits, self._next_event(events, lambda: shown.update(states)), ended)
+                    meanwhile = lambda: shown.update((job.transfers, job.worker) for job in jobs)  # noqa: E731
+                    self._take(waits, self._next_event(events, meanwhile), ended)
             return ended
         except KeyboardInterrupt:
             self._interrupt(waits, ended)

@@ -1,14 +1,18 @@
-"""Progress bars for the large messages of the jobs a notebook waits on: bytes, rate and ETA.
+"""Progress bars for the jobs a notebook waits on: bytes, rate and ETA of each large message each way,
+and how long the job has run.
 
 The connection's I/O thread notes how far each large message has got (``TransferState``); the
 thread that waits on the jobs draws the bars from that, so they appear where the cell's output is.
-A bar shows once its message has taken over ``DELAY_S`` (a quick one never shows) and is cleared
-when the message is across.
+A bar shows once its message or job has taken over ``DELAY_S`` (a quick one never shows) and is
+cleared when it is done. A job's elapsed time shows in a notebook (tqdm's widget) or a terminal,
+not in output that is captured or piped, where a bar redrawn every second would be noise.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
@@ -23,6 +27,7 @@ class TransferState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._done: dict[str, tuple[int, int]] = {}  # direction -> (bytes across, bytes in all)
+        self.since = time.monotonic()  # when its job was submitted
 
     def note(self, direction: str, done: int, total: int) -> None:
         with self._lock:
@@ -33,7 +38,8 @@ class TransferState:
             return dict(self._done)
 
 
-_LABELS = {"up": "sending to the worker", "down": "receiving from the worker"}
+LABELS = {"up": "sending to the worker", "down": "receiving from the worker", "job": "running on"}
+"""How each bar starts: a notebook's conformance test knows them by that."""
 
 
 def direction(about: Mapping[str, Any]) -> str:
@@ -41,27 +47,47 @@ def direction(about: Mapping[str, Any]) -> str:
     return "up" if about.get("type") == "submit" else "down"
 
 
+def _tqdm() -> Any:
+    from tqdm.auto import tqdm  # the notebook's widget in Jupyter, text elsewhere
+
+    return tqdm
+
+
+def _shows_elapsed() -> bool:
+    """Is there someone watching a redrawn bar: a notebook (tqdm's widget) or a terminal?"""
+    in_notebook = any(kind.__module__ == "tqdm.notebook" for kind in _tqdm().__mro__)
+    return in_notebook or sys.stderr.isatty()
+
+
 class Bars:
-    """The bars of the transfers of the jobs being waited for; use as a context manager."""
+    """The bars of the jobs being waited for; use as a context manager."""
 
     def __init__(self) -> None:
         self._bars: dict[tuple[int, str], tqdm[Any]] = {}
+        self._elapsed = _shows_elapsed()
 
-    def update(self, states: Iterable[TransferState]) -> None:
-        """Draw each transfer's progress; clear the bars of transfers that are across."""
-        for state in states:
+    def update(self, jobs: Iterable[tuple[TransferState, str]]) -> None:
+        """Draw each job's transfers and (``_elapsed``) how long it has run, given its state and its
+        worker's name ("" until it started); clear the bars of transfers that are across."""
+        for state, worker in jobs:
             for way, (done, total) in state.snapshot().items():
-                key = (id(state), way)
-                bar = self._bars.get(key)
-                if bar is None and done < total:
-                    from tqdm.auto import tqdm  # the notebook's widget in Jupyter, text elsewhere
-
-                    bar = self._bars[key] = tqdm(total=total, desc=_LABELS[way], unit="B", unit_scale=True,
-                                                 delay=DELAY_S, leave=False)
+                bar = self._bar(state, way, done < total, total=total, unit="B", unit_scale=True)
                 if bar is not None and not bar.disable:
                     bar.update(done - bar.n)
                     if done >= total:
                         bar.close()
+            if self._elapsed and worker and time.monotonic() - state.since > DELAY_S:
+                bar = self._bar(state, "job", True, bar_format=f"{LABELS['job']} {worker!r}: {{elapsed}}")
+                if bar is not None:
+                    bar.start_t = time.time() - (time.monotonic() - state.since)  # the job's time, not the bar's
+                    bar.refresh()
+
+    def _bar(self, state: TransferState, way: str, start: bool, **options: Any) -> "tqdm[Any] | None":
+        key = (id(state), way)
+        if key not in self._bars and start:
+            self._bars[key] = _tqdm()(desc=LABELS[way], delay=0 if way == "job" else DELAY_S, leave=False,
+                                      **options)
+        return self._bars.get(key)
 
     def __enter__(self) -> "Bars":
         return self

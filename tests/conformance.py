@@ -3,9 +3,10 @@
 showed and the namespace each run ends with.
 
 Per cell: the stdout text, the value and every display output (their mime types, and text/plain
-with memory addresses removed), and the error type, in order. At the end: every name in the user namespace, compared by
-value (arrays, frames, containers and instances of notebook classes structurally), plus which names
-share one object and which arrays share memory.
+with memory addresses removed; not remote-magic's own progress bars), and the error type, in order.
+At the end: every name in the user namespace, compared by value (arrays, frames, containers and
+instances of notebook classes structurally), plus which names share one object and which arrays
+share memory.
 
 A cell stays local in the offloaded run when it starts with a cell magic, has a line magic or shell
 command, or carries the tag ``local`` (for notebooks that mix local and offloaded cells).
@@ -26,10 +27,13 @@ from typing import Any
 import nbformat
 from nbclient import NotebookClient
 
+from remote_magic.progress import LABELS
+
 CELL_TIMEOUT_S = 180
 LOCAL_TAG = "local"
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_WIDGET = "application/vnd.jupyter.widget-view+json"
 
 # Appended to both runs, and run locally: pickles the namespace (each value on its own, so one that
 # can't be pickled is described instead) with the names that share one object or one array's memory.
@@ -153,6 +157,8 @@ def _outputs(cell: Any) -> list[tuple[str, str]]:
             found.append(("value", f"{', '.join(sorted(output['data']))}: {text}"))
         elif kind == "display_data":
             text = _ADDRESS.sub("", output["data"].get("text/plain", ""))
+            if _WIDGET in output["data"] and any(label in text for label in LABELS.values()):
+                continue  # remote-magic's own progress bar (tqdm's widget, where ipywidgets is installed)
             found.append(("display", f"{', '.join(sorted(output['data']))}: {text}"))
         elif kind == "error":
             found.append(("error", output["ename"]))
