@@ -85,7 +85,8 @@ class Client:
                                     "A notebook needs the client token (rmc1.…).")
         self.send_timeout = send_timeout
         self._jobs: dict[str, _Job] = {}
-        self._requests: dict[str, Future[list[dict[str, Any]]]] = {}
+        self._requests: dict[str, Future[dict[str, Any]]] = {}
+        self.hub_cache: dict[str, int] = {}  # from the last workers(): {"bytes", "max_bytes"}
         self._lock = threading.Lock()
         self._context = zmq.Context()
         self._versions = local_versions()
@@ -393,14 +394,21 @@ class Client:
         Each also has ``sessions`` (how many notebooks' interpreters it keeps), ``sessions_memory_bytes``
         (what they use, resident) and ``session_memory_bytes`` (this client's own session, or None when it
         has none there), as of the worker's last heartbeat.
+
+        It also updates ``hub_cache``: how many bytes of this client's large values the hub keeps
+        (``bytes``), and at most (``max_bytes``); a value it keeps crosses again as its digest.
         """
         request = uuid.uuid4().hex
-        future: Future[list[dict[str, Any]]] = Future()
+        future: Future[dict[str, Any]] = Future()
         with self._lock:
             self._requests[request] = future
         try:
             self._connection.send(T.WORKERS, {"request": request})
-            self._fleet = [self._with_sessions(worker) for worker in future.result(timeout)]
+            listing = future.result(timeout)
+            cache = listing.get("cache")
+            self.hub_cache = {str(k): v for k, v in (cache if isinstance(cache, dict) else {}).items()
+                              if isinstance(v, int)}
+            self._fleet = [self._with_sessions(worker) for worker in listing.get("workers", [])]
             return self._fleet
         except TimeoutError:
             raise ConnectionFailed(f"the hub did not list its workers within {timeout:g} s") from None
@@ -595,7 +603,7 @@ class Client:
             with self._lock:
                 future = self._requests.get(str(msg.header.get("request")))
             if future is not None and not future.done():
-                future.set_result(list(msg.header.get("workers", [])))
+                future.set_result(msg.header)
             return
         job_id = msg.header.get("job")
         if msg.type is T.ERROR and isinstance(msg.header.get("missing"), list) and self._send_whole(str(job_id), msg):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import remote_magic
+from remote_magic.notebook.tables import WorkersTable
 from support import WorkerProcess, free_port, start_worker, wait_for
 
 MB = 10**6
@@ -28,6 +29,9 @@ def test_a_value_sent_again_or_sent_back_crosses_as_its_digest(worker: WorkerPro
             before = _bytes_from(client)
             assert client.run("total = float(x.sum())", {"x": x})["total"] == pytest.approx(x.sum())
             assert _bytes_from(client) - before > 8 * MB
+        table = repr(WorkersTable(client.workers(), client.hub_cache))  # what %offload_workers shows
+        assert client.hub_cache == {"bytes": 8 * MB, "max_bytes": 1 << 30}
+        assert "The hub keeps 8.0 MB of this notebook's large values (at most 1.1 GB)" in table
         y = client.run("y = x * 2", {"x": x})["y"]
         np.testing.assert_array_equal(y, x * 2)
         assert client.run("same = bool((y == x * 2).all())", {"x": x, "y": y})["same"]

@@ -399,8 +399,10 @@ class Hub:
         self._forget(peer, "shut down" if peer.role is Role.WORKER else "disconnected")
 
     def _on_workers(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        cache = self._caches.get(peer.identity)
         self._send(peer.identity, T.WORKERS, {
-            "request": msg.header.get("request"), "workers": [w.describe() for w in self.fleet.workers()]})
+            "request": msg.header.get("request"), "workers": [w.describe() for w in self.fleet.workers()],
+            "cache": {"bytes": cache.bytes if cache else 0, "max_bytes": self.cache_bytes}})
 
     def _on_submit(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         job_id = msg.header["job"]

@@ -404,7 +404,8 @@ class OffloadMagics(Magics):
         """The fleet as a table: name, host, platform, Python, CPUs (and measured speed), memory, GPU, power
         (battery and whether it takes jobs), state, work done (jobs, busy and GPU seconds, bytes in and
         out), the sessions each keeps (how many, their memory, and this notebook's), and labels."""
-        return WorkersTable(self._client().workers())
+        client = self._client()
+        return WorkersTable(client.workers(), client.hub_cache)
 
     @magic_arguments()
     @argument("--worker", default=None, help="reset the session on the worker with this name only")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
+from ..transfer import human_size as _size_si
+
 
 def _gib(n: Any) -> str:
     return f"{n / 2**30:.1f} GiB" if isinstance(n, (int, float)) and n else "?"
@@ -111,8 +113,16 @@ def rows(workers: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
 class WorkersTable:
     """What ``%offload_workers`` shows; ``.workers`` holds the raw dicts."""
 
-    def __init__(self, workers: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, workers: Sequence[dict[str, Any]], hub_cache: dict[str, int] | None = None) -> None:
         self.workers = list(workers)
+        self.hub_cache = hub_cache or {}
+
+    def _cache_line(self) -> str:
+        """What the hub keeps of this notebook's values, so they aren't sent again; "" with no cache."""
+        if not self.hub_cache.get("max_bytes"):
+            return ""
+        return (f"The hub keeps {_size_si(self.hub_cache.get('bytes', 0))} of this notebook's large values "
+                f"(at most {_size_si(self.hub_cache['max_bytes'])}): sent again, they cross as their digest.")
 
     def __repr__(self) -> str:
         if not self.workers:
@@ -122,11 +132,12 @@ class WorkersTable:
         widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return "\n".join([*lines, *filter(None, [self._cache_line()])])
 
     def _repr_html_(self) -> str:
         if not self.workers:
             return f"<p>{html.escape(repr(self))}</p>"
         head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows(self.workers))
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        cache = f"<p>{html.escape(self._cache_line())}</p>" if self._cache_line() else ""
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{cache}"
