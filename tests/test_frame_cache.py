@@ -46,10 +46,13 @@ def test_a_hub_that_lost_a_value_gets_it_again_and_the_job_runs(tmp_path: Path,
     with remote_magic.connect(first.token, timeout=10) as client:
         assert client.run("total = float(x.sum())", {"x": x})["total"] == x.sum()
         first.stop()  # a new hub: it holds nothing of this notebook's
-        second = start_worker(tmp_path / "second", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
+        second = start_worker(tmp_path / "second", "--listen", f"127.0.0.1:{port}", "--gpu", "off",
+                              "--cache-size", "64M", home=home)
         try:
             wait_for(lambda: _ran(client), 30, "the client to be known to the new hub")
             assert client.run("total = float(x.sum())", {"x": x})["total"] == x.sum()
+            client.workers()
+            assert client.hub_cache == {"bytes": 8 * MB, "max_bytes": 64 << 20}
         finally:
             second.stop()
     assert "the hub no longer holds 1 of the values" in caplog.text
