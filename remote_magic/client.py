@@ -667,7 +667,9 @@ class Client:
             job.transfers.note(progress.direction(about), done, total)
 
     def _on_lost(self, reason: str) -> None:
-        self._fail_every_job(ConnectionFailed(f"{reason}; the job's result is lost"))
+        self._fail_every_job(ConnectionFailed(
+            f"{reason}; the job's result, and what it was sending or receiving, is lost. This connection "
+            "keeps trying: run it again once the hub (or the tunnel in front of it) answers"))
 
     def _fail_every_job(self, error: RemoteMagicError) -> None:
         """End every job still waiting here (its future, or the run() waiting on it) with ``error``."""

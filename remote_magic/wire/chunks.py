@@ -52,6 +52,10 @@ COMPRESS_BELOW_RATIO = 0.7
 ZSTD_BYTES_PER_S = 300e6
 """A conservative single-core speed of zstd level 1 (it compresses at 300-500 MB/s, decompresses faster)."""
 
+SLOW_LINK_BYTES_PER_S = 2e6
+"""Below this (16 Mbit/s) chunks are compressed at zstd level 3: slower (still 100 MB/s and more, far
+above the link), a few percent smaller; above it, level 1."""
+
 _SAMPLE_BYTES = 16 << 10
 _SAMPLES = 4
 
@@ -108,11 +112,11 @@ class _Transfer:
             start = end
         return views
 
-    def sample_shrinks(self) -> bool:
+    def sample_shrinks(self, compressor: zstandard.ZstdCompressor) -> bool:
         """Does a sample from across the message compress well?"""
         step = max(1, self.total // _SAMPLES)
         sample = b"".join(b"".join(bytes(v) for v in self.piece(i * step, _SAMPLE_BYTES)) for i in range(_SAMPLES))
-        return len(zstandard.ZstdCompressor(level=1).compress(sample)) < COMPRESS_BELOW_RATIO * len(sample)
+        return len(compressor.compress(sample)) < COMPRESS_BELOW_RATIO * len(sample)
 
 
 class Outbox:
@@ -133,6 +137,7 @@ class Outbox:
         self.pending_bytes = 0
         self.waiting_for_room = False  # True: the socket is full; False with items queued: acknowledgements
         self._rate: float | None = None  # bytes/s the far side acknowledged, from the last transfer
+        self._compressors: dict[int, zstandard.ZstdCompressor] = {}
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -192,7 +197,8 @@ class Outbox:
                                       **transfer.about}
             piece: Sequence[Any] = transfer.piece(transfer.sent, length)
             if self._worth_compressing(transfer):
-                packed = zstandard.ZstdCompressor(level=1).compress(b"".join(bytes(v) for v in piece))
+                level = 3 if self._rate is not None and self._rate < SLOW_LINK_BYTES_PER_S else 1
+                packed = self._compressor(level).compress(b"".join(bytes(v) for v in piece))
                 if len(packed) < length:
                     header["raw"], piece = length, [packed]
             if not self._send(encode(T.CHUNK, header, piece)):
@@ -209,8 +215,14 @@ class Outbox:
         if self._rate is None or self._rate * 4 > ZSTD_BYTES_PER_S:
             return False
         if transfer.compressible is None:
-            transfer.compressible = transfer.sample_shrinks()
+            transfer.compressible = transfer.sample_shrinks(self._compressor(1))
         return transfer.compressible
+
+    def _compressor(self, level: int) -> zstandard.ZstdCompressor:
+        # One per outbox and level: an outbox is used by one thread, and compressors aren't thread-safe.
+        if level not in self._compressors:
+            self._compressors[level] = zstandard.ZstdCompressor(level=level)
+        return self._compressors[level]
 
     def on_ack(self, header: Mapping[str, Any]) -> None:
         """The far side holds ``received`` bytes of ``transfer`` in order."""
