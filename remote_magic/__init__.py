@@ -16,6 +16,7 @@ from .client import Client, connect
 from .errors import (
     Busy,
     ConnectionFailed,
+    DaskError,
     DiscoveryError,
     ExecutorDied,
     FileTransferError,
@@ -56,7 +57,7 @@ __all__ = [
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
     "SplitResult", "SplitError", "GatherError",
-    "discover", "DiscoveredHub", "DiscoveryError",
+    "discover", "DiscoveredHub", "DiscoveryError", "DaskError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

@@ -154,13 +154,14 @@ class DaskClient:
         stream, display = on_stream or labelled.stream, on_display or labelled.display
         header = _code_header(code, outputs, figure_formats)
         jobs: dict[str, _Job] = {}
+        asked: dict[str, str] = {}  # job id -> the name it was asked for (results are keyed by it)
         events: Events = queue.SimpleQueue()
         try:
             for name in names:
                 own = (inputs_for or {}).get(name)
                 job = self._submit(header, {**(inputs or {}), **own} if own else inputs, name, events,
                                    _for_worker(stream, name), _for_worker(display, name), update_inputs=False)
-                jobs[job.id] = job
+                jobs[job.id], asked[job.id] = job, name
         except BaseException:
             self._forget(jobs.values())
             raise
@@ -169,9 +170,9 @@ class DaskClient:
         failures: dict[str, JobError | RemoteMagicError] = {}
         for job_id, job in jobs.items():
             try:
-                results[job.worker] = finish(ended[job_id], job.worker, job.inputs, False, on_module_error)
+                results[asked[job_id]] = finish(ended[job_id], job.worker, job.inputs, False, on_module_error)
             except RemoteMagicError as error:
-                failures[job.worker] = error
+                failures[asked[job_id]] = error
         if failures:
             raise FleetError(fleet_jobs.describe_failures(failures, names), failures, results)
         return results
