@@ -47,6 +47,10 @@ EVENTS_WAIT_S = 10.0
 """After a task ended, how long its last printed text and displays may take to arrive (they go
 through the scheduler, the result straight from the worker's future)."""
 
+SCATTER_BYTES = 1 << 20
+"""Frames this large go to the worker with ``scatter`` before the task, as Dask advises for large data,
+rather than inside the task through the scheduler."""
+
 OnStream = Callable[[Mapping[str, Any]], None]
 OnWorkerOutput = Callable[[str, Mapping[str, Any]], None]
 Events: TypeAlias = "queue.SimpleQueue[tuple[str, str, Any]]"
@@ -233,15 +237,15 @@ class DaskClient:
 
     def workers(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         """The Dask workers, as ``Client.workers`` lists a fleet: ``name`` (the Dask worker's name),
-        ``address``, ``host``, ``cpu_count`` (its threads), ``memory`` (its memory limit, bytes), ``state``
+        ``address``, ``hostname``, ``cpu_count`` (its threads), ``memory_bytes`` (its memory limit), ``state``
         (``busy`` while it runs tasks, as of its last heartbeat) and ``engine`` (``"dask"``)."""
         info = self._dask.scheduler_info(n_workers=-1)
         listed = []
         for address, worker in info.get("workers", {}).items():
             metrics = worker.get("metrics") or {}
             listed.append({"name": str(worker.get("name", address)), "address": address,
-                           "host": worker.get("host", ""), "cpu_count": worker.get("nthreads"),
-                           "memory": worker.get("memory_limit"),
+                           "hostname": worker.get("host", ""), "cpu_count": worker.get("nthreads"),
+                           "memory_bytes": worker.get("memory_limit"),
                            "state": "busy" if metrics.get("executing") else "idle", "engine": "dask"})
         return sorted(listed, key=lambda w: (0, int(w["name"]), "") if w["name"].isdigit() else (1, 0, w["name"]))
 
@@ -306,6 +310,11 @@ class DaskClient:
         addresses = self._addresses(worker)
         self._queues[job_id] = events
         frames = [_as_array(frame) for frame in packed.frames]
+        large = [i for i, frame in enumerate(frames) if frame.nbytes >= SCATTER_BYTES]
+        if large:  # straight to a worker (the one named), not through the scheduler inside the task
+            scattered = self._dask.scatter([frames[i] for i in large], workers=addresses, hash=False)
+            for i, future in zip(large, scattered):
+                frames[i] = future
         future = self._dask.submit(_run_on_dask, full, frames, self._topic, key=f"offload-{job_id}", pure=False,
                                    workers=addresses, allow_other_workers=False)
         future.add_done_callback(lambda _: events.put(("done", job_id, None)))

@@ -58,13 +58,14 @@ def _worker_pids(client: DaskClient) -> set[int]:
 def test_a_cell_runs_on_a_dask_worker_and_what_it_changed_comes_back(dask_shell: InteractiveShell,
                                                                      dask_client: DaskClient) -> None:
     ns = dask_shell.user_ns
-    ns.update(L=[3, 1, 2], a=np.arange(5.0), gone=1)
-    ns["same"], array = ns["L"], ns["a"]
+    ns.update(L=[3, 1, 2], a=np.arange(5.0), gone=1, big=np.zeros(300_000))  # big: 2.4 MB, scattered first
+    ns["same"], array, big = ns["L"], ns["a"], ns["big"]
     result, out = run(dask_shell, "%%offload\nimport os\nL.sort()\na *= 2\ntotal = float(a.sum())\ndel gone\n"
-                                  "pid = os.getpid()\nprint('on dask', pid)\ntotal + 1")
+                                  "big[:3] = 7\npid = os.getpid()\nprint('on dask', pid)\ntotal + 1")
     assert result.success, result.error_in_exec
     assert ns["L"] == [1, 2, 3] and ns["same"] is ns["L"]  # changed in place, identity kept
     assert ns["a"] is array and array.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert ns["big"] is big and big[:4].tolist() == [7.0, 7.0, 7.0, 0.0] and big.sum() == 21.0
     assert ns["total"] == 20.0 and result.result == 21.0
     assert "gone" not in ns
     assert ns["pid"] in _worker_pids(dask_client) and ns["pid"] != os.getpid()
