@@ -99,8 +99,8 @@ class DaskClient:
         scheduler = address[len(SCHEME):]
         make: Any = distributed.Client  # distributed has no type hints
         try:
-            self._dask: Any = make(scheduler if "://" in scheduler else f"tcp://{scheduler}",
-                                            timeout=timeout, set_as_default=False, name=name)
+            self._dask: Any = make(scheduler if "://" in scheduler else f"tcp://{scheduler}", timeout=timeout,
+                                   set_as_default=False, name=name)
         except (OSError, TimeoutError) as exc:
             raise ConnectionFailed(f"no Dask scheduler answered at {address} within {timeout:g} s ({exc}): check that "
                                    "it runs (dask scheduler, or distributed.LocalCluster) and its address") from None
@@ -137,7 +137,8 @@ class DaskClient:
         is never called)."""
         _refuse(gpu=gpu or kernels, retries=retries, require=require, prefer=prefer)
         header = _code_header(code, outputs, figure_formats)
-        job = self._submit(header, inputs, worker, queue.SimpleQueue(), on_stream, on_display)
+        addresses = None if worker is None else self._addresses([worker])
+        job = self._submit(header, inputs, worker, addresses, queue.SimpleQueue(), on_stream, on_display)
         ended = self._wait({job.id: job}, timeout)[job.id]
         return finish(ended, job.worker, job.inputs, job.update_inputs, on_module_error)
 
@@ -160,10 +161,11 @@ class DaskClient:
         jobs: dict[str, _Job] = {}
         asked: dict[str, str] = {}  # job id -> the name it was asked for (results are keyed by it)
         events: Events = queue.SimpleQueue()
+        addresses = self._addresses(names)
         try:
-            for name in names:
+            for name, address in zip(names, addresses):
                 own = (inputs_for or {}).get(name)
-                job = self._submit(header, {**(inputs or {}), **own} if own else inputs, name, events,
+                job = self._submit(header, {**(inputs or {}), **own} if own else inputs, name, [address], events,
                                    _for_worker(stream, name), _for_worker(display, name), update_inputs=False)
                 jobs[job.id], asked[job.id] = job, name
         except BaseException:
@@ -214,11 +216,13 @@ class DaskClient:
         jobs: dict[str, _Job] = {}
         starts: dict[str, int] = {}
         events: Events = queue.SimpleQueue()
+        addresses = None if names is None else self._addresses(names)
         try:
             for start in range(0, len(items), chunksize):
                 values = {"fn": fleet_jobs._run_chunk, "args": (fn, start, items[start:start + chunksize]),
                           "kwargs": {}}
-                job = self._submit({"kind": "call"}, values, names, events, write_stream, show_display, cell=False)
+                job = self._submit({"kind": "call"}, values, None, addresses, events, write_stream, show_display,
+                                   cell=False)
                 jobs[job.id], starts[job.id] = job, start
         except BaseException:
             self._forget(jobs.values())
@@ -295,11 +299,12 @@ class DaskClient:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    def _submit(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | list[str] | None,
-                events: Events, on_stream: OnStream, on_display: OnStream, update_inputs: bool = True,
-                cell: bool = True) -> _Job:
+    def _submit(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
+                addresses: list[str] | None, events: Events, on_stream: OnStream, on_display: OnStream,
+                update_inputs: bool = True, cell: bool = True) -> _Job:
         """Pack a job as a hub would forward it and hand it to Dask as one task; what it sends and its
-        end go into ``events``, shared by the jobs of one call."""
+        end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may run on
+        (None: any), ``worker`` their name."""
         values = dict(inputs or {})
         sent, refs = identity.references(values) if cell else (values, {})
         packed = serialization.pack(sent, InputError, portable_pandas=True)  # the workers' pandas is unknown
@@ -307,7 +312,6 @@ class DaskClient:
         full = {**header, **packed.header(), "job": job_id, "versions": self._versions}
         if refs:
             full["refs"] = refs
-        addresses = self._addresses(worker)
         self._queues[job_id] = events
         frames = [_as_array(frame) for frame in packed.frames]
         large = [i for i, frame in enumerate(frames) if frame.nbytes >= SCATTER_BYTES]
@@ -318,14 +322,10 @@ class DaskClient:
         future = self._dask.submit(_run_on_dask, full, frames, self._topic, key=f"offload-{job_id}", pure=False,
                                    workers=addresses, allow_other_workers=False)
         future.add_done_callback(lambda _: events.put(("done", job_id, None)))
-        return _Job(job_id, future, values, worker if isinstance(worker, str) else "", on_stream, on_display,
-                    update_inputs)
+        return _Job(job_id, future, values, worker or "", on_stream, on_display, update_inputs)
 
-    def _addresses(self, worker: str | list[str] | None) -> list[str] | None:
-        """The Dask addresses of the workers named (by Dask name or address), or None for any."""
-        if worker is None:
-            return None
-        wanted = [worker] if isinstance(worker, str) else worker
+    def _addresses(self, wanted: list[str]) -> list[str]:
+        """The Dask addresses of the workers named (by Dask name or address); NoSuchWorker for one not there."""
         known = {w["name"]: w["address"] for w in self.workers()}
         known.update({address: address for address in list(known.values())})
         unknown = [name for name in wanted if name not in known]

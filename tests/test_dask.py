@@ -150,6 +150,10 @@ def test_map_keeps_input_order_and_names_a_failing_item(dask_client: DaskClient)
     assert dask_client.map(cube, range(50), chunksize=3) == [x ** 3 for x in range(50)]
     assert dask_client.map(cube, range(50)) == [x ** 3 for x in range(50)]
     assert dask_client.map(str.upper, iter("abc"), chunksize=1) == ["A", "B", "C"]
+    address = {w["name"]: w["address"] for w in dask_client.workers()}["1"]
+    pid_of_1 = dask_client.dask.run(os.getpid, workers=[address])[address]
+    assert dask_client.map(lambda _: os.getpid(), range(6), chunksize=1, workers=["1"]) == [pid_of_1] * 6
+    assert dask_client.run("import os\npid = os.getpid()", worker="1") == {"os": os, "pid": pid_of_1}
 
     def fails_on_13(x: int) -> int:
         if x == 13:
