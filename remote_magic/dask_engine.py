@@ -217,16 +217,18 @@ class DaskClient:
         starts: dict[str, int] = {}
         events: Events = queue.SimpleQueue()
         addresses = None if names is None else self._addresses(names)
-        try:
-            for start in range(0, len(items), chunksize):
-                values = {"fn": fleet_jobs._run_chunk, "args": (fn, start, items[start:start + chunksize]),
-                          "kwargs": {}}
-                job = self._submit({"kind": "call"}, values, None, addresses, events, write_stream, show_display,
-                                   cell=False)
-                jobs[job.id], starts[job.id] = job, start
-        except BaseException:
-            self._forget(jobs.values())
-            raise
+        packed = [(start, self._pack({"kind": "call"}, {"fn": fleet_jobs._run_chunk, "kwargs": {},
+                                                        "args": (fn, start, items[start:start + chunksize])},
+                                     addresses))
+                  for start in range(0, len(items), chunksize)]
+        # One graph for every chunk, as Dask's own client.map submits; Dask's scheduler places each.
+        futures = self._dask.map(_run_on_dask, [full for _, (_, full, _) in packed],
+                                 [frames for _, (_, _, frames) in packed], [self._topic] * len(packed),
+                                 key=[f"offload-{job_id}" for _, (job_id, _, _) in packed], pure=False,
+                                 workers=addresses, allow_other_workers=False)
+        for (start, (job_id, _, _)), future in zip(packed, futures):
+            jobs[job_id], starts[job_id] = self._track(job_id, future, {}, "", events, write_stream,
+                                                       show_display), start
         results: list[Any] = [None] * len(items)
 
         def place(job: _Job) -> None:  # as each chunk ends: a failure raises at once, cancelling the rest
@@ -301,28 +303,38 @@ class DaskClient:
 
     def _submit(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
                 addresses: list[str] | None, events: Events, on_stream: OnStream, on_display: OnStream,
-                update_inputs: bool = True, cell: bool = True) -> _Job:
-        """Pack a job as a hub would forward it and hand it to Dask as one task; what it sends and its
-        end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may run on
-        (None: any), ``worker`` their name."""
+                update_inputs: bool = True) -> _Job:
+        """Pack a cell's job as a hub would forward it and hand it to Dask as one task; what it sends and
+        its end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may
+        run on (None: any), ``worker`` their name."""
         values = dict(inputs or {})
-        sent, refs = identity.references(values) if cell else (values, {})
-        packed = serialization.pack(sent, InputError, portable_pandas=True)  # the workers' pandas is unknown
-        job_id = uuid.uuid4().hex
-        full = {**header, **packed.header(), "job": job_id, "versions": self._versions}
+        sent, refs = identity.references(values)  # names sharing an object, and views, go as references
+        job_id, full, frames = self._pack(header, sent, addresses)
         if refs:
             full["refs"] = refs
-        self._queues[job_id] = events
+        future = self._dask.submit(_run_on_dask, full, frames, self._topic, key=f"offload-{job_id}", pure=False,
+                                   workers=addresses, allow_other_workers=False)
+        return self._track(job_id, future, values, worker or "", events, on_stream, on_display, update_inputs)
+
+    def _pack(self, header: dict[str, Any], values: Mapping[str, Any], addresses: list[str] | None
+              ) -> tuple[str, dict[str, Any], list[Any]]:
+        """A job's id, its SUBMIT header and its frames (large ones scattered to ``addresses`` already)."""
+        packed = serialization.pack(values, InputError, portable_pandas=True)  # the workers' pandas is unknown
+        job_id = uuid.uuid4().hex
         frames = [_as_array(frame) for frame in packed.frames]
         large = [i for i, frame in enumerate(frames) if frame.nbytes >= SCATTER_BYTES]
         if large:  # straight to a worker (the one named), not through the scheduler inside the task
             scattered = self._dask.scatter([frames[i] for i in large], workers=addresses, hash=False)
             for i, future in zip(large, scattered):
                 frames[i] = future
-        future = self._dask.submit(_run_on_dask, full, frames, self._topic, key=f"offload-{job_id}", pure=False,
-                                   workers=addresses, allow_other_workers=False)
+        return job_id, {**header, **packed.header(), "job": job_id, "versions": self._versions}, frames
+
+    def _track(self, job_id: str, future: Any, values: Mapping[str, Any], worker: str, events: Events,
+               on_stream: OnStream, on_display: OnStream, update_inputs: bool = True) -> _Job:
+        """Follow a submitted task: its events and its end go into ``events``."""
+        self._queues[job_id] = events
         future.add_done_callback(lambda _: events.put(("done", job_id, None)))
-        return _Job(job_id, future, values, worker or "", on_stream, on_display, update_inputs)
+        return _Job(job_id, future, values, worker, on_stream, on_display, update_inputs)
 
     def _addresses(self, wanted: list[str]) -> list[str]:
         """The Dask addresses of the workers named (by Dask name or address); NoSuchWorker for one not there."""
