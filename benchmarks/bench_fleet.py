@@ -202,7 +202,9 @@ def main() -> None:
         f"- {args.tasks} calls of `square(i)` (`i * i`), 3 worker processes per peer, 1 thread each; best of "
         f"{args.repeat} runs after a warm-up, every result checked. remote-magic: a hub and 2 joined workers, "
         "`--gpu off`; ipyparallel: 3 engines; Dask: LocalCluster(n_workers=3, threads_per_worker=1), also "
-        "serving remote-magic on Dask (`remote_magic.connect(\"dask://...\")`, each chunk one Dask task).",
+        "serving remote-magic on Dask (`remote_magic.connect(\"dask://...\")`: each chunk one Dask task, all "
+        "submitted in one graph, run through the executor's job machinery on the Dask worker: inputs and "
+        "result packed as for a remote-worker, output captured and streamed as Dask events).",
         "",
         table(rows, missing),
     ])

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
+import distributed
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
@@ -20,9 +21,6 @@ import remote_magic
 from remote_magic import DaskError, FleetError, RemoteError
 from remote_magic.dask_engine import DaskClient
 from support import connected_shell, run, wait_for
-
-distributed = pytest.importorskip("distributed")
-
 
 @pytest.fixture(scope="module")
 def dask_address() -> Iterator[str]:
