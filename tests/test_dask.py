@@ -22,6 +22,7 @@ from remote_magic import DaskError, FleetError, RemoteError
 from remote_magic.dask_engine import DaskClient
 from support import connected_shell, run, wait_for
 
+
 @pytest.fixture(scope="module")
 def dask_address() -> Iterator[str]:
     """A Dask scheduler with 2 worker processes (1 thread each), bound to 127.0.0.1; ``dask://HOST:PORT``."""
