@@ -207,6 +207,10 @@ def main() -> None:
         "result packed as for a remote-worker, output captured and streamed as Dask events).",
         "",
         table(rows, missing),
+        "",
+        "remote-magic on Dask pays Dask's scheduling for each task and, on top of it, the job machinery a cell "
+        "gets (packing, output capture, the result read as a remote-worker's): with `chunksize=1` once per item, "
+        "with its default chunks once per chunk (12 here).",
     ])
     print(body)
     if not args.no_write:
