@@ -394,7 +394,11 @@ class DaskClient:
         try:
             kind, header, buffers = job.future.result()
         except Exception as exc:
-            job.ended, job.events = Message(T.ERROR, _error_header(_dask_failure(exc, job.worker), job.id)), 0
+            failure = _dask_failure(exc, job.worker)
+            if isinstance(failure, JobCancelled) and self._dask.status != "running":
+                failure = ConnectionFailed(f"the Dask scheduler at {self.address} was lost (Dask's client gave up "
+                                           "reconnecting); the job's result is lost: connect again once it runs")
+            job.ended, job.events = Message(T.ERROR, _error_header(failure, job.id)), 0
             return
         job.worker = str(header.get("worker", job.worker))
         job.events = int(header.get("events") or 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,11 +24,18 @@ from remote_magic.dask_engine import DaskClient
 from support import connected_shell, run, wait_for
 
 
+def _cluster(workers: int) -> Any:
+    """A real Dask scheduler and worker processes (1 thread each) on 127.0.0.1 only, without a dashboard;
+    the scheduler's own HTTP endpoint on a free port (not Dask's fixed 8787, which another test may hold)."""
+    return distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                    dashboard_address=None, silence_logs=logging.CRITICAL,
+                                    scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
+
+
 @pytest.fixture(scope="module")
 def dask_address() -> Iterator[str]:
-    """A Dask scheduler with 2 worker processes (1 thread each), bound to 127.0.0.1; ``dask://HOST:PORT``."""
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address=None, silence_logs=logging.ERROR)
+    """A Dask scheduler with 2 worker processes; ``dask://HOST:PORT``."""
+    cluster = _cluster(2)
     try:
         yield "dask://" + cluster.scheduler_address.removeprefix("tcp://")
     finally:
@@ -185,3 +193,17 @@ def test_a_scheduler_that_is_not_there_is_a_connection_failure(tmp_path: Path) -
         port = unused.getsockname()[1]
     with pytest.raises(remote_magic.ConnectionFailed, match=f"no Dask scheduler answered at dask://127.0.0.1:{port}"):
         remote_magic.connect(f"dask://127.0.0.1:{port}", timeout=2)
+
+
+def test_a_cell_fails_with_connection_failed_once_the_scheduler_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An IPython shell made earlier in this process put its own __main__ in sys.modules, without the
+    # __spec__ that multiprocessing's spawn (starting the Dask worker) reads.
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", getattr(sys.modules["__main__"], "__spec__", None),
+                        raising=False)
+    cluster = _cluster(1)
+    address = "dask://" + cluster.scheduler_address.removeprefix("tcp://")
+    with remote_magic.connect(address, timeout=3) as client:
+        assert client.run("x = 6 * 7") == {"x": 42}
+        cluster.close()
+        with pytest.raises(remote_magic.ConnectionFailed, match=f"the Dask scheduler at {address} was lost"):
+            client.run("y = 1")
