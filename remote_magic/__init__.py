@@ -13,6 +13,7 @@ From a script::
 
 from ._version import __version__
 from .client import Client, connect
+from .dask_engine import DaskClient
 from .errors import (
     Busy,
     ConnectionFailed,
@@ -51,7 +52,7 @@ from .wire.discovery import DiscoveredHub
 from .wire.handles import RemoteValue
 
 __all__ = [
-    "__version__", "Client", "JobResult", "FileChanges", "Transfer", "RemoteValue", "connect",
+    "__version__", "Client", "DaskClient", "JobResult", "FileChanges", "Transfer", "RemoteValue", "connect",
     "RemoteMagicError", "Busy", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
