@@ -367,20 +367,26 @@ class DaskClient:
                                     "shown without it", EVENTS_WAIT_S)
                         break
                 try:
-                    kind, job_id, payload = events.get(timeout=0.5)  # finite: Ctrl-C stays responsive
+                    batch = [events.get(timeout=0.5)]  # finite: Ctrl-C stays responsive
                 except queue.Empty:
                     continue
-                job = jobs.get(job_id)
-                if job is None:
-                    continue
-                if kind == "done":
-                    self._ended(job)
+                while True:  # and whatever else is here already: the tasks that ended are read together
+                    try:
+                        batch.append(events.get_nowait())
+                    except queue.Empty:
+                        break
+                for kind, job_id, payload in batch:
+                    if kind == "event" and job_id in jobs:
+                        self._show(jobs[job_id], payload)
+                ended = [jobs[job_id] for kind, job_id, _ in batch if kind == "done" and job_id in jobs]
+                self._read_ended(ended)
+                for job in ended:
                     if on_end is not None:
                         on_end(job)
-                else:
-                    self._show(job, payload)
-                if job.ended is not None and job.shown >= job.events:
-                    waiting.discard(job_id)
+                for _, job_id, _ in batch:
+                    moved = jobs.get(job_id)
+                    if moved is not None and moved.ended is not None and moved.shown >= moved.events:
+                        waiting.discard(job_id)
             return {job_id: job.ended for job_id, job in jobs.items() if job.ended is not None}
         except BaseException:
             self._forget(jobs.values())
@@ -389,8 +395,26 @@ class DaskClient:
             for job_id in jobs:
                 self._queues.pop(job_id, None)
 
+    def _read_ended(self, ended: list[_Job]) -> None:
+        """Read finished tasks: their RESULT or ERROR, or the Dask failure that kept each from one. The
+        results come from the workers in one ``gather``, not one round trip each."""
+        finished = [job for job in ended if job.future.status == "finished"]
+        if finished:
+            try:
+                values = self._dask.gather([job.future for job in finished])
+            except Exception:  # one was lost meanwhile: read each on its own, which says which and why
+                finished = []
+            else:
+                for job, (kind, header, buffers) in zip(finished, values):
+                    job.worker = str(header.get("worker", job.worker))
+                    job.events = int(header.get("events") or 0)
+                    job.ended = Message(T(kind), header, list(buffers))
+        for job in ended:
+            if job.ended is None:
+                self._ended(job)
+
     def _ended(self, job: _Job) -> None:
-        """Read a finished task: its RESULT or ERROR, or the Dask failure that kept it from one."""
+        """Read one finished task."""
         try:
             kind, header, buffers = job.future.result()
         except Exception as exc:
