@@ -185,6 +185,18 @@ def test_what_needs_a_remote_worker_is_refused_naming_the_option(dask_shell: Int
     assert "x" not in dask_shell.user_ns
 
 
+def test_a_timeout_stops_waiting_and_says_the_task_runs_on(dask_client: DaskClient, tmp_path: Path) -> None:
+    flag = tmp_path / "release"
+    code = ("import os, time\ndeadline = time.monotonic() + 30\n"
+            "while not os.path.exists(flag) and time.monotonic() < deadline:\n    time.sleep(0.01)\n")
+    try:
+        with pytest.raises(remote_magic.JobTimeout, match="ran past its 0.5 s timeout.*Dask can't stop it"):
+            dask_client.execute(code, {"flag": str(flag)}, timeout=0.5)
+    finally:
+        flag.touch()  # the task that runs on ends now, freeing its worker for the next tests
+    assert dask_client.run("x = 1", timeout=30) == {"x": 1}
+
+
 def test_a_scheduler_that_is_not_there_is_a_connection_failure(tmp_path: Path) -> None:
     import socket
 
