@@ -3,11 +3,9 @@
 
 ``DaskClient`` has the part of ``Client``'s API that needs no session on a worker (``run``, ``execute``,
 ``execute_all``, ``split``, ``map``, ``workers``, ``close``). Dask schedules: each job is one Dask task
-(``distributed.Client.submit``), pinned to a worker only when asked (``worker=``, ``execute_all``,
-``split``'s pieces). The task carries what a hub would forward (the same SUBMIT header and frames), and
-runs it with the executor's own machinery on the Dask worker (``remote_magic.worker.dask_task``); its
-RESULT or ERROR comes back as the task's value and is read here as any worker's (``results.finish``).
-What the job prints and shows streams while it runs, as Dask events on this client's topic.
+(``dask_jobs.py``), pinned to a worker only when asked (``worker=``, ``execute_all``, ``split``'s pieces),
+run on the Dask worker with the executor's own machinery; its RESULT or ERROR is read here as any
+worker's (``results.finish``), and what it prints and shows streams while it runs.
 
 ``distributed`` is imported when a client is made, never by ``import remote_magic``.
 """
@@ -16,71 +14,32 @@ from __future__ import annotations
 
 import logging
 import queue
-import time
-import uuid
-from typing import Any, Callable, Iterable, Mapping, TypeAlias
+from typing import Any, Callable, Iterable, Mapping
 
 from . import fleet_jobs, split_gather
+from .dask_jobs import DASK_INSTALL, DaskJobs, Events, Job, OnStream
 from .errors import (
     ConnectionFailed,
     DaskError,
     FleetError,
-    InputError,
-    JobCancelled,
     JobError,
-    JobTimeout,
     NoSuchWorker,
     RemoteMagicError,
-    WorkerLost,
 )
 from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .split_gather import SplitResult
-from .wire import identity, serialization
-from .wire.protocol import Message, MessageType as T
 from .wire.versions import local_versions
 
 log = logging.getLogger(__name__)
 
 SCHEME = "dask://"
-DASK_INSTALL = 'pip install "remote-magic[dask]"'
-EVENTS_WAIT_S = 10.0
-"""After a task ended, how long its last printed text and displays may take to arrive (they go
-through the scheduler, the result straight from the worker's future)."""
 
-SCATTER_BYTES = 1 << 20
-"""Frames this large go to the worker with ``scatter`` before the task, as Dask advises for large data,
-rather than inside the task through the scheduler."""
-
-OnStream = Callable[[Mapping[str, Any]], None]
 OnWorkerOutput = Callable[[str, Mapping[str, Any]], None]
-Events: TypeAlias = "queue.SimpleQueue[tuple[str, str, Any]]"
-"""(kind, job id, payload): an ``event`` (a STREAM or DISPLAY header) or ``done`` (the task ended)."""
 
 
 def is_dask_address(address: object) -> bool:
     """Is this what ``connect`` takes for a Dask scheduler (``dask://HOST:PORT``)?"""
     return isinstance(address, str) and address.startswith(SCHEME)
-
-
-def _run_on_dask(header: dict[str, Any], frames: list[Any], topic: str) -> tuple[str, dict[str, Any], list[Any]]:
-    """The task: on a Dask worker, run the job as a remote-worker's executor would."""
-    from remote_magic.worker.dask_task import runner
-
-    kind, ended, buffers = runner().run(header, frames, topic)
-    return kind, ended, [_as_array(buffer) for buffer in buffers]
-
-
-class _Job:
-    """One job: its Dask future, the inputs its result refers to, and its output's callbacks."""
-
-    def __init__(self, job_id: str, future: Any, inputs: Mapping[str, Any], worker: str,
-                 on_stream: OnStream, on_display: OnStream, update_inputs: bool = True) -> None:
-        self.id, self.future, self.inputs, self.worker = job_id, future, dict(inputs), worker
-        self.on_stream, self.on_display, self.update_inputs = on_stream, on_display, update_inputs
-        self.shown = 0       # events shown so far (their ``seq`` runs 1, 2, ...)
-        self.early: dict[int, dict[str, Any]] = {}  # events that arrived before one sent earlier
-        self.ended: Message | None = None
-        self.events = 0      # how many the job sent, once it ended
 
 
 class DaskClient:
@@ -104,9 +63,7 @@ class DaskClient:
         except (OSError, TimeoutError) as exc:
             raise ConnectionFailed(f"no Dask scheduler answered at {address} within {timeout:g} s ({exc}): check that "
                                    "it runs (dask scheduler, or distributed.LocalCluster) and its address") from None
-        self._topic = f"remote-magic-{uuid.uuid4().hex}"
-        self._queues: dict[str, Events] = {}
-        self._dask.subscribe_topic(self._topic, self._on_event)
+        self._jobs = DaskJobs(self._dask, address, local_versions())
         log.info("connected to the Dask scheduler at %s", scheduler)
 
     @property
@@ -138,8 +95,8 @@ class DaskClient:
         _refuse(gpu=gpu or kernels, retries=retries, require=require, prefer=prefer)
         header = _code_header(code, outputs, figure_formats)
         addresses = None if worker is None else self._addresses([worker])
-        job = self._submit(header, inputs, worker, addresses, queue.SimpleQueue(), on_stream, on_display)
-        ended = self._wait({job.id: job}, timeout)[job.id]
+        job = self._jobs.submit(header, inputs, worker, addresses, queue.SimpleQueue(), on_stream, on_display)
+        ended = self._jobs.wait({job.id: job}, timeout)[job.id]
         return finish(ended, job.worker, job.inputs, job.update_inputs, on_module_error)
 
     def execute_all(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
@@ -158,20 +115,20 @@ class DaskClient:
         labelled = fleet_jobs.LabelledOutput(write_stream, show_display)
         stream, display = on_stream or labelled.stream, on_display or labelled.display
         header = _code_header(code, outputs, figure_formats)
-        jobs: dict[str, _Job] = {}
+        jobs: dict[str, Job] = {}
         asked: dict[str, str] = {}  # job id -> the name it was asked for (results are keyed by it)
         events: Events = queue.SimpleQueue()
         addresses = self._addresses(names)
         try:
             for name, address in zip(names, addresses):
                 own = (inputs_for or {}).get(name)
-                job = self._submit(header, {**(inputs or {}), **own} if own else inputs, name, [address], events,
+                job = self._jobs.submit(header, {**(inputs or {}), **own} if own else inputs, name, [address], events,
                                    _for_worker(stream, name), _for_worker(display, name), update_inputs=False)
                 jobs[job.id], asked[job.id] = job, name
         except BaseException:
-            self._forget(jobs.values())
+            self._jobs.forget(jobs.values())
             raise
-        ended = self._wait(jobs, timeout)
+        ended = self._jobs.wait(jobs, timeout)
         results: dict[str, JobResult] = {}
         failures: dict[str, JobError | RemoteMagicError] = {}
         for job_id, job in jobs.items():
@@ -213,32 +170,23 @@ class DaskClient:
             chunksize = fleet_jobs.default_chunksize(len(items), len(names) if names else len(self.workers()))
         elif chunksize < 1:
             raise ValueError(f"chunksize must be 1 or more, not {chunksize}")
-        jobs: dict[str, _Job] = {}
-        starts: dict[str, int] = {}
-        events: Events = queue.SimpleQueue()
         addresses = None if names is None else self._addresses(names)
-        packed = [(start, self._pack({"kind": "call"}, {"fn": fleet_jobs._run_chunk, "kwargs": {},
-                                                        "args": (fn, start, items[start:start + chunksize])},
-                                     addresses))
-                  for start in range(0, len(items), chunksize)]
-        # One graph for every chunk, as Dask's own client.map submits; Dask's scheduler places each.
-        futures = self._dask.map(_run_on_dask, [full for _, (_, full, _) in packed],
-                                 [frames for _, (_, _, frames) in packed], [self._topic] * len(packed),
-                                 key=[f"offload-{job_id}" for _, (job_id, _, _) in packed], pure=False,
-                                 workers=addresses, allow_other_workers=False)
-        for (start, (job_id, _, _)), future in zip(packed, futures):
-            jobs[job_id], starts[job_id] = self._track(job_id, future, {}, "", events, write_stream,
-                                                       show_display), start
+        starts = range(0, len(items), chunksize)
+        calls = [{"fn": fleet_jobs._run_chunk, "args": (fn, start, items[start:start + chunksize]), "kwargs": {}}
+                 for start in starts]
+        submitted = self._jobs.submit_calls(calls, addresses, queue.SimpleQueue())
+        jobs = {job.id: job for job in submitted}
+        first = {job.id: start for job, start in zip(submitted, starts)}
         results: list[Any] = [None] * len(items)
 
-        def place(job: _Job) -> None:  # as each chunk ends: a failure raises at once, cancelling the rest
+        def place(job: Job) -> None:  # as each chunk ends: a failure raises at once, cancelling the rest
             assert job.ended is not None
             outcome: list[Any] | fleet_jobs.ItemFailed = finish(job.ended, job.worker, {}, False, None).values["result"]
             if isinstance(outcome, fleet_jobs.ItemFailed):
                 raise outcome.error()
-            results[starts[job.id]:starts[job.id] + len(outcome)] = outcome
+            results[first[job.id]:first[job.id] + len(outcome)] = outcome
 
-        self._wait(jobs, timeout, on_end=place)
+        self._jobs.wait(jobs, timeout, on_end=place)
         return results
 
     def workers(self, timeout: float = 10.0) -> list[dict[str, Any]]:
@@ -258,7 +206,7 @@ class DaskClient:
     def close(self) -> None:
         """Disconnect from the scheduler; jobs still running there are cancelled (a started task runs to its end)."""
         try:
-            self._dask.unsubscribe_topic(self._topic)
+            self._jobs.close()
         finally:
             self._dask.close()
 
@@ -301,40 +249,7 @@ class DaskClient:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    def _submit(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
-                addresses: list[str] | None, events: Events, on_stream: OnStream, on_display: OnStream,
-                update_inputs: bool = True) -> _Job:
-        """Pack a cell's job as a hub would forward it and hand it to Dask as one task; what it sends and
-        its end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may
-        run on (None: any), ``worker`` their name."""
-        values = dict(inputs or {})
-        sent, refs = identity.references(values)  # names sharing an object, and views, go as references
-        job_id, full, frames = self._pack(header, sent, addresses)
-        if refs:
-            full["refs"] = refs
-        future = self._dask.submit(_run_on_dask, full, frames, self._topic, key=f"offload-{job_id}", pure=False,
-                                   workers=addresses, allow_other_workers=False)
-        return self._track(job_id, future, values, worker or "", events, on_stream, on_display, update_inputs)
-
-    def _pack(self, header: dict[str, Any], values: Mapping[str, Any], addresses: list[str] | None
-              ) -> tuple[str, dict[str, Any], list[Any]]:
-        """A job's id, its SUBMIT header and its frames (large ones scattered to ``addresses`` already)."""
-        packed = serialization.pack(values, InputError, portable_pandas=True)  # the workers' pandas is unknown
-        job_id = uuid.uuid4().hex
-        frames = [_as_array(frame) for frame in packed.frames]
-        large = [i for i, frame in enumerate(frames) if frame.nbytes >= SCATTER_BYTES]
-        if large:  # straight to a worker (the one named), not through the scheduler inside the task
-            scattered = self._dask.scatter([frames[i] for i in large], workers=addresses, hash=False)
-            for i, future in zip(large, scattered):
-                frames[i] = future
-        return job_id, {**header, **packed.header(), "job": job_id, "versions": self._versions}, frames
-
-    def _track(self, job_id: str, future: Any, values: Mapping[str, Any], worker: str, events: Events,
-               on_stream: OnStream, on_display: OnStream, update_inputs: bool = True) -> _Job:
-        """Follow a submitted task: its events and its end go into ``events``."""
-        self._queues[job_id] = events
-        future.add_done_callback(lambda _: events.put(("done", job_id, None)))
-        return _Job(job_id, future, values, worker, on_stream, on_display, update_inputs)
+    # -- jobs ------------------------------------------------------------------------------
 
     def _addresses(self, wanted: list[str]) -> list[str]:
         """The Dask addresses of the workers named (by Dask name or address); NoSuchWorker for one not there."""
@@ -345,119 +260,6 @@ class DaskClient:
             raise NoSuchWorker(f"no Dask worker named {', '.join(repr(n) for n in unknown)} (the cluster has: "
                                f"{', '.join(repr(n) for n in known if '://' not in n) or 'none'})")
         return [known[name] for name in wanted]
-
-    def _wait(self, jobs: Mapping[str, _Job], timeout: float | None,
-              on_end: Callable[[_Job], None] | None = None) -> dict[str, Message]:
-        """Each job's ending, showing each one's output meanwhile, in the order it was printed. Ctrl-C, or
-        ``timeout``, or ``on_end`` (called as each job ends) raising, cancels the tasks not yet done."""
-        events = self._queues[next(iter(jobs))]  # the jobs of one call share one queue
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiting = set(jobs)
-        late: float | None = None  # since when every task ended but some output has yet to arrive
-        try:
-            while waiting:
-                now = time.monotonic()
-                if deadline is not None and now > deadline:
-                    raise JobTimeout(f"the job ran past its {timeout:g} s timeout; it was cancelled on the Dask "
-                                     "cluster (a task that started runs on to its end: Dask can't stop it)")
-                if all(jobs[job_id].ended is not None for job_id in waiting):
-                    late = late or now
-                    if now - late > EVENTS_WAIT_S:  # not silently: the result is shown, the gap is said
-                        log.warning("some of the job's output did not arrive within %g s of its end; "
-                                    "shown without it", EVENTS_WAIT_S)
-                        break
-                try:
-                    batch = [events.get(timeout=0.5)]  # finite: Ctrl-C stays responsive
-                except queue.Empty:
-                    continue
-                while True:  # and whatever else is here already: the tasks that ended are read together
-                    try:
-                        batch.append(events.get_nowait())
-                    except queue.Empty:
-                        break
-                for kind, job_id, payload in batch:
-                    if kind == "event" and job_id in jobs:
-                        self._show(jobs[job_id], payload)
-                ended = [jobs[job_id] for kind, job_id, _ in batch if kind == "done" and job_id in jobs]
-                self._read_ended(ended)
-                for job in ended:
-                    if on_end is not None:
-                        on_end(job)
-                for _, job_id, _ in batch:
-                    moved = jobs.get(job_id)
-                    if moved is not None and moved.ended is not None and moved.shown >= moved.events:
-                        waiting.discard(job_id)
-            return {job_id: job.ended for job_id, job in jobs.items() if job.ended is not None}
-        except BaseException:
-            self._forget(jobs.values())
-            raise
-        finally:
-            for job_id in jobs:
-                self._queues.pop(job_id, None)
-
-    def _read_ended(self, ended: list[_Job]) -> None:
-        """Read finished tasks: their RESULT or ERROR, or the Dask failure that kept each from one. The
-        results come from the workers in one ``gather``, not one round trip each."""
-        finished = [job for job in ended if job.future.status == "finished"]
-        if finished:
-            try:
-                values = self._dask.gather([job.future for job in finished])
-            except Exception:  # one was lost meanwhile: read each on its own, which says which and why
-                finished = []
-            else:
-                for job, (kind, header, buffers) in zip(finished, values):
-                    job.worker = str(header.get("worker", job.worker))
-                    job.events = int(header.get("events") or 0)
-                    job.ended = Message(T(kind), header, list(buffers))
-        for job in ended:
-            if job.ended is None:
-                self._ended(job)
-
-    def _ended(self, job: _Job) -> None:
-        """Read one finished task."""
-        try:
-            kind, header, buffers = job.future.result()
-        except Exception as exc:
-            failure = _dask_failure(exc, job.worker)
-            if isinstance(failure, JobCancelled) and self._dask.status != "running":
-                failure = ConnectionFailed(f"the Dask scheduler at {self.address} was lost (Dask's client gave up "
-                                           "reconnecting); the job's result is lost: connect again once it runs")
-            job.ended, job.events = Message(T.ERROR, _error_header(failure, job.id)), 0
-            return
-        job.worker = str(header.get("worker", job.worker))
-        job.events = int(header.get("events") or 0)
-        job.ended = Message(T(kind), header, list(buffers))
-
-    def _show(self, job: _Job, event: dict[str, Any]) -> None:
-        """Show an event in order: one that overtook an earlier one waits for it."""
-        job.early[int(event.get("seq") or 0)] = event
-        while job.shown + 1 in job.early:
-            job.shown += 1
-            shown = job.early.pop(job.shown)
-            (job.on_stream if shown.get("type") == T.STREAM.value else job.on_display)(shown)
-
-    def _on_event(self, event: tuple[float, Any]) -> None:
-        """A job's STREAM or DISPLAY, from the scheduler (Dask's event loop thread)."""
-        message = event[1]
-        if isinstance(message, dict):
-            job_id = str(message.get("job"))
-            events = self._queues.get(job_id)
-            if events is not None:
-                events.put(("event", job_id, message))
-
-    def _forget(self, jobs: Iterable[_Job]) -> None:
-        """Cancel the jobs' tasks not yet done (Dask drops queued ones; a running task runs to its end)."""
-        futures = [job.future for job in jobs if not job.future.done()]
-        if futures:
-            self._dask.cancel(futures)
-
-
-def _as_array(frame: Any) -> Any:
-    """A frame as Dask moves large buffers best: a numpy byte array over it (no copy here; out of band
-    where Dask's comms allow)."""
-    import numpy
-
-    return numpy.frombuffer(frame, dtype=numpy.uint8)
 
 
 def _refuse(**options: Any) -> None:
@@ -479,22 +281,3 @@ def _code_header(code: str, outputs: Iterable[str] | None, figure_formats: Itera
 def _for_worker(callback: OnWorkerOutput, worker: str) -> OnStream:
     return lambda header: callback(worker, header)
 
-
-def _dask_failure(exc: BaseException, worker: str) -> JobError | RemoteMagicError:
-    """What kept a task from a result, in remote-magic's terms."""
-    kind = type(exc).__name__
-    where = f" on Dask worker {worker!r}" if worker else ""
-    if kind == "KilledWorker":
-        return WorkerLost(f"the Dask workers running the job died{where} ({exc}): Dask gave up on it; run it again")
-    if kind in ("CancelledError", "FutureCancelledError"):
-        return JobCancelled(f"the job was cancelled on the Dask cluster{where}: {exc}")
-    if isinstance(exc, ImportError) and "remote_magic" in str(exc):
-        return DaskError(f"the Dask worker can't import remote-magic ({exc}): install it there too, {DASK_INSTALL}")
-    return DaskError(f"the Dask task failed{where} before the job could run: {kind}: {exc} (the Dask workers need "
-                     f"the same remote-magic as this notebook: {DASK_INSTALL})")
-
-
-def _error_header(error: RemoteMagicError, job: str) -> dict[str, Any]:
-    from .wire.failures import error_header
-
-    return error_header(error, job)
