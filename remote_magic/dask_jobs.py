@@ -198,7 +198,7 @@ class DaskJobs:
             kind, header, buffers = job.future.result()
         except Exception as exc:
             failure = dask_failure(exc, job.worker)
-            if isinstance(failure, JobCancelled) and self._dask.status != "running":
+            if self._dask.status != "running":  # whatever Dask said: it lost its scheduler
                 failure = ConnectionFailed(f"the Dask scheduler at {self.address} was lost (Dask's client gave up "
                                            "reconnecting); the job's result is lost: connect again once it runs")
             job.ended, job.events = Message(T.ERROR, error_header(failure, job.id)), 0
