@@ -53,8 +53,8 @@ _KEPT_SOURCES = 64  # cell sources kept in linecache for tracebacks
 
 class JobRunner:
     """Runs jobs one at a time: a cell with what it changed tracked, a call, a file step; what a job
-    shows and how it ends go out through ``send``. The executor process is one; a Dask task
-    (``remote_magic.dask_engine``) uses another, so cells there run by the same rules."""
+    shows and how it ends go out through ``send``. The executor process is one; a Dask worker
+    (``dask_task.DaskRunner``, for ``dask://`` connections) is another, so cells there run by the same rules."""
 
     def __init__(self, gpu: Any, no_gpu: str) -> None:
         self._outputs: JobOutputs | None = None
