@@ -13,9 +13,11 @@ From a script::
 
 from ._version import __version__
 from .client import Client, connect
+from .dask_engine import DaskClient
 from .errors import (
     Busy,
     ConnectionFailed,
+    DaskError,
     DiscoveryError,
     ExecutorDied,
     FileTransferError,
@@ -50,13 +52,13 @@ from .wire.discovery import DiscoveredHub
 from .wire.handles import RemoteValue
 
 __all__ = [
-    "__version__", "Client", "JobResult", "FileChanges", "Transfer", "RemoteValue", "connect",
+    "__version__", "Client", "DaskClient", "JobResult", "FileChanges", "Transfer", "RemoteValue", "connect",
     "RemoteMagicError", "Busy", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
     "SplitResult", "SplitError", "GatherError",
-    "discover", "DiscoveredHub", "DiscoveryError",
+    "discover", "DiscoveredHub", "DiscoveryError", "DaskError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

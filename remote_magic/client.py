@@ -17,13 +17,14 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, overload
 
 import zmq
 
 from . import errors, fleet_jobs, progress, split_gather, transfer
+from .dask_engine import DaskClient, is_dask_address
 from .errors import ConnectionFailed, FleetError, JobError, RemoteMagicError
-from .results import FileChanges, JobResult, read_result, show_display, write_stream
+from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .split_gather import SplitResult
 from .transfer import Transfer
 from .wire import identity, serialization
@@ -565,17 +566,7 @@ class Client:
 
     def _finish(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
                 ) -> JobResult:
-        if msg.type is T.ERROR:
-            error = error_from_header(msg.header)
-            if isinstance(error, errors.RemoteError) and "names" in msg.header:
-                error.partial = self._result(job, msg, on_module_error)
-            raise error
-        return self._result(job, msg, on_module_error)
-
-    def _result(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
-                ) -> JobResult:
-        return read_result(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs,
-                           on_module_error)
+        return finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs, on_module_error)
 
     def _cancel(self, job_id: str) -> None:
         try:
@@ -710,9 +701,22 @@ def _for_worker(callback: OnWorkerOutput, worker: str) -> OnStream:
     return lambda header: callback(worker, header)
 
 
+@overload
+def connect(token: Token, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S, name: str | None = None,
+            send_timeout: float | None = None) -> Client: ...
+
+
+@overload
+def connect(token: str | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S, name: str | None = None,
+            send_timeout: float | None = None) -> "Client | DaskClient": ...
+
+
 def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-            name: str | None = None, send_timeout: float | None = None) -> Client:
-    """Connect to the hub a token points at (default: $REMOTE_MAGIC_TOKEN).
+            name: str | None = None, send_timeout: float | None = None) -> "Client | DaskClient":
+    """Connect to the hub a token points at (default: $REMOTE_MAGIC_TOKEN), or to a Dask scheduler.
+
+    ``dask://HOST:PORT`` connects to that Dask scheduler instead and returns a DaskClient: the same
+    ``run``, ``execute``, ``execute_all``, ``split`` and ``map``, with Dask placing the jobs (docs/fleet.md).
 
     Raises ConnectionFailed within ``timeout`` seconds with what to check when the hub can't
     be reached or refuses the token. The Client is a context manager.
@@ -721,6 +725,9 @@ def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNEC
     and ``run`` wait for room; with ``send_timeout`` they wait at most that long, then raise Busy.
     """
     token = token or os.environ.get("REMOTE_MAGIC_TOKEN")
+    if is_dask_address(token):
+        assert isinstance(token, str)  # is_dask_address says so
+        return DaskClient(token, timeout=timeout, name=name)
     if not token:
         raise errors.TokenError("no token: pass the line remote-worker printed, or set REMOTE_MAGIC_TOKEN")
     return Client(token, timeout=timeout, name=name, send_timeout=send_timeout)

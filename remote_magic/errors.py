@@ -32,6 +32,7 @@ Every error a user can catch derives from one root::
     │   ├── ShaderError       WGSL failed to compile (carries line and column)
     │   └── GpuLimitError     the data exceeds a device limit and cannot be split
     ├── TunnelError           an ngrok tunnel could not be opened
+    ├── DaskError             a Dask cluster can't do what was asked (no session, no GPU there), or is missing
     └── DiscoveryError        LAN discovery could not run, or found no hub that a token opens
 
 Messages say what happened and what to do next.
@@ -241,6 +242,12 @@ class GpuLimitError(GpuError):
 
 class TunnelError(RemoteMagicError):
     """An ngrok tunnel could not be opened."""
+
+
+class DaskError(RemoteMagicError):
+    """Offloading to a Dask cluster (``dask://HOST:PORT``) can't do what was asked: a Dask worker keeps no
+    session per notebook and has no GPU runtime, so the options that need one are refused, naming the
+    option and what to use instead; or ``distributed`` (or remote-magic on the Dask workers) is missing."""
 
 
 class DiscoveryError(RemoteMagicError):

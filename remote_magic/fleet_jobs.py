@@ -167,6 +167,11 @@ def _run_chunk(fn: Callable[[Any], Any], start: int, items: Sequence[Any]) -> li
     return results
 
 
+def default_chunksize(items: int, workers: int) -> int:
+    """``map``'s chunk size when none is given: about CHUNKS_PER_WORKER chunks per worker."""
+    return max(1, math.ceil(items / (CHUNKS_PER_WORKER * max(1, workers))))
+
+
 @dataclass
 class _Chunk:
     start: int
@@ -185,8 +190,7 @@ def map_chunks(client: "Client", fn: Callable[[Any], Any], iterable: Iterable[An
         return []
     names = list(dict.fromkeys(workers)) if workers is not None else None
     if chunksize is None:
-        count = len(names) if names is not None else len(client.workers())
-        chunksize = max(1, math.ceil(len(items) / (CHUNKS_PER_WORKER * max(1, count))))
+        chunksize = default_chunksize(len(items), len(names) if names is not None else len(client.workers()))
     elif chunksize < 1:
         raise ValueError(f"chunksize must be 1 or more, not {chunksize}")
     waiting = deque(_Chunk(start, items[start:start + chunksize],

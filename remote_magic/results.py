@@ -12,8 +12,9 @@ from typing import Any, Callable, Mapping
 
 from . import errors
 from .wire import identity, serialization
+from .wire.failures import error_from_header
 from .wire.handles import RemoteValue, kept_description
-from .wire.protocol import Message
+from .wire.protocol import Message, MessageType
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,18 @@ def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inp
                      shown if isinstance(shown, dict) else None,
                      [str(name) for name in deleted] if isinstance(deleted, list) else [],
                      in_place=in_place, notes=notes)
+
+
+def finish(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: bool,
+           on_module_error: Callable[[str, Any, Exception], None] | None) -> JobResult:
+    """A finished job's JobResult, or, for an ERROR, its exception raised (a RemoteError from a cell
+    carries what the cell changed before it raised, as ``partial``). Arguments as ``read_result``."""
+    if msg.type is MessageType.ERROR:
+        error = error_from_header(msg.header)
+        if isinstance(error, errors.RemoteError) and "names" in msg.header:
+            error.partial = read_result(msg, worker, inputs, update_inputs, on_module_error)
+        raise error
+    return read_result(msg, worker, inputs, update_inputs, on_module_error)
 
 
 def write_stream(header: Mapping[str, Any]) -> None:

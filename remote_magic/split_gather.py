@@ -16,6 +16,7 @@ from .errors import FleetError, GatherError, NoSuchWorker, SplitError
 
 if TYPE_CHECKING:
     from .client import Client
+    from .dask_engine import DaskClient
     from .results import JobResult
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ def _speed(worker: Mapping[str, Any]) -> float:
     return float(speed) if isinstance(speed, (int, float)) else 0.0
 
 
-def run(client: "Client", code: str, inputs: Mapping[str, Any] | None, split: Iterable[str] | str,
+def run(client: "Client | DaskClient", code: str, inputs: Mapping[str, Any] | None, split: Iterable[str] | str,
         gather: Iterable[str] | str, workers: Iterable[str] | None, outputs: Iterable[str] | None,
         **execute_all: Any) -> SplitResult:
     """``Client.split``: plan the pieces, run them with ``execute_all``, concatenate what ``gather`` names."""

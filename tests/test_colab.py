@@ -241,3 +241,43 @@ def test_the_oldest_supported_notebook_side_offloads_cells(
     assert report["success"], report["stderr"]
     assert (report["value"], report["total"], report["same_class"]) == (60, 6, True)
     assert "on the worker 2" in report["stdout"]
+
+
+DASK_SHELL = textwrap.dedent("""
+    import json, sys
+    from distributed import LocalCluster
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    if __name__ == "__main__":
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=None) as cluster:
+            ip = InteractiveShell.instance()
+            ip.user_ns["L"] = [3, 1, 2]
+            with capture_output() as out:
+                ip.run_line_magic("load_ext", "remote_magic")
+                ip.run_line_magic("offload_connect", "dask://" + cluster.scheduler_address.split("://")[1])
+                result = ip.run_cell("%%offload\\nL.sort()\\nprint('sorted on dask')\\nlen(L)")
+                ip.run_line_magic("offload_disconnect", "")
+            print(json.dumps({"success": result.success, "value": result.result, "L": ip.user_ns["L"],
+                              "stdout": out.stdout, "stderr": out.stderr}))
+""")
+
+
+def test_the_dask_extra_keeps_colabs_dask_and_runs_a_cell_on_a_dask_cluster(
+        colab_python: tuple[Path, str], wheel: Path, tmp_path: Path) -> None:
+    python, _ = colab_python
+    pins = _constraints(tmp_path / "colab-constraints.txt")
+    before = _freeze(python)
+    run_command(python, "-m", "pip", "install", "-c", tmp_path / "colab-constraints.txt", f"{wheel}[dask]",
+                cwd=tmp_path)
+    after = _freeze(python)
+    changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
+    assert not changed, f"installing remote-magic[dask] changed Colab's packages: {changed}"
+    assert after["dask"] == pins["dask"] and after["distributed"] == pins["dask"]  # distributed matches Colab's dask
+    run_command(python, "-m", "pip", "check", cwd=tmp_path)
+    report = json.loads(run_command(python, "-c", DASK_SHELL, cwd=tmp_path, env={"PYTHONPATH": ""},
+                                    timeout=300).stdout.strip().splitlines()[-1])
+    assert report["success"], report["stderr"]
+    assert (report["value"], report["L"]) == (3, [1, 2, 3])
+    assert "Connected to dask://127.0.0.1:" in report["stdout"] and "sorted on dask" in report["stdout"]

@@ -4,6 +4,7 @@
 runs each notebook's jobs in its session (``sessions``: one executor child process per notebook,
 ``executors`` starts and watches them); ``executor`` runs each job, with ``outputs`` sending what it
 prints and shows; ``gpu`` runs array work as WGSL compute pipelines. Needs the [worker] extra.
+``dask_task`` runs a job with the executor's machinery inside a Dask worker (``dask://`` connections).
 """
 
 WORKER_INSTALL = 'pip install "remote-magic[worker]"'

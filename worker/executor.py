@@ -51,17 +51,12 @@ MATPLOTLIB_BACKEND = "module://remote_magic.worker.figures"  # plt.show() as in 
 _KEPT_SOURCES = 64  # cell sources kept in linecache for tracebacks
 
 
-class Executor:
-    """Receives jobs from the supervisor and runs them one at a time."""
+class JobRunner:
+    """Runs jobs one at a time: a cell with what it changed tracked, a call, a file step; what a job
+    shows and how it ends go out through ``send``. The executor process is one; a Dask worker
+    (``dask_task.DaskRunner``, for ``dask://`` connections) is another, so cells there run by the same rules."""
 
-    def __init__(self, endpoint: str, generation: int, gpu_mode: str, adapter: str | None,
-                 backend: str | None) -> None:
-        self._context = zmq.Context()
-        self._sock = self._context.socket(zmq.DEALER)
-        self._sock.linger = 5000  # let the last result leave before exit
-        self._sock.routing_id = b"executor-%d" % generation
-        self._sock.connect(endpoint)
-        self._send_lock = threading.Lock()
+    def __init__(self, gpu: Any, no_gpu: str) -> None:
         self._outputs: JobOutputs | None = None
         self._running = False
         self._cells = 0
@@ -74,35 +69,16 @@ class Executor:
         # The last cell's look after it ran: the next cell's look before, when it starts there.
         self._last_scan: workdir.Snapshot | None = None
         self._files_changed: dict[str, Any] | None = None
-        self.gpu, self.no_gpu = _create_gpu(gpu_mode, adapter, backend)
+        self.gpu, self.no_gpu = gpu, no_gpu
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
-        with self._send_lock:
-            self._sock.send_multipart(encode(msg_type, header, buffers), copy=False)
-
-    def serve(self) -> None:
-        install_display(lambda: self._outputs)
-        flush_periodically(lambda: self._outputs)
-        signal.signal(signal.SIGINT, self._on_sigint)
-        self.send(T.HELLO, {"pid": os.getpid(), "gpu": self.gpu.capabilities() if self.gpu else {"active": False}})
-        while True:
-            frames = self._sock.recv_multipart(copy=False)
-            try:
-                msg = decode(frames)
-            except Exception as exc:
-                log.error("dropped a malformed job: %s", exc)
-                continue
-            if msg.type is T.SUBMIT:
-                self.run_job(msg)
-
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        # The supervisor interrupts only a running job; a late signal between jobs is ignored.
-        if self._running:
-            raise KeyboardInterrupt
+        """Report a job's output or its end (STREAM, DISPLAY, RESULT, ERROR)."""
+        raise NotImplementedError
 
     # -- one job ---------------------------------------------------------------------------
 
     def run_job(self, msg: Message) -> None:
+        """Run one job (a SUBMIT as the supervisor forwards it); its end is sent, never raised."""
         if msg.header.get("kind") == "file":
             self._run_file_job(msg)
             self._last_scan = None  # the copy may have changed the folder: the next cell looks again itself
@@ -330,6 +306,44 @@ class Executor:
         self._sources.append(filename)
         while len(self._sources) > _KEPT_SOURCES:
             linecache.cache.pop(self._sources.pop(0), None)
+
+
+class Executor(JobRunner):
+    """Receives jobs from the supervisor and runs them one at a time."""
+
+    def __init__(self, endpoint: str, generation: int, gpu_mode: str, adapter: str | None,
+                 backend: str | None) -> None:
+        self._context = zmq.Context()
+        self._sock = self._context.socket(zmq.DEALER)
+        self._sock.linger = 5000  # let the last result leave before exit
+        self._sock.routing_id = b"executor-%d" % generation
+        self._sock.connect(endpoint)
+        self._send_lock = threading.Lock()
+        super().__init__(*_create_gpu(gpu_mode, adapter, backend))
+
+    def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
+        with self._send_lock:
+            self._sock.send_multipart(encode(msg_type, header, buffers), copy=False)
+
+    def serve(self) -> None:
+        install_display(lambda: self._outputs)
+        flush_periodically(lambda: self._outputs)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        self.send(T.HELLO, {"pid": os.getpid(), "gpu": self.gpu.capabilities() if self.gpu else {"active": False}})
+        while True:
+            frames = self._sock.recv_multipart(copy=False)
+            try:
+                msg = decode(frames)
+            except Exception as exc:
+                log.error("dropped a malformed job: %s", exc)
+                continue
+            if msg.type is T.SUBMIT:
+                self.run_job(msg)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        # The supervisor interrupts only a running job; a late signal between jobs is ignored.
+        if self._running:
+            raise KeyboardInterrupt
 
 
 class _CellFailed(Exception):

@@ -19,7 +19,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Float
 
 from ..client import Client, connect
+from ..dask_engine import DaskClient, is_dask_address
 from ..errors import (
+    DaskError,
     FileTransferError,
     FleetError,
     GatherError,
@@ -66,7 +68,7 @@ class OffloadMagics(Magics):
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
-        self.client: Client | None = None
+        self.client: Client | DaskClient | None = None  # DaskClient: %offload_connect dask://HOST:PORT
         self.kernels: dict[str, str] = {}
         self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)
         self.cell_display = CellDisplay(shell)
@@ -74,7 +76,8 @@ class OffloadMagics(Magics):
     # -- connection ------------------------------------------------------------------------
 
     @magic_arguments()
-    @argument("token", nargs="?", help="the token remote-worker printed (default: $REMOTE_MAGIC_TOKEN)")
+    @argument("token", nargs="?", help="the token remote-worker printed (default: $REMOTE_MAGIC_TOKEN), "
+              "or dask://HOST:PORT for a Dask scheduler")
     @argument("--timeout", type=float, default=None,
               help="seconds to wait for the hub (with --lan: to browse the network, default 3)")
     @argument("--lan", action="store_true",
@@ -87,8 +90,12 @@ class OffloadMagics(Magics):
         connect to the hub that token opens at the address it is found at now (the token's address may
         be out of date). Discovery never replaces the token: without one it only lists.
 
+        With dask://HOST:PORT, offloaded cells (and --all, --split) run on that Dask scheduler's
+        workers instead, Dask placing them; see docs/fleet.md for what differs there.
+
         Usage: %offload_connect TOKEN   (or set REMOTE_MAGIC_TOKEN and run %offload_connect)
                %offload_connect --lan [TOKEN] [--timeout S]
+               %offload_connect dask://HOST:PORT
         """
         args = parse_argstring(self.offload_connect, line)
         token = args.token or os.environ.get("REMOTE_MAGIC_TOKEN")
@@ -97,6 +104,9 @@ class OffloadMagics(Magics):
                              "(or set REMOTE_MAGIC_TOKEN in the environment); %offload_connect --lan "
                              "lists the hubs on this network")
         try:
+            if args.lan and is_dask_address(token):
+                raise UsageError("--lan finds remote-worker hubs; a Dask scheduler is named by its address alone: "
+                                 f"%offload_connect {token}")
             if args.lan:
                 from ..lan import connect_discovered
                 from .lan import find_lan_hub
@@ -109,12 +119,14 @@ class OffloadMagics(Magics):
             else:
                 self.disconnect()
                 self.client = connect(token, timeout=args.timeout or self.connect_timeout)
-        except TokenError as exc:
+        except (TokenError, DaskError) as exc:
             raise UsageError(str(exc)) from None
-        workers = self.client.workers()
+        client = self.client
+        workers = client.workers()
         names = ", ".join(w["name"] for w in workers) or "none yet"
-        print(f"Connected to {self.client.token.address} — workers: {names}")
-        for note in self.client.version_notes:
+        where = client.address if isinstance(client, DaskClient) else client.token.address
+        print(f"Connected to {where} — {'Dask ' if isinstance(client, DaskClient) else ''}workers: {names}")
+        for note in client.version_notes:
             _notice(note)
 
     @magic_arguments()
@@ -163,7 +175,7 @@ class OffloadMagics(Magics):
             self.served.close()
             self.served = None
 
-    def _client(self) -> Client:
+    def _client(self) -> Client | DaskClient:
         if self.client is None:
             raise UsageError("not connected: run %offload_connect TOKEN first "
                              "(the token is the line remote-worker printed)")
@@ -251,7 +263,7 @@ class OffloadMagics(Magics):
                 on_display=self.cell_display.show, on_module_error=on_module_error,
                 on_files=lambda files: _notice(_describe_files(files)), retries=args.retries, on_retry=_notice,
                 require=_unquoted(args.require), prefer=args.prefer, keep=_names(args.keep))
-        except RequirementError as exc:
+        except (RequirementError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
@@ -265,8 +277,8 @@ class OffloadMagics(Magics):
         self.cell_display.show_value_as(result.value, result.value_display)
         return result.value
 
-    def _offload_on_several(self, client: Client, cell: str, inputs: dict[str, Any], several: on_several.Several,
-                            args: Any, gpu: bool | list[str] | None, on_module_error: Any,
+    def _offload_on_several(self, client: Client | DaskClient, cell: str, inputs: dict[str, Any],
+                            several: on_several.Several, args: Any, gpu: bool | list[str] | None, on_module_error: Any,
                             split: on_several.Split | None) -> Any:
         """%%offload --all / --workers / --split: the cell on each worker (or piece) at once; names come back
         as {worker: value}, gathered ones concatenated."""
@@ -288,7 +300,7 @@ class OffloadMagics(Magics):
                 results, gathered = outcome.results, outcome.gathered
                 for note in outcome.notes:
                     _notice(note)
-        except (NoSuchWorker, SplitError) as exc:
+        except (NoSuchWorker, SplitError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         except FleetError as error:  # as locally: what the cells did stays done, on the workers that ran it
             partial = {worker: failed.partial for worker, failed in error.failures.items()
@@ -320,7 +332,10 @@ class OffloadMagics(Magics):
         args = parse_argstring(self.offload_kernel, line)
         if not args.name.isidentifier():
             raise UsageError(f"{args.name!r} is not a valid Python name for gpu.{args.name}")
-        self._client().execute("pass", gpu=True, kernels={**self.kernels, args.name: cell})
+        try:
+            self._client().execute("pass", gpu=True, kernels={**self.kernels, args.name: cell})
+        except DaskError as exc:
+            raise UsageError(str(exc)) from None
         self.kernels[args.name] = cell
         print(f"kernel gpu.{args.name} compiled")
 
@@ -344,7 +359,7 @@ class OffloadMagics(Magics):
         args = parse_argstring(self.offload_get, line)
         try:
             copied = self._client().get_file(args.path, args.local, worker=args.worker, overwrite=args.force)
-        except FileTransferError as exc:
+        except (FileTransferError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         print(f"Copied {_describe_copy(copied)} from worker {copied.worker!r} to {copied.destination}")
 
@@ -395,7 +410,7 @@ class OffloadMagics(Magics):
         args = parse_argstring(self.offload_put, line)
         try:
             copied = self._client().put_file(args.local, args.path, worker=args.worker, overwrite=args.force)
-        except FileTransferError as exc:
+        except (FileTransferError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         print(f"Copied {_describe_copy(copied)} to worker {copied.worker!r} at {copied.destination}")
 
@@ -423,7 +438,7 @@ class OffloadMagics(Magics):
         args = parse_argstring(self.offload_reset, line)
         try:
             reset = self._client().reset(args.worker)
-        except NoSuchWorker as exc:
+        except (NoSuchWorker, DaskError) as exc:
             raise UsageError(str(exc)) from None
         if reset:
             names = ", ".join(repr(name) for name in reset)
