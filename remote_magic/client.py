@@ -8,6 +8,7 @@ The magics are built on this; scripts and tests use it directly.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -23,7 +24,7 @@ import zmq
 
 from . import errors, fleet_jobs, progress, split_gather, transfer
 from .dask_engine import DaskClient, is_dask_address
-from .errors import ConnectionFailed, FleetError, JobError, RemoteMagicError
+from .errors import ConnectionFailed, JobError, RemoteMagicError
 from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .split_gather import SplitResult
 from .transfer import Transfer
@@ -218,16 +219,9 @@ class Client:
                     self._cancel(job_id)
             raise
         ended = self._wait_all(waits)
-        results: dict[str, JobResult] = {}
-        failures: dict[str, JobError | RemoteMagicError] = {}
-        for job_id, (job, _, _) in waits.items():
-            try:
-                results[targets[job_id]] = self._code_result(job, ended[job_id], on_module_error, None)
-            except RemoteMagicError as error:
-                failures[targets[job_id]] = error
-        if failures:
-            raise FleetError(fleet_jobs.describe_failures(failures, names), failures, results)
-        return results
+        return fleet_jobs.each_result(
+            ((targets[job_id], functools.partial(self._code_result, job, ended[job_id], on_module_error, None))
+             for job_id, (job, _, _) in waits.items()), names)
 
     def split(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None, *,
               split: Iterable[str] | str, gather: Iterable[str] | str = (), workers: Iterable[str] | None = None,

@@ -12,6 +12,7 @@ worker's (``results.finish``), and what it prints and shows streams while it run
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 from typing import Any, Callable, Iterable, Mapping
@@ -21,10 +22,7 @@ from .dask_jobs import DASK_INSTALL, DaskJobs, Events, Job, OnStream
 from .errors import (
     ConnectionFailed,
     DaskError,
-    FleetError,
-    JobError,
     NoSuchWorker,
-    RemoteMagicError,
 )
 from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .split_gather import SplitResult
@@ -131,16 +129,9 @@ class DaskClient:
             self._jobs.forget(jobs.values())
             raise
         ended = self._jobs.wait(jobs, timeout)
-        results: dict[str, JobResult] = {}
-        failures: dict[str, JobError | RemoteMagicError] = {}
-        for job_id, job in jobs.items():
-            try:
-                results[asked[job_id]] = finish(ended[job_id], job.worker, job.inputs, False, on_module_error)
-            except RemoteMagicError as error:
-                failures[asked[job_id]] = error
-        if failures:
-            raise FleetError(fleet_jobs.describe_failures(failures, names), failures, results)
-        return results
+        return fleet_jobs.each_result(
+            ((asked[job_id], functools.partial(finish, ended[job_id], job.worker, job.inputs, False, on_module_error))
+             for job_id, job in jobs.items()), names)
 
     def split(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None, *,
               split: Iterable[str] | str, gather: Iterable[str] | str = (), workers: Iterable[str] | None = None,

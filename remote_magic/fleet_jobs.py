@@ -16,12 +16,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from .errors import InputError, JobError, NoSuchWorker, RemoteError, RemoteMagicError, WorkerLost
+from .errors import FleetError, InputError, JobError, NoSuchWorker, RemoteError, RemoteMagicError, WorkerLost
 from .wire.failures import error_from_header
 from .wire.handles import RemoteValue
 
 if TYPE_CHECKING:
     from .client import Client
+    from .results import JobResult
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,22 @@ class LabelledOutput:
         if self._line_open and self._last is not None:
             self._write({"name": self._last[1], "text": "\n"})
         self._line_open = False
+
+
+def each_result(reads: Iterable[tuple[str, Callable[[], "JobResult"]]], workers: Sequence[str]
+                ) -> dict[str, "JobResult"]:
+    """{worker: its JobResult}, reading each with its callable; FleetError, with the others' results,
+    naming every worker whose read raised."""
+    results: dict[str, JobResult] = {}
+    failures: dict[str, RemoteMagicError] = {}
+    for worker, read in reads:
+        try:
+            results[worker] = read()
+        except RemoteMagicError as error:
+            failures[worker] = error
+    if failures:
+        raise FleetError(describe_failures(failures, workers), failures, results)
+    return results
 
 
 def describe_failures(failures: Mapping[str, RemoteMagicError], workers: Sequence[str]) -> str:

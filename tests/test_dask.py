@@ -27,6 +27,9 @@ from support import connected_shell, run, wait_for
 def _cluster(workers: int) -> Any:
     """A real Dask scheduler and worker processes (1 thread each) on 127.0.0.1 only, without a dashboard;
     the scheduler's own HTTP endpoint on a free port (not Dask's fixed 8787, which another test may hold)."""
+    main = sys.modules["__main__"]
+    if not hasattr(main, "__spec__"):  # an IPython shell made earlier in this process put its own __main__ in
+        main.__spec__ = None  # sys.modules, without the __spec__ multiprocessing's spawn reads: as for `python -c`
     return distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                     dashboard_address=None, silence_logs=logging.CRITICAL,
                                     scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
@@ -207,11 +210,7 @@ def test_a_scheduler_that_is_not_there_is_a_connection_failure(tmp_path: Path) -
         remote_magic.connect(f"dask://127.0.0.1:{port}", timeout=2)
 
 
-def test_a_cell_fails_with_connection_failed_once_the_scheduler_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
-    # An IPython shell made earlier in this process put its own __main__ in sys.modules, without the
-    # __spec__ that multiprocessing's spawn (starting the Dask worker) reads.
-    monkeypatch.setattr(sys.modules["__main__"], "__spec__", getattr(sys.modules["__main__"], "__spec__", None),
-                        raising=False)
+def test_a_cell_fails_with_connection_failed_once_the_scheduler_is_gone() -> None:
     cluster = _cluster(1)
     address = "dask://" + cluster.scheduler_address.removeprefix("tcp://")
     with remote_magic.connect(address, timeout=3) as client:
