@@ -27,6 +27,7 @@ from .errors import (
     JobCancelled,
     JobError,
     JobTimeout,
+    KernelError,
     NoMatchingWorker,
     NoSuchWorker,
     OutputError,
@@ -56,7 +57,7 @@ __all__ = [
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
     "SplitResult", "SplitError", "GatherError",
-    "discover", "DiscoveredHub", "DiscoveryError",
+    "discover", "DiscoveredHub", "DiscoveryError", "KernelError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

@@ -32,6 +32,7 @@ Every error a user can catch derives from one root::
     │   ├── ShaderError       WGSL failed to compile (carries line and column)
     │   └── GpuLimitError     the data exceeds a device limit and cannot be split
     ├── TunnelError           an ngrok tunnel could not be opened
+    ├── KernelError           a whole Jupyter kernel on a worker could not start, or was lost
     └── DiscoveryError        LAN discovery could not run, or found no hub that a token opens
 
 Messages say what happened and what to do next.
@@ -241,6 +242,10 @@ class GpuLimitError(GpuError):
 
 class TunnelError(RemoteMagicError):
     """An ngrok tunnel could not be opened."""
+
+
+class KernelError(RemoteMagicError):
+    """A Jupyter kernel on a worker (``remote_magic.kernel_provider``) could not start, or was lost."""
 
 
 class DiscoveryError(RemoteMagicError):

@@ -69,6 +69,13 @@ class MessageType(str, Enum):
     WORKERS = "workers"        # client -> hub (request), hub -> client (listing)
     BYE = "bye"                # peer -> hub: leaving; hub -> peer: shutting down
     SESSION_END = "session_end"  # hub -> worker: a client is gone; stop its session's interpreter
+    # A whole Jupyter kernel on a worker (kernel_provider/, worker/kernels.py); the hub only routes these.
+    KERNEL_START = "kernel_start"      # client -> hub -> worker: start an ipykernel with this key
+    KERNEL_STARTED = "kernel_started"  # worker -> hub -> client: it runs (pid, worker, python)
+    KERNEL_FRAMES = "kernel_frames"    # both ways: one ZeroMQ message on one of the kernel's channels
+    KERNEL_SIGNAL = "kernel_signal"    # client -> hub -> worker: deliver a signal (SIGINT: interrupt)
+    KERNEL_STOP = "kernel_stop"        # client or hub -> worker: end the kernel (terminate or kill)
+    KERNEL_DIED = "kernel_died"        # worker or hub -> client: the kernel is gone, and why
 
 
 _TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}
