@@ -17,6 +17,7 @@ holding the client token, default ``REMOTE_MAGIC_TOKEN``), ``token_file`` (a fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -159,7 +160,8 @@ class RemoteKernelProvisioner(KernelProvisionerBase):
             self.process.wait()
             for stream in (self.process.stdin, self.process.stdout):
                 if stream is not None:
-                    stream.close()
+                    with contextlib.suppress(OSError):  # a command it ended before reading stays unflushed
+                        stream.close()
             self.process = None
         self.pid = None
         return code

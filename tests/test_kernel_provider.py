@@ -1,0 +1,296 @@
+"""A whole Jupyter kernel on a real worker, started by jupyter_client through the remote-magic provisioner.
+
+Every kernel here is started by a real ``jupyter_client.KernelManager`` from a kernelspec installed by
+``remote-worker kernelspec install`` into a temporary Jupyter data folder; its channels cross a real
+hub (CurveZMQ on 127.0.0.1) to the shared real worker, which runs the ipykernel as its child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from queue import Empty
+from typing import Any, Iterator
+
+import jupyter_kernel_test
+import nbformat
+import psutil
+import pytest
+from jupyter_client import BlockingKernelClient, KernelManager
+from nbclient import NotebookClient
+
+import remote_magic
+from support import WorkerProcess, start_worker, wait_for
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "remote_kernel.ipynb"
+KERNEL = "remote-magic-test"
+TIMEOUT = 30
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernelspecs(worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The test's Jupyter data folder, with kernelspecs installed by the CLI: one reading the shared
+    worker's token file, one asking for a worker that doesn't exist."""
+    data = tmp_path_factory.mktemp("jupyter")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTER_DATA_DIR", str(data))
+        patch.setenv("JUPYTER_PATH", str(data))
+        for name, extra in ((KERNEL, ["--token-file", str(worker.token_file)]),
+                            ("remote-magic-nowhere", ["--token-file", str(worker.token_file), "--worker", "nowhere"])):
+            subprocess.run(["remote-worker", "kernelspec", "install", "--name", name, *extra], check=True,
+                           capture_output=True, text=True)
+        yield data
+
+
+def _start(name: str = KERNEL) -> tuple[KernelManager, BlockingKernelClient]:
+    km = KernelManager(kernel_name=name)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=TIMEOUT)
+    return km, kc
+
+
+def _stop(km: KernelManager, kc: BlockingKernelClient) -> None:
+    kc.stop_channels()
+    if km.has_kernel:
+        km.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    km, kc = _start()
+    yield km, kc
+    _stop(km, kc)
+
+
+def run(kc: BlockingKernelClient, code: str, **options: Any) -> tuple[dict[str, Any], str]:
+    """Execute ``code``; its execute_reply content and everything it printed."""
+    printed: list[str] = []
+
+    def output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            printed.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            printed.append(msg["content"]["ename"])
+
+    reply = kc.execute_interactive(code, timeout=TIMEOUT, output_hook=output, **options)
+    return reply["content"], "".join(printed)
+
+
+def _pids(kc: BlockingKernelClient) -> tuple[int, int]:
+    content, printed = run(kc, "import os; print(os.getpid(), os.getppid())")
+    assert content["status"] == "ok", printed
+    pid, parent = printed.split()
+    return int(pid), int(parent)
+
+
+def test_the_kernel_runs_on_the_worker_as_its_child_not_the_notebooks(
+        worker: WorkerProcess, kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
+    km, kc = kernel
+    pid, parent = _pids(kc)
+    assert parent == worker.process.pid
+    assert pid == km.provisioner.remote["pid"]  # type: ignore[union-attr]
+    # This test process is the worker's parent too (it started it): what the notebook's side started
+    # is the relay, which holds no kernel.
+    relay = km.provisioner.process  # type: ignore[union-attr]
+    assert relay is not None and psutil.Process(relay.pid).ppid() == os.getpid()
+    assert psutil.Process(relay.pid).cmdline()[1:3] == ["-m", "remote_magic.kernel_provider.relay"]
+    assert psutil.Process(relay.pid).children(recursive=True) == []
+    assert [p.pid for p in psutil.Process(pid).parents()][:2] == [worker.process.pid, os.getpid()]
+
+
+@pytest.mark.parametrize("mode", ["signal", "message"])
+def test_an_interrupt_stops_a_busy_loop_within_two_seconds_and_the_kernel_lives_on(
+        kernel: tuple[KernelManager, BlockingKernelClient], mode: str) -> None:
+    km, kc = kernel
+    assert km.kernel_spec is not None
+    km.kernel_spec.interrupt_mode = mode
+    run(kc, "counter = 41")
+    msg_id = kc.execute("while True: pass")
+    wait_for(lambda: _busy_with(kc, msg_id), TIMEOUT, "the loop to start")
+    pressed = time.monotonic()
+    km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=TIMEOUT)
+    stopped = time.monotonic() - pressed
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert stopped < 2.0
+    content, printed = run(kc, "print(counter + 1)")
+    assert content["status"] == "ok" and printed == "42\n"
+
+
+def _busy_with(kc: BlockingKernelClient, msg_id: str) -> bool:
+    try:
+        msg = kc.get_iopub_msg(timeout=0.1)
+    except Empty:
+        return False
+    return bool(msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_input")
+
+
+def test_input_is_answered_over_stdin(kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
+    _, kc = kernel
+    asked: list[str] = []
+
+    def answer(msg: dict[str, Any]) -> None:
+        asked.append(msg["content"]["prompt"])
+        kc.input("Ada")
+
+    content, printed = run(kc, "name = input('who? '); print('hello', name)", allow_stdin=True, stdin_hook=answer)
+    assert content["status"] == "ok"
+    assert asked == ["who? "] and printed.endswith("hello Ada\n")
+
+
+def test_a_restart_gives_a_fresh_kernel_on_the_same_worker(
+        worker: WorkerProcess, kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
+    km, kc = kernel
+    before, _ = _pids(kc)
+    run(kc, "kept = 1")
+    km.restart_kernel()
+    kc.wait_for_ready(timeout=TIMEOUT)
+    after, parent = _pids(kc)
+    assert after != before and parent == worker.process.pid
+    assert not psutil.pid_exists(before) or psutil.Process(before).status() == psutil.STATUS_ZOMBIE
+    content, printed = run(kc, "kept")
+    assert content["status"] == "error" and content["ename"] == "NameError"
+
+
+def test_shutdown_leaves_nothing_running_on_the_worker(worker: WorkerProcess) -> None:
+    km, kc = _start()
+    content, printed = run(kc, "import subprocess, os\nchild = subprocess.Popen(['sleep', '600'])\n"
+                               "print(os.getpid(), child.pid)")
+    assert content["status"] == "ok"
+    kernel_pid, child_pid = (int(p) for p in printed.split())
+    relay = km.provisioner.process  # type: ignore[union-attr]
+    assert relay is not None
+    kc.stop_channels()
+    km.shutdown_kernel()
+    assert not km.is_alive() and relay.poll() is not None
+    gone = lambda pid: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # noqa: E731
+    wait_for(lambda: gone(kernel_pid) and gone(child_pid), 10, "the kernel and what it started to end")
+    assert [p.pid for p in psutil.Process(worker.process.pid).children(recursive=True)
+            if p.pid in (kernel_pid, child_pid)] == []
+
+
+def test_a_kernel_that_dies_is_reported_dead_and_the_worker_stays_usable(worker: WorkerProcess) -> None:
+    km, kc = _start()
+    try:
+        kernel_pid, _ = _pids(kc)
+        kc.execute("import os; os._exit(3)")
+        wait_for(lambda: not km.is_alive(), 10, "the kernel to be reported dead")
+        relay = km.provisioner.process  # type: ignore[union-attr]
+        assert relay is not None and relay.poll() == 3  # the relay ends with the kernel's exit status
+        assert not psutil.pid_exists(kernel_pid) or psutil.Process(kernel_pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        _stop(km, kc)
+    with remote_magic.connect(worker.token, timeout=10) as client:
+        assert client.run("x = 6 * 7")["x"] == 42
+    km, kc = _start()
+    try:
+        assert _pids(kc)[1] == worker.process.pid
+    finally:
+        _stop(km, kc)
+
+
+def test_a_kernel_for_a_worker_that_isnt_there_fails_naming_it() -> None:
+    km = KernelManager(kernel_name="remote-magic-nowhere")
+    with pytest.raises(remote_magic.KernelError, match="no worker is named 'nowhere'.*shared"):
+        km.start_kernel()
+    assert not km.has_kernel
+
+
+def test_a_hub_with_kernels_off_refuses_them_saying_how_to_allow_them(tmp_path: Path, kernelspecs: Path) -> None:
+    off = start_worker(tmp_path / "off", "--listen", "127.0.0.1:0", "--gpu", "off", "--kernels", "off")
+    try:
+        subprocess.run(["remote-worker", "kernelspec", "install", "--name", "remote-magic-off", "--token-file",
+                        str(off.token_file)], check=True, capture_output=True)
+        km = KernelManager(kernel_name="remote-magic-off")
+        with pytest.raises(remote_magic.KernelError, match="does not allow kernels.*--kernels on"):
+            km.start_kernel()
+    finally:
+        off.stop()
+
+
+def test_the_kernelspec_cli_installs_lists_and_removes_without_the_token_in_clear(
+        worker: WorkerProcess, kernelspecs: Path) -> None:
+    def cli(*args: str, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run(["remote-worker", "kernelspec", *args], capture_output=True, text=True,
+                              env={**os.environ, **(env or {})})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    cli("install", "--name", "rm-env", "--display-name", "On the GPU box", "--worker", "shared",
+        "--token-env", "MY_TOKEN")
+    spec = json.loads((kernelspecs / "kernels" / "rm-env" / "kernel.json").read_text())
+    config = spec["metadata"]["kernel_provisioner"]["config"]
+    assert spec["display_name"] == "On the GPU box"
+    assert config == {"token_env": "MY_TOKEN", "worker": "shared"}
+    assert worker.token not in json.dumps(spec)
+    cli("install", "--name", "rm-stored", "--store-token", env={"REMOTE_MAGIC_TOKEN": worker.token})
+    stored = kernelspecs / "kernels" / "rm-stored" / "kernel.json"
+    assert json.loads(stored.read_text())["metadata"]["kernel_provisioner"]["config"]["token"] == worker.token
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    listing = cli("list")
+    assert "rm-env\tshared\ttoken from $MY_TOKEN" in listing and "rm-stored\tany worker\ttoken stored" in listing
+    assert f"{KERNEL}\tany worker\ttoken from {worker.token_file}" in listing
+    for name in ("rm-env", "rm-stored"):
+        assert "removed kernelspec" in cli("remove", name)
+    assert "rm-env" not in cli("list")
+    missing = subprocess.run(["remote-worker", "kernelspec", "remove", "rm-env"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "no remote-magic kernelspec is named 'rm-env'" in missing.stderr
+
+
+def test_the_example_notebook_runs_on_the_worker_through_nbclient(worker: WorkerProcess, tmp_path: Path) -> None:
+    nb = nbformat.read(EXAMPLE, as_version=4)
+    NotebookClient(nb, kernel_name=KERNEL, timeout=60, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    where, total, shown = [c for c in nb.cells if c.cell_type == "code"]
+    assert f"started by pid {worker.process.pid} (the remote-worker)" in where.outputs[0]["text"]
+    assert total.outputs[0]["data"]["text/plain"] == "285"
+    assert "<b>10 squares</b>" in shown.outputs[0]["data"]["text/html"]
+
+
+class TestTheKernelMessageProtocol(jupyter_kernel_test.KernelTests):
+    """jupyter_kernel_test's standard message-protocol checks, against the kernel on the worker."""
+
+    kernel_name = KERNEL
+    language_name = "python"
+    file_extension = ".py"
+    code_hello_world = "print('hello, world')"
+    code_stderr = "import sys; print('oops', file=sys.stderr)"
+    completion_samples = [{"text": "zi", "matches": {"zip"}}]
+    complete_code_samples = ["1", "print('hello, world')", "def f(x):\n  return x*2\n\n"]
+    incomplete_code_samples = ["print('''hello", "def f(x):\n  x*2"]
+    invalid_code_samples = ["import = 7q"]
+    code_page_something = "zip?"
+    code_generate_error = "raise ValueError('from the worker')"
+    code_execute_result = [{"code": "6*7", "result": "42"}]
+    code_display_data = [{"code": "from IPython.display import HTML, display; display(HTML('<b>hi</b>'))",
+                          "mime": "text/html"}]
+    code_history_pattern = "6?7"
+    supported_history_operations = ("tail", "search")
+    code_inspect_sample = "zip"
+    code_clear_output = "from IPython.display import clear_output; clear_output()"
+
+
+def test_kernels_run_in_the_python_the_worker_names(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nREMOTE_MAGIC_TEST_PYTHON=wrapped exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    named = start_worker(tmp_path / "named", "--listen", "127.0.0.1:0", "--gpu", "off", "--kernel-python", str(python))
+    try:
+        subprocess.run(["remote-worker", "kernelspec", "install", "--name", "remote-magic-named", "--token-file",
+                        str(named.token_file)], check=True, capture_output=True)
+        km, kc = _start("remote-magic-named")
+        try:
+            content, printed = run(kc, "import os; print(os.environ.get('REMOTE_MAGIC_TEST_PYTHON'))")
+            assert printed == "wrapped\n"
+            assert km.provisioner.remote["python"] == str(python)  # type: ignore[union-attr]
+        finally:
+            _stop(km, kc)
+    finally:
+        named.stop()
