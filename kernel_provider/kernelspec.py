@@ -106,10 +106,8 @@ def add_parser(commands: Any) -> None:
     add.add_argument("--store-token", action="store_true",
                      help="write the token itself (from --token-file or the variable) into kernel.json, "
                           "owner-only: anyone who can read that file can run code on the worker")
-    where = add.add_mutually_exclusive_group()
-    where.add_argument("--user", action="store_true", default=True, help="for this user (the default)")
-    where.add_argument("--sys-prefix", action="store_true", help="into this Python environment")
-    where.add_argument("--prefix", metavar="PATH", help="under PATH/share/jupyter/kernels")
+    add.add_argument("--prefix", metavar="PATH", help="install under PATH/share/jupyter/kernels (e.g. sys.prefix, for "
+                                                      "one Python environment) instead of for this user")
     actions.add_parser("list", help="the kernelspecs that run on a worker")
     drop = actions.add_parser("remove", help="remove one of them")
     drop.add_argument("name")
@@ -118,10 +116,9 @@ def add_parser(commands: Any) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """``remote-worker kernelspec ...``: what it did is printed; an error is one line on stderr."""
     if args.action == "install":
-        prefix = sys.prefix if args.sys_prefix else args.prefix
         try:
             folder = install(args.name, args.display_name, args.worker, args.token_env, args.token_file,
-                             args.store_token, prefix=prefix)
+                             args.store_token, prefix=args.prefix)
         except (TokenError, OSError) as exc:
             print(f"remote-worker: {exc}", file=sys.stderr)
             return 1

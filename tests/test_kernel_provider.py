@@ -238,6 +238,9 @@ def test_the_kernelspec_cli_installs_lists_and_removes_without_the_token_in_clea
     listing = cli("list")
     assert "rm-env\tshared\ttoken from $MY_TOKEN" in listing and "rm-stored\tany worker\ttoken stored" in listing
     assert f"{KERNEL}\tany worker\ttoken from {worker.token_file}" in listing
+    prefixed = cli("install", "--name", "rm-prefix", "--prefix", str(kernelspecs / "env"))
+    assert (kernelspecs / "env" / "share" / "jupyter" / "kernels" / "rm-prefix" / "kernel.json").exists()
+    assert str(kernelspecs / "env") in prefixed
     for name in ("rm-env", "rm-stored"):
         assert "removed kernelspec" in cli("remove", name)
     assert "rm-env" not in cli("list")
