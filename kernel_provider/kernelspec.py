@@ -26,9 +26,11 @@ DEFAULT_TOKEN_ENV = "REMOTE_MAGIC_TOKEN"
 
 
 def kernel_json(display_name: str, worker: str | None = None, token_env: str = DEFAULT_TOKEN_ENV,
-                token_file: str | None = None, token: str | None = None) -> dict[str, Any]:
+                token_file: str | None = None, token: str | None = None, share_token: bool = False) -> dict[str, Any]:
     """A kernelspec whose kernel runs on a worker; ``argv`` is what the worker runs, for the record."""
     config: dict[str, Any] = {"token_env": token_env}
+    if share_token:
+        config["share_token"] = True
     if worker:
         config["worker"] = worker
     if token_file:
@@ -46,7 +48,7 @@ def kernel_json(display_name: str, worker: str | None = None, token_env: str = D
 
 def install(name: str = DEFAULT_NAME, display_name: str | None = None, worker: str | None = None,
             token_env: str = DEFAULT_TOKEN_ENV, token_file: str | None = None, store_token: bool = False,
-            user: bool = True, prefix: str | None = None) -> str:
+            user: bool = True, prefix: str | None = None, share_token: bool = False) -> str:
     """Install the kernelspec; returns the folder it went to."""
     from jupyter_client.kernelspec import KernelSpecManager
 
@@ -60,7 +62,7 @@ def install(name: str = DEFAULT_NAME, display_name: str | None = None, worker: s
     shown = display_name or f"Python (remote-magic{': ' + worker if worker else ''})"
     with tempfile.TemporaryDirectory() as folder:
         spec = Path(folder) / "kernel.json"
-        spec.write_text(json.dumps(kernel_json(shown, worker, token_env, token_file, token), indent=1))
+        spec.write_text(json.dumps(kernel_json(shown, worker, token_env, token_file, token, share_token), indent=1))
         if token:
             spec.chmod(0o600)
         target = KernelSpecManager().install_kernel_spec(folder, name, user=user and prefix is None, replace=True,
@@ -106,6 +108,9 @@ def add_parser(commands: Any) -> None:
     add.add_argument("--store-token", action="store_true",
                      help="write the token itself (from --token-file or the variable) into kernel.json, "
                           "owner-only: anyone who can read that file can run code on the worker")
+    add.add_argument("--share-token", action="store_true",
+                     help="give the kernel the token as well ($REMOTE_MAGIC_TOKEN on the worker), so %%offload_connect "
+                          "inside it reaches this hub and %%%%offload cells there can use the other workers")
     add.add_argument("--prefix", metavar="PATH", help="install under PATH/share/jupyter/kernels (e.g. sys.prefix, for "
                                                       "one Python environment) instead of for this user")
     actions.add_parser("list", help="the kernelspecs that run on a worker")
@@ -118,7 +123,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.action == "install":
         try:
             folder = install(args.name, args.display_name, args.worker, args.token_env, args.token_file,
-                             args.store_token, prefix=args.prefix)
+                             args.store_token, prefix=args.prefix, share_token=args.share_token)
         except (TokenError, OSError) as exc:
             print(f"remote-worker: {exc}", file=sys.stderr)
             return 1

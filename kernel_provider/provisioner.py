@@ -11,7 +11,9 @@ Settings (``metadata.kernel_provisioner.config`` in kernel.json, traitlets):
 ``worker`` (a worker's name; default: the hub picks one), ``token_env`` (the environment variable
 holding the client token, default ``REMOTE_MAGIC_TOKEN``), ``token_file`` (a file holding it instead),
 ``token`` (the token itself, only when the kernelspec was installed with ``--store-token``),
-``start_timeout`` (seconds).
+``share_token`` (also give the kernel the token, in its ``$REMOTE_MAGIC_TOKEN``, so ``%offload_connect``
+inside it reaches the same hub and its other workers), ``start_timeout`` (seconds). The kernelspec's
+``env`` applies to the kernel, on the worker.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo, LocalPortCache
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
-from traitlets import Float, Unicode
+from traitlets import Bool, Float, Unicode
 
 from remote_magic.errors import KernelError, TokenError
 from remote_magic.wire.failures import error_from_header
@@ -36,6 +38,8 @@ from remote_magic.wire.failures import error_from_header
 PROVISIONER_NAME = "remote-magic-provisioner"
 DEFAULT_TOKEN_ENV = "REMOTE_MAGIC_TOKEN"
 RELAY_MODULE = "remote_magic.kernel_provider.relay"
+REMOTE_ENV = "REMOTE_MAGIC_KERNEL_ENV"
+"""How the relay learns the environment variables the kernel gets on the worker (JSON)."""
 EXIT_WAIT_S = 3.0
 """After a stop command, how long the relay may take to exit before it is killed here."""
 
@@ -47,6 +51,7 @@ class RemoteKernelProvisioner(KernelProvisionerBase):
     token_env = Unicode(DEFAULT_TOKEN_ENV, config=True, help="the environment variable holding the client token")
     token_file = Unicode("", config=True, help="a file holding the client token (read at each start)")
     token = Unicode("", config=True, help="the client token itself (only if the kernelspec stores it)")
+    share_token = Bool(False, config=True, help="give the kernel the token too ($REMOTE_MAGIC_TOKEN on the worker)")
     start_timeout = Float(60.0, config=True, help="seconds the kernel may take to start on the worker")
 
     process: subprocess.Popen[bytes] | None = None
@@ -101,7 +106,12 @@ class RemoteKernelProvisioner(KernelProvisionerBase):
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         """Start the relay and wait until the worker runs the kernel; raises what went wrong."""
         env = dict(kwargs.get("env") or os.environ)
-        env[DEFAULT_TOKEN_ENV] = self._read_token()
+        token = self._read_token()
+        remote_env = {name: env[name] for name in (self.kernel_spec.env if self.kernel_spec else {}) if name in env}
+        if self.share_token:
+            remote_env[DEFAULT_TOKEN_ENV] = token
+        env[DEFAULT_TOKEN_ENV] = token
+        env[REMOTE_ENV] = json.dumps(remote_env)
         self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                         cwd=kwargs.get("cwd"), start_new_session=True)
         self.pid = self.process.pid

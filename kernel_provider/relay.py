@@ -38,6 +38,8 @@ from remote_magic.wire.versions import local_versions
 log = logging.getLogger("remote_magic.kernel_provider.relay")
 
 TOKEN_ENV = "REMOTE_MAGIC_TOKEN"
+REMOTE_ENV = "REMOTE_MAGIC_KERNEL_ENV"
+"""Environment variables for the kernel on the worker (JSON), from the provisioner."""
 CHANNELS = ("shell", "control", "stdin", "hb", "iopub")
 STOP_WAIT_S = 5.0
 """After asking the worker to stop the kernel, how long to wait for it to say the kernel is gone."""
@@ -53,6 +55,7 @@ class Relay:
         self.kernel_id = kernel_id
         self.worker = worker
         self.info = info
+        self.env: dict[str, str] = {}  # for the kernel, on the worker
         self.context: zmq.Context[Any] = zmq.Context()
         self.sockets: dict[str, zmq.Socket[Any]] = {}
         self.done = threading.Event()
@@ -80,7 +83,7 @@ class Relay:
     def start(self) -> None:
         self.connection.start()
         header = {"kernel": self.kernel_id, "key": self.info.get("key", ""),
-                  "signature_scheme": self.info.get("signature_scheme", "hmac-sha256")}
+                  "signature_scheme": self.info.get("signature_scheme", "hmac-sha256"), "env": self.env}
         if self.worker:
             header["worker"] = self.worker
         self.connection.send(T.KERNEL_START, header)
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             info = json.load(f)
         token = Token.decode(os.environ.get(TOKEN_ENV, ""))
         relay = Relay(info, token, args.kernel_id, args.worker or None, args.connect_timeout)
+        relay.env = {str(k): str(v) for k, v in json.loads(os.environ.get(REMOTE_ENV) or "{}").items()}
     except (RemoteMagicError, OSError, ValueError, zmq.ZMQError) as exc:
         error = type(exc).__name__ if isinstance(exc, RemoteMagicError) else KernelError.__name__
         sys.stdout.write(json.dumps({"error": error, "message": str(exc)}) + "\n")

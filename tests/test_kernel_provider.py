@@ -41,9 +41,12 @@ def kernelspecs(worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory)
         patch.setenv("JUPYTER_DATA_DIR", str(data))
         patch.setenv("JUPYTER_PATH", str(data))
         for name, extra in ((KERNEL, ["--token-file", str(worker.token_file)]),
-                            ("remote-magic-nowhere", ["--token-file", str(worker.token_file), "--worker", "nowhere"])):
+                            ("remote-magic-nowhere", ["--token-file", str(worker.token_file), "--worker", "nowhere"]),
+                            ("remote-magic-shared", ["--token-file", str(worker.token_file), "--share-token"])):
             subprocess.run(["remote-worker", "kernelspec", "install", "--name", name, *extra], check=True,
                            capture_output=True, text=True)
+        shared = data / "kernels" / "remote-magic-shared" / "kernel.json"
+        shared.write_text(json.dumps({**json.loads(shared.read_text()), "env": {"FROM_SPEC": "on the worker"}}))
         yield data
 
 
@@ -197,6 +200,24 @@ def test_a_kernel_that_dies_is_reported_dead_and_the_worker_stays_usable(worker:
         _stop(km, kc)
 
 
+def test_offload_inside_a_remote_kernel_reaches_the_hub_with_the_shared_token(worker: WorkerProcess) -> None:
+    km, kc = _start("remote-magic-shared")
+    try:
+        content, printed = run(kc, "import os\n%load_ext remote_magic\n%offload_connect\n"
+                                   "print(os.environ['FROM_SPEC'], os.getpid())")
+        assert content["status"] == "ok", printed
+        assert "Connected to tcp://127.0.0.1" in printed and "on the worker" in printed
+        kernel_pid = int(printed.split()[-1])
+        content, printed = run(kc, "%%offload\nimport os\nwhere = os.getpid()")
+        assert content["status"] == "ok", printed
+        content, printed = run(kc, "print(where, os.getppid())")
+        where, parent = (int(p) for p in printed.split())
+        assert parent == worker.process.pid and where not in (kernel_pid, worker.process.pid)
+        assert psutil.Process(where).ppid() == worker.process.pid  # the worker's executor ran the cell
+    finally:
+        _stop(km, kc)
+
+
 def test_a_kernel_for_a_worker_that_isnt_there_fails_naming_it() -> None:
     km = KernelManager(kernel_name="remote-magic-nowhere")
     with pytest.raises(remote_magic.KernelError, match="no worker is named 'nowhere'.*shared"):
@@ -230,6 +251,8 @@ def test_the_kernelspec_cli_installs_lists_and_removes_without_the_token_in_clea
     config = spec["metadata"]["kernel_provisioner"]["config"]
     assert spec["display_name"] == "On the GPU box"
     assert config == {"token_env": "MY_TOKEN", "worker": "shared"}
+    assert "token" not in json.loads((kernelspecs / "kernels" / "remote-magic-shared" / "kernel.json").read_text())[
+        "metadata"]["kernel_provisioner"]["config"]  # --share-token reads it at each start, as without
     assert worker.token not in json.dumps(spec)
     cli("install", "--name", "rm-stored", "--store-token", env={"REMOTE_MAGIC_TOKEN": worker.token})
     stored = kernelspecs / "kernels" / "rm-stored" / "kernel.json"

@@ -204,7 +204,10 @@ class KernelHost:
             connection_file, info = write_connection_file(
                 str(folder / "kernel.json"), ip="127.0.0.1", transport="tcp", key=str(header["key"]).encode(),
                 signature_scheme=str(header.get("signature_scheme") or "hmac-sha256"))
-            env = {**os.environ, "JPY_PARENT_PID": str(os.getpid())}  # ipykernel exits if this worker dies
+            asked = header.get("env")
+            asked = asked if isinstance(asked, dict) else {}
+            env = {**os.environ, **{str(k): str(v) for k, v in asked.items()},  # the kernelspec's env
+                   "JPY_PARENT_PID": str(os.getpid())}  # ipykernel exits if this worker dies
             process = subprocess.Popen([self.python, "-m", "ipykernel_launcher", "-f", connection_file],
                                        env=env, start_new_session=True, stdin=subprocess.DEVNULL)
         except (OSError, KeyError, ValueError) as exc:
