@@ -341,3 +341,43 @@ def test_kernels_run_in_the_python_the_worker_names(tmp_path: Path) -> None:
     finally:
         named.stop()
 
+
+
+def test_a_short_network_drop_loses_no_output_and_a_long_one_ends_the_kernel_saying_why(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    from test_relay import Relay, _listening_port
+
+    tunnel = Relay()
+    remote = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
+                          "--heartbeat-interval", "0.25")
+    try:
+        tunnel.target = _listening_port(remote.process.pid)
+        subprocess.run(["remote-worker", "kernelspec", "install", "--name", "remote-magic-far", "--token-file",
+                        str(remote.token_file)], check=True, capture_output=True)
+        km, kc = _start("remote-magic-far")
+        try:
+            assert tunnel.connections == 1
+            msg_id = kc.execute("import time\nfor i in range(400):\n    print(i, flush=True)\n    time.sleep(0.005)")
+            wait_for(lambda: _busy_with(kc, msg_id), TIMEOUT, "the cell to start")
+            tunnel.stop()  # cut while it prints, for less than the heartbeat bound (5 × 0.25 s)
+            time.sleep(0.5)  # the length of the drop, not a wait for anything
+            tunnel.start()
+            printed = []
+            while (msg := kc.get_iopub_msg(timeout=TIMEOUT))["msg_type"] != "status" or \
+                    msg["content"]["execution_state"] != "idle":
+                if msg["msg_type"] == "stream":
+                    printed.append(msg["content"]["text"])
+            assert "".join(printed).split() == [str(i) for i in range(400)]
+            assert km.is_alive() and tunnel.connections >= 2
+            kernel_pid, _ = _pids(kc)
+
+            tunnel.stop()  # for good: past the bound the kernel is dead here, and killed there
+            wait_for(lambda: not km.is_alive(), 15, "the kernel to be reported dead")
+            assert "the kernel is out of reach: the hub stopped answering" in capfd.readouterr().err
+            wait_for(lambda: not psutil.pid_exists(kernel_pid) or psutil.Process(kernel_pid).status() == "zombie",
+                     15, "the worker to kill the kernel nobody can reach")
+        finally:
+            _stop(km, kc)
+    finally:
+        tunnel.stop()
+        remote.stop()

@@ -36,6 +36,7 @@ from jupyter_client.connect import write_connection_file
 
 from remote_magic.errors import ConnectionFailed
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
+from remote_magic.wire.resend import Inbound, Outbound
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class HostedKernel:
     kill_at: float | None = None  # after a gentle stop: when its process group is killed
     why: str = ""  # what stopped it, when the worker or its client did
     by_channel: dict[zmq.Socket[Any], str] = field(default_factory=dict)
+    outbound: Outbound[tuple[dict[str, Any], list[Any]]] = field(default_factory=Outbound)  # to the client
+    inbound: Inbound = field(default_factory=Inbound)  # from the client
 
     def __post_init__(self) -> None:
         self.by_channel = {sock: name for name, sock in self.sockets.items()}
@@ -143,8 +146,11 @@ class KernelHost:
                 for sock in [s for s in ready if s in sockets]:
                     kernel = sockets[sock]
                     if kernel.id in self._kernels:
-                        self._to_hub(T.KERNEL_FRAMES, {"kernel": kernel.id, "channel": kernel.by_channel[sock]},
-                                     sock.recv_multipart(copy=False))
+                        seq = kernel.outbound.number()
+                        header = {"kernel": kernel.id, "channel": kernel.by_channel[sock], "seq": seq}
+                        frames = sock.recv_multipart(copy=False)
+                        kernel.outbound.keep(seq, (header, frames))
+                        self._to_hub(T.KERNEL_FRAMES, header, frames)
                 if self._inbox in ready:
                     for _ in range(1000):  # what the hub sent, in order, without starving the kernels' sockets
                         try:
@@ -176,7 +182,11 @@ class KernelHost:
         targets = list(self._kernels.values()) if kernel_id == "*" else \
             [self._kernels[kernel_id]] if kernel_id in self._kernels else []
         for kernel in targets:
-            if msg.type is T.KERNEL_FRAMES:
+            if msg.type is T.KERNEL_ACK:
+                kernel.outbound.acked(int(msg.header.get("ack") or 0))
+            elif msg.type is T.KERNEL_FRAMES:
+                if not kernel.inbound.accept(msg.header.get("seq")):
+                    continue  # seen already, or after one that was lost: it comes again
                 sock = kernel.sockets.get(str(msg.header.get("channel")))
                 if sock is not None and sock.socket_type != zmq.SUB:
                     sock.send_multipart(msg.buffers, copy=False)
@@ -233,6 +243,10 @@ class KernelHost:
     def _supervise(self) -> None:
         now = time.monotonic()
         for kernel in list(self._kernels.values()):
+            for header, frames in kernel.outbound.due(now):
+                self._to_hub(T.KERNEL_FRAMES, header, frames)
+            if (ack := kernel.inbound.ack_due(now)) is not None:
+                self._to_hub(T.KERNEL_ACK, {"kernel": kernel.id, "ack": ack})
             code = kernel.process.poll()
             if code is None:
                 if kernel.kill_at is not None and now > kernel.kill_at:

@@ -66,9 +66,9 @@ log = logging.getLogger(__name__)
 # What each role may send once it said HELLO.
 _ALLOWED = {
     Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO,
-                  T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP},
+                  T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP, T.KERNEL_ACK},
     Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO,
-                  T.KERNEL_STARTED, T.KERNEL_FRAMES, T.KERNEL_DIED},
+                  T.KERNEL_STARTED, T.KERNEL_FRAMES, T.KERNEL_DIED, T.KERNEL_ACK},
 }
 _LOCAL_KEY = b"in-process"
 
@@ -492,6 +492,7 @@ class Hub:
         else:
             self._on_kernel_to_client(peer, msg, frames)
 
+    _on_kernel_ack = _on_kernel_frames
     _on_kernel_signal = _on_kernel_stop = _on_kernel_to_worker
     _on_kernel_started = _on_kernel_died = _on_kernel_to_client
 

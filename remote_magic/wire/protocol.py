@@ -76,6 +76,7 @@ class MessageType(str, Enum):
     KERNEL_SIGNAL = "kernel_signal"    # client -> hub -> worker: deliver a signal (SIGINT: interrupt)
     KERNEL_STOP = "kernel_stop"        # client or hub -> worker: end the kernel (terminate or kill)
     KERNEL_DIED = "kernel_died"        # worker or hub -> client: the kernel is gone, and why
+    KERNEL_ACK = "kernel_ack"          # both ways: kernel_frames received up to this seq (wire/resend.py)
 
 
 _TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}
