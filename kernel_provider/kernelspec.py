@@ -65,7 +65,7 @@ def install(name: str = DEFAULT_NAME, display_name: str | None = None, worker: s
         spec.write_text(json.dumps(kernel_json(shown, worker, token_env, token_file, token, share_token), indent=1))
         if token:
             spec.chmod(0o600)
-        target = KernelSpecManager().install_kernel_spec(folder, name, user=user and prefix is None, replace=True,
+        target = KernelSpecManager().install_kernel_spec(folder, name, user=user and prefix is None,
                                                          prefix=prefix)
     if token:
         (Path(target) / "kernel.json").chmod(0o600)

@@ -7,6 +7,8 @@ hub (CurveZMQ on 127.0.0.1) to the shared real worker, which runs the ipykernel 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import stat
@@ -25,6 +27,7 @@ from jupyter_client import BlockingKernelClient, KernelManager
 from nbclient import NotebookClient
 
 import remote_magic
+from remote_magic.worker.cli import main as remote_worker
 from support import WorkerProcess, start_worker, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "remote_kernel.ipynb"
@@ -43,11 +46,24 @@ def kernelspecs(worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory)
         for name, extra in ((KERNEL, ["--token-file", str(worker.token_file)]),
                             ("remote-magic-nowhere", ["--token-file", str(worker.token_file), "--worker", "nowhere"]),
                             ("remote-magic-shared", ["--token-file", str(worker.token_file), "--share-token"])):
-            subprocess.run(["remote-worker", "kernelspec", "install", "--name", name, *extra], check=True,
-                           capture_output=True, text=True)
+            install(name, *extra)
         shared = data / "kernels" / "remote-magic-shared" / "kernel.json"
         shared.write_text(json.dumps({**json.loads(shared.read_text()), "env": {"FROM_SPEC": "on the worker"}}))
         yield data
+
+
+def kernelspec(*args: str) -> tuple[int, str, str]:
+    """`remote-worker kernelspec ARGS` (its real main, in this process: the same as the console script, faster);
+    its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = remote_worker(["kernelspec", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def install(name: str, *args: str) -> None:
+    code, out, err = kernelspec("install", "--name", name, *args)
+    assert code == 0 and f"installed kernelspec {name!r}" in out, err
 
 
 def _start(name: str = KERNEL) -> tuple[KernelManager, BlockingKernelClient]:
@@ -248,8 +264,7 @@ def test_a_kernel_for_a_worker_that_isnt_there_fails_naming_it() -> None:
 def test_a_hub_with_kernels_off_refuses_them_saying_how_to_allow_them(tmp_path: Path, kernelspecs: Path) -> None:
     off = start_worker(tmp_path / "off", "--listen", "127.0.0.1:0", "--gpu", "off", "--kernels", "off")
     try:
-        subprocess.run(["remote-worker", "kernelspec", "install", "--name", "remote-magic-off", "--token-file",
-                        str(off.token_file)], check=True, capture_output=True)
+        install("remote-magic-off", "--token-file", str(off.token_file))
         km = KernelManager(kernel_name="remote-magic-off")
         with pytest.raises(remote_magic.KernelError, match="does not allow kernels.*--kernels on"):
             km.start_kernel()
@@ -258,12 +273,11 @@ def test_a_hub_with_kernels_off_refuses_them_saying_how_to_allow_them(tmp_path: 
 
 
 def test_the_kernelspec_cli_installs_lists_and_removes_without_the_token_in_clear(
-        worker: WorkerProcess, kernelspecs: Path) -> None:
-    def cli(*args: str, env: dict[str, str] | None = None) -> str:
-        done = subprocess.run(["remote-worker", "kernelspec", *args], capture_output=True, text=True,
-                              env={**os.environ, **(env or {})})
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        worker: WorkerProcess, kernelspecs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def cli(*args: str) -> str:
+        code, out, err = kernelspec(*args)
+        assert code == 0, err
+        return out
 
     cli("install", "--name", "rm-env", "--display-name", "On the GPU box", "--worker", "shared",
         "--token-env", "MY_TOKEN")
@@ -274,7 +288,9 @@ def test_the_kernelspec_cli_installs_lists_and_removes_without_the_token_in_clea
     assert "token" not in json.loads((kernelspecs / "kernels" / "remote-magic-shared" / "kernel.json").read_text())[
         "metadata"]["kernel_provisioner"]["config"]  # --share-token reads it at each start, as without
     assert worker.token not in json.dumps(spec)
-    cli("install", "--name", "rm-stored", "--store-token", env={"REMOTE_MAGIC_TOKEN": worker.token})
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
+    cli("install", "--name", "rm-stored", "--store-token")
+    monkeypatch.delenv("REMOTE_MAGIC_TOKEN")
     stored = kernelspecs / "kernels" / "rm-stored" / "kernel.json"
     assert json.loads(stored.read_text())["metadata"]["kernel_provisioner"]["config"]["token"] == worker.token
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
@@ -286,7 +302,8 @@ def test_the_kernelspec_cli_installs_lists_and_removes_without_the_token_in_clea
     assert str(kernelspecs / "env") in prefixed
     for name in ("rm-env", "rm-stored"):
         assert "removed kernelspec" in cli("remove", name)
-    assert "rm-env" not in cli("list")
+    listed = subprocess.run(["remote-worker", "kernelspec", "list"], capture_output=True, text=True)  # the script
+    assert listed.returncode == 0 and "rm-env" not in listed.stdout and KERNEL in listed.stdout
     missing = subprocess.run(["remote-worker", "kernelspec", "remove", "rm-env"], capture_output=True, text=True)
     assert missing.returncode == 1 and "no remote-magic kernelspec is named 'rm-env'" in missing.stderr
 
@@ -329,8 +346,7 @@ def test_kernels_run_in_the_python_the_worker_names(tmp_path: Path) -> None:
     python.chmod(0o755)
     named = start_worker(tmp_path / "named", "--listen", "127.0.0.1:0", "--gpu", "off", "--kernel-python", str(python))
     try:
-        subprocess.run(["remote-worker", "kernelspec", "install", "--name", "remote-magic-named", "--token-file",
-                        str(named.token_file)], check=True, capture_output=True)
+        install("remote-magic-named", "--token-file", str(named.token_file))
         km, kc = _start("remote-magic-named")
         try:
             content, printed = run(kc, "import os; print(os.environ.get('REMOTE_MAGIC_TEST_PYTHON'))")
@@ -352,8 +368,7 @@ def test_a_short_network_drop_loses_no_output_and_a_long_one_ends_the_kernel_say
                           "--heartbeat-interval", "0.25")
     try:
         tunnel.target = _listening_port(remote.process.pid)
-        subprocess.run(["remote-worker", "kernelspec", "install", "--name", "remote-magic-far", "--token-file",
-                        str(remote.token_file)], check=True, capture_output=True)
+        install("remote-magic-far", "--token-file", str(remote.token_file))
         km, kc = _start("remote-magic-far")
         try:
             assert tunnel.connections == 1
