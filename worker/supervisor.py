@@ -155,7 +155,7 @@ class Supervisor:
                 self._end_pending(job, JobCancelled("the job was cancelled before it started"))
         elif msg.type is T.SESSION_END:
             self._end_session(str(msg.header.get("session") or ""), str(msg.header.get("reason") or "it ended"))
-        elif msg.type in (T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP):
+        elif msg.type in (T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_ACK, T.KERNEL_SIGNAL, T.KERNEL_STOP):
             self.kernels.handle(msg)
         elif msg.type is T.ERROR:
             log.warning("the hub says: %s", msg.header.get("message"))
