@@ -185,6 +185,30 @@ def test_input_is_answered_over_stdin(shared_kernel: tuple[KernelManager, Blocki
     assert asked == ["who? "] and printed.endswith("hello Ada\n")
 
 
+def test_comms_pass_both_ways(shared_kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """Comms (what ipywidgets speaks) are messages on shell and iopub like any other."""
+    _, kc = shared_kernel
+    setup = ("from ipykernel.comm import Comm\nheard = []\n"
+             "widget = Comm(target_name='remote-test', data={'value': 1})\n"
+             "widget.on_msg(lambda msg: heard.append(msg['content']['data']))")
+    (opened,) = _comm_messages(kc, setup)
+    assert opened["msg_type"] == "comm_open" and opened["content"]["target_name"] == "remote-test"
+    assert opened["content"]["data"] == {"value": 1}
+    comm_id = opened["content"]["comm_id"]
+    kc.shell_channel.send(kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"value": 2}}))
+    wait_for(lambda: "[{'value': 2}]" in run(kc, "print(heard)")[1], TIMEOUT, "the front end's comm_msg to arrive")
+    (sent,) = _comm_messages(kc, "widget.send({'value': 3})")
+    assert sent["msg_type"] == "comm_msg" and sent["content"] == {"comm_id": comm_id, "data": {"value": 3}}
+
+
+def _comm_messages(kc: BlockingKernelClient, code: str) -> list[dict[str, Any]]:
+    """Run ``code``; the comm messages it sent on iopub."""
+    seen: list[dict[str, Any]] = []
+    reply = kc.execute_interactive(code, timeout=TIMEOUT, output_hook=seen.append)
+    assert reply["content"]["status"] == "ok"
+    return [m for m in seen if m["msg_type"].startswith("comm_")]
+
+
 def test_a_restart_gives_a_fresh_kernel_on_the_same_worker(
         worker: WorkerProcess, kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
     km, kc = kernel
