@@ -185,6 +185,23 @@ def test_input_is_answered_over_stdin(shared_kernel: tuple[KernelManager, Blocki
     assert asked == ["who? "] and printed.endswith("hello Ada\n")
 
 
+def test_the_worker_lists_its_kernels_and_the_client_acknowledges_what_they_sent(
+        worker: WorkerProcess, shared_kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
+    km, kc = shared_kernel
+    for n in range(20):
+        assert run(kc, f"print({n})")[1] == f"{n}\n"
+    kernel_id = km.kernel_id
+
+    def listed() -> dict[str, int] | None:
+        with remote_magic.connect(worker.token, timeout=10) as client:
+            (shared,) = [w for w in client.workers() if w["name"] == "shared"]
+        found: dict[str, int] | None = shared["stats"].get("kernels", {}).get(kernel_id)
+        return found if found is not None and found["unacked"] == 0 else None
+
+    found = wait_for(listed, TIMEOUT, "the worker to list the kernel with nothing left unacknowledged")
+    assert found["pid"] == _pids(kc)[0]  # type: ignore[index]
+
+
 def test_comms_pass_both_ways(shared_kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
     """Comms (what ipywidgets speaks) are messages on shell and iopub like any other."""
     _, kc = shared_kernel

@@ -95,6 +95,7 @@ class KernelHost:
         self._outbox: zmq.Socket[Any] | None = None  # used by the hub connection's I/O thread only
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="remote-worker-kernels", daemon=True)
+        self.snapshot: dict[str, dict[str, int]] = {}  # replaced whole by the relay thread, read by any
 
     def start(self, send: SendToHub) -> None:
         """Start the relay thread; ``send`` queues a message for the hub from any thread."""
@@ -123,6 +124,11 @@ class KernelHost:
             self._inbox.close()
         if self._outbox is not None:
             self._outbox.close()
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """For the worker's heartbeat: each kernel's pid and how many of its messages the client hasn't
+        acknowledged yet (``unacked``: more than a few only while the link is down)."""
+        return self.snapshot
 
     def describe(self) -> dict[str, Any]:
         """What the worker tells the hub at HELLO: whether it runs kernels."""
@@ -242,6 +248,8 @@ class KernelHost:
 
     def _supervise(self) -> None:
         now = time.monotonic()
+        self.snapshot = {k.id: {"pid": k.process.pid, "unacked": len(k.outbound.unacked)}
+                         for k in self._kernels.values()}
         for kernel in list(self._kernels.values()):
             for header, frames in kernel.outbound.due(now):
                 self._to_hub(T.KERNEL_FRAMES, header, frames)

@@ -139,7 +139,8 @@ class Supervisor:
 
     def _heartbeat(self) -> dict[str, Any]:
         return {"stats": {"gpu": self.totals, "sessions": self.sessions.memory(),
-                          "max_sessions": self.sessions.max_sessions, "battery": battery_state()}}
+                          "max_sessions": self.sessions.max_sessions, "battery": battery_state(),
+                          "kernels": self.kernels.stats()}}
 
     # -- from the hub ----------------------------------------------------------------------
 
