@@ -295,6 +295,15 @@ def test_offload_inside_a_remote_kernel_reaches_the_hub_with_the_shared_token(wo
         _stop(km, kc)
 
 
+def test_a_kernel_without_a_token_fails_saying_where_it_looked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
+    install("remote-magic-tokenless", "--token-env", "NO_SUCH_TOKEN_VAR")
+    km = KernelManager(kernel_name="remote-magic-tokenless")
+    with pytest.raises(remote_magic.TokenError, match=r"set \$NO_SUCH_TOKEN_VAR to the line remote-worker printed"):
+        km.start_kernel()
+    assert not km.has_kernel
+
+
 def test_a_kernel_for_a_worker_that_isnt_there_fails_naming_it() -> None:
     km = KernelManager(kernel_name="remote-magic-nowhere")
     with pytest.raises(remote_magic.KernelError, match="no worker is named 'nowhere'.*shared"):
