@@ -399,9 +399,13 @@ def test_kernels_run_in_the_python_the_worker_names(tmp_path: Path) -> None:
         install("remote-magic-named", "--token-file", str(named.token_file))
         km, kc = _start("remote-magic-named")
         try:
-            content, printed = run(kc, "import os; print(os.environ.get('REMOTE_MAGIC_TEST_PYTHON'))")
-            assert printed == "wrapped\n"
+            content, printed = run(kc, "import os; print(os.environ.get('REMOTE_MAGIC_TEST_PYTHON'), os.getpid())")
+            wrapped, kernel_pid = printed.split()
+            assert wrapped == "wrapped"
             assert km.provisioner.remote["python"] == str(python)  # type: ignore[union-attr]
+            named.stop()  # a worker that stops takes its kernels with it, and the client hears of it
+            assert not psutil.pid_exists(int(kernel_pid)) or psutil.Process(int(kernel_pid)).status() == "zombie"
+            wait_for(lambda: not km.is_alive(), 15, "the kernel to be reported dead")
         finally:
             _stop(km, kc)
     finally:

@@ -128,10 +128,10 @@ class Supervisor:
 
     def stop(self) -> None:
         """Leave the hub and stop every executor."""
-        self.kernels.close()
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        self.kernels.close()  # after the connection's thread, the one that hands it messages, is gone
         self.sessions.close()
         self._link.close()
         if self._own_context:
