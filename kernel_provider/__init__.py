@@ -1,2 +1,9 @@
-"""A jupyter_client kernel provisioner that runs a whole ipykernel on a remote-magic worker (not built
-yet), installed as ``remote_magic.kernel_provider``; it will run in the Jupyter server or client."""
+"""A whole Jupyter kernel on a remote-magic worker, through the hub's one port.
+
+- ``provisioner``: ``RemoteKernelProvisioner``, jupyter_client's provisioner (entry point
+  ``remote-magic-provisioner``), run where Jupyter runs;
+- ``relay``: the process it starts, which relays the kernel's five channels over the hub connection;
+- ``kernelspec``: ``remote-worker kernelspec install|list|remove``.
+
+The worker's half is ``remote_magic.worker.kernels``. docs/kernel.md says how to set it up.
+"""

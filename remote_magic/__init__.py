@@ -29,6 +29,7 @@ from .errors import (
     JobCancelled,
     JobError,
     JobTimeout,
+    KernelError,
     NoMatchingWorker,
     NoSuchWorker,
     OutputError,
@@ -58,7 +59,7 @@ __all__ = [
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
     "SplitResult", "SplitError", "GatherError",
-    "discover", "DiscoveredHub", "DiscoveryError", "DaskError",
+    "discover", "DiscoveredHub", "DiscoveryError", "DaskError", "KernelError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

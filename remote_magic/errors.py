@@ -33,6 +33,7 @@ Every error a user can catch derives from one root::
     │   └── GpuLimitError     the data exceeds a device limit and cannot be split
     ├── TunnelError           an ngrok tunnel could not be opened
     ├── DaskError             a Dask cluster can't do what was asked (no session, no GPU there), or is missing
+    ├── KernelError           a whole Jupyter kernel on a worker could not start, or was lost
     └── DiscoveryError        LAN discovery could not run, or found no hub that a token opens
 
 Messages say what happened and what to do next.
@@ -248,6 +249,10 @@ class DaskError(RemoteMagicError):
     """Offloading to a Dask cluster (``dask://HOST:PORT``) can't do what was asked: a Dask worker keeps no
     session per notebook and has no GPU runtime, so the options that need one are refused, naming the
     option and what to use instead; or ``distributed`` (or remote-magic on the Dask workers) is missing."""
+
+
+class KernelError(RemoteMagicError):
+    """A Jupyter kernel on a worker (``remote_magic.kernel_provider``) could not start, or was lost."""
 
 
 class DiscoveryError(RemoteMagicError):

@@ -216,6 +216,54 @@ OLDEST_SHELL = textwrap.dedent("""
 """)
 
 
+# Run by Colab's Python: a whole kernel on the worker through the provisioner, with Colab's jupyter_client.
+_REMOTE_KERNEL_SCRIPT = textwrap.dedent("""
+    import time
+    import jupyter_client
+    from jupyter_client import KernelManager
+
+    km = KernelManager(kernel_name="remote-magic")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    def show(msg):
+        if msg["msg_type"] == "stream":
+            print(msg["content"]["text"], end="")
+    kc.execute_interactive("import os; print('parent', os.getppid())", timeout=60, output_hook=show)
+    msg_id = kc.execute("while True: pass")
+    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "execute_input")(
+            kc.get_iopub_msg(timeout=60)):
+        pass
+    pressed = time.monotonic()
+    km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=60)
+    print("interrupted", reply["content"].get("ename"), "in", round(time.monotonic() - pressed, 3), "s")
+    km.restart_kernel()
+    kc.wait_for_ready(timeout=60)
+    kc.execute_interactive("print('after restart', os.getppid() if 'os' in dir() else 'fresh')", timeout=60,
+                           output_hook=show)
+    kc.stop_channels()
+    km.shutdown_kernel()
+    print("alive", km.is_alive(), "jupyter_client", jupyter_client.__version__)
+""")
+
+
+def test_a_kernel_on_the_worker_through_colabs_jupyter_client(
+        colab_python: tuple[Path, str], newest_worker: WorkerProcess, tmp_path: Path) -> None:
+    python, _ = colab_python
+    env = {"JUPYTER_DATA_DIR": str(tmp_path / "jupyter"), "JUPYTER_PATH": str(tmp_path / "jupyter"),
+           "REMOTE_MAGIC_TOKEN": newest_worker.token}
+    run_command(python.parent / "remote-worker", "kernelspec", "install", cwd=tmp_path, env=env)
+    out = run_command(python, "-c", _REMOTE_KERNEL_SCRIPT, cwd=tmp_path, env=env).stdout
+    pins = _constraints(tmp_path / "pins.txt")
+    assert f"parent {newest_worker.process.pid}\n" in out  # the kernel is the worker's child
+    interrupted = re.search(r"interrupted KeyboardInterrupt in ([\d.]+) s", out)
+    assert interrupted is not None and float(interrupted[1]) < 2.0, out
+    assert "after restart fresh" in out
+    assert f"alive False jupyter_client {pins['jupyter-client']}" in out
+
+
 def test_the_oldest_supported_notebook_side_offloads_cells(
         wheel: Path, newest_worker: WorkerProcess, tmp_path: Path) -> None:
     interpreter, version = find_python("3.10", "3.11")

@@ -21,8 +21,12 @@ MAGICS = {name: getattr(OffloadMagics, method) for kind in ("line", "cell")  # a
 def _worker_flags() -> set[str]:
     parser = build_parser()
     flags = {f for action in parser._actions for f in action.option_strings if action.help != "==SUPPRESS=="}
-    for sub in parser._subparsers._group_actions[0].choices.values():  # type: ignore[union-attr]
+    subparsers = list(parser._subparsers._group_actions[0].choices.values())  # type: ignore[union-attr]
+    while subparsers:  # `remote-worker token`, `remote-worker kernelspec install`, ...
+        sub = subparsers.pop()
         flags |= {f for action in sub._actions for f in action.option_strings}
+        if sub._subparsers is not None:
+            subparsers.extend(sub._subparsers._group_actions[0].choices.values())  # type: ignore[attr-defined]
     return flags
 
 

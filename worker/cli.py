@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "default), never, or always")
     parser.add_argument("--min-battery", type=_percent, default=DEFAULT_MIN_BATTERY, metavar="PERCENT",
                         help=f"on battery below PERCENT, take no jobs (default {DEFAULT_MIN_BATTERY})")
+    parser.add_argument("--kernels", choices=["on", "off"], default="on",
+                        help="on (the default): notebooks may run whole Jupyter kernels here through the hub "
+                             "(remote-worker kernelspec install, docs/kernel.md); off: refuse them")
+    parser.add_argument("--kernel-python", metavar="PATH",
+                        help="the Python that runs those kernels (needs ipykernel; default: this worker's own)")
     parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_INTERVAL_S, metavar="SECONDS",
                         help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
@@ -134,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     token = sub.add_parser("token", help="show the client token again (or replace the keys)")
     token.add_argument("--rotate", action="store_true", help="replace the keys: every old token stops working")
     token.add_argument("--worker", action="store_true", help="show the worker token (for remote-worker --join)")
+    from remote_magic.kernel_provider.kernelspec import add_parser as add_kernelspec_parser
+
+    add_kernelspec_parser(sub)
     return parser
 
 
@@ -181,18 +189,19 @@ class LocalHub(ServedHub):
         super().__init__(keystore.load_or_create(), host, port, ngrok=args.ngrok,
                          ngrok_authtoken=args.ngrok_authtoken, advertise=args.advertise,
                          heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size,
-                         cache_bytes=args.cache_size)
+                         cache_bytes=args.cache_size, kernels=args.kernels == "on")
         self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)
 
     def local_worker(self, name: str, options: ExecutorOptions, max_sessions: int,
-                     placement: dict[str, Any] | None = None) -> Supervisor:
-        """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies)."""
+                     placement: dict[str, Any] | None = None, **kernels: Any) -> Supervisor:
+        """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies);
+        ``kernels``: the Supervisor's ``kernels`` and ``kernel_python``."""
         from .supervisor import Supervisor
 
         token = self.keys.token(Role.WORKER, self.hub.local_endpoint)
         return Supervisor(token, name, options, context=self.hub.context, max_sessions=max_sessions,
-                          placement=placement)
+                          placement=placement, **kernels)
 
     def reload_rotated_keys(self) -> bool:
         """Pick up keys replaced by `remote-worker token --rotate`; True when they changed."""
@@ -211,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="remote-worker: %(levelname)s %(name)s: %(message)s")
     if args.command == "token":
         return show_token(args)
+    if args.command == "kernelspec":  # on the notebook's machine, which may lack the worker's packages
+        from remote_magic.kernel_provider.kernelspec import run_command
+
+        return run_command(args)
     missing = missing_worker_packages(args)
     if missing:
         print(f"remote-worker: this machine lacks {', '.join(missing)}, which a worker needs. Install the "
@@ -232,16 +245,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
     placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
+    kernels = {"kernels": args.kernels == "on", "kernel_python": args.kernel_python}
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     advertisement: LanAdvertisement | None = None
     try:
         if join is None:
             local = LocalHub(args)
-            supervisor = local.local_worker(args.name, options, args.max_sessions, placement)
+            supervisor = local.local_worker(args.name, options, args.max_sessions, placement, **kernels)
         else:
             supervisor = Supervisor(Token.decode(join), args.name, options, max_sessions=args.max_sessions,
-                                    placement=placement)
+                                    placement=placement, **kernels)
         supervisor.start()
         if local is not None and lan is not None:
             advertisement = LanAdvertisement(args.name, local.keys.server_public, local.hub.port, lan)

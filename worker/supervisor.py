@@ -38,6 +38,7 @@ from remote_magic.wire.versions import local_versions
 from . import DEFAULT_MAX_SESSIONS
 from .capabilities import battery_state, host_capabilities
 from .executors import EXECUTOR_START_TIMEOUT_S, ExecutorLink, ExecutorOptions
+from .kernels import KernelHost
 from .sessions import Session, Sessions
 
 __all__ = ["ExecutorOptions", "HeldJob", "Supervisor"]
@@ -85,7 +86,8 @@ class Supervisor:
 
     def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
                  context: zmq.Context[Any] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
-                 placement: Mapping[str, Any] | None = None) -> None:
+                 placement: Mapping[str, Any] | None = None, kernels: bool = True,
+                 kernel_python: str | None = None) -> None:
         if token.role is not Role.WORKER:
             raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
                                    "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
@@ -100,6 +102,7 @@ class Supervisor:
         self._context = context or zmq.Context()
         self._link = ExecutorLink(self._context, options)
         self.sessions = Sessions(self._link, max_sessions)
+        self.kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable, kernels)
         self._connection: Connection | None = None
         self.welcome: Message | None = None
         self._next_health_check = 0.0
@@ -111,13 +114,15 @@ class Supervisor:
         assert self.sessions.spare is not None
         self._link.wait_ready(self.sessions.spare, EXECUTOR_START_TIMEOUT_S)
         hello = {"role": Role.WORKER.value, "name": self.name, "versions": local_versions(),
-                 "capabilities": {**host_capabilities(), **self.placement, "gpu": self.sessions.spare.capabilities}}
+                 "capabilities": {**host_capabilities(), **self.placement, **self.kernels.describe(),
+                                  "gpu": self.sessions.spare.capabilities}}
         sock, self.welcome = dial(self._context, self.token, hello, self.connect_timeout)
         self.name = str(self.welcome.header.get("name", self.name))
         self._connection = Connection(
             self._context, sock, self.welcome, hello, self._on_hub_message, self._on_hub_lost,
             heartbeat_header=self._heartbeat, watch={self._link.socket: self._on_executor_message},
             on_tick=self._tick, name="remote-worker-io")
+        self.kernels.start(self._connection.send)
         self._connection.start()  # only now: its callbacks use self._connection
         log.info("worker %r joined %s", self.name, self.token.redacted())
 
@@ -126,6 +131,7 @@ class Supervisor:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        self.kernels.close()  # after the connection's thread, the one that hands it messages, is gone
         self.sessions.close()
         self._link.close()
         if self._own_context:
@@ -133,7 +139,8 @@ class Supervisor:
 
     def _heartbeat(self) -> dict[str, Any]:
         return {"stats": {"gpu": self.totals, "sessions": self.sessions.memory(),
-                          "max_sessions": self.sessions.max_sessions, "battery": battery_state()}}
+                          "max_sessions": self.sessions.max_sessions, "battery": battery_state(),
+                          "kernels": self.kernels.stats()}}
 
     # -- from the hub ----------------------------------------------------------------------
 
@@ -149,6 +156,8 @@ class Supervisor:
                 self._end_pending(job, JobCancelled("the job was cancelled before it started"))
         elif msg.type is T.SESSION_END:
             self._end_session(str(msg.header.get("session") or ""), str(msg.header.get("reason") or "it ended"))
+        elif msg.type in (T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_ACK, T.KERNEL_SIGNAL, T.KERNEL_STOP):
+            self.kernels.handle(msg)
         elif msg.type is T.ERROR:
             log.warning("the hub says: %s", msg.header.get("message"))
 
@@ -157,6 +166,8 @@ class Supervisor:
             log.error("%s", reason)  # final: these credentials won't work again
         else:
             log.warning("%s; reconnecting", reason)
+        # The hub told each kernel's client that it is gone (or can't any more): nobody can reach them.
+        self.kernels.stop_all(f"worker {self.name!r} lost its link to the hub ({reason})")
         # Their clients can't get their results: stop the running job (its executor is killed if it
         # doesn't stop), so this worker is free when the hub takes it back, and drop the waiting ones.
         # Sessions stay: a notebook keeps its identity, and so its session, across a reconnect.

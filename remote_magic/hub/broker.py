@@ -26,6 +26,7 @@ from ..errors import (
     InvalidTransition,
     JobCancelled,
     JobTimeout,
+    KernelError,
     NoMatchingWorker,
     NoSuchWorker,
     NotConnected,
@@ -58,15 +59,17 @@ from ..wire.requirements import check_prefer, parse_all
 from ..wire.versions import describe_differences, local_versions
 from . import placement
 from .fleet import Fleet, Job, Peer
+from .kernels import MAX_KERNEL_ID, KernelRoutes
 from .throttle import WarningThrottle
 
 log = logging.getLogger(__name__)
 
 # What each role may send once it said HELLO.
 _ALLOWED = {
-    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK},
+    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK,
+                  T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP, T.KERNEL_ACK},
     Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO, T.CHUNK,
-                  T.CHUNK_ACK},
+                  T.CHUNK_ACK, T.KERNEL_STARTED, T.KERNEL_FRAMES, T.KERNEL_DIED, T.KERNEL_ACK},
 }
 _LOCAL_KEY = b"in-process"
 
@@ -87,12 +90,14 @@ class Hub:
     ``listen`` is a ZeroMQ TCP endpoint; port 0 picks a free port (see ``port`` after
     ``start``). ``keys`` decides who may connect and with which role. A worker in the same
     process dials ``local_endpoint`` on ``context`` instead: inproc, without copies or
-    encryption, and trusted as a worker because only this process can reach it.
+    encryption, and trusted as a worker because only this process can reach it. ``kernels``: whether
+    clients may start whole Jupyter kernels on workers (``kernel_*`` messages, routed by ``kernels.py``).
     """
 
     def __init__(self, keys: HubKeys, listen: str = "tcp://127.0.0.1:0", *,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 kernels: bool = True) -> None:
         self.keys = keys
         self.cache_bytes = cache_bytes
         self.listen = listen
@@ -101,6 +106,8 @@ class Hub:
         self.stall_s = heartbeat_interval * HEARTBEAT_STALL_LIVENESS
         self.max_message_bytes = max_message_bytes
         self.fleet = Fleet()
+        self.kernels_allowed = kernels
+        self.kernels = KernelRoutes()
         self.port = 0  # the bound TCP port, once started
         self.context = zmq.Context()
         self.local_endpoint = f"inproc://remote-magic-hub-{id(self)}"
@@ -468,6 +475,53 @@ class Hub:
 
     _on_started = _on_stream = _on_display = _on_result = _on_error = _on_job_event
 
+    # -- whole kernels: routed between the client that started one and its worker, never read ---------
+
+    def _on_kernel_start(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        kernel_id = msg.header["kernel"]
+        if not isinstance(kernel_id, str) or not kernel_id or len(kernel_id) > MAX_KERNEL_ID:
+            raise ValueError(f"kernel must be a string of 1 to {MAX_KERNEL_ID} characters")
+        if not self.kernels_allowed:
+            self._send(peer.identity, T.ERROR, error_header(PermissionDenied(
+                "this hub does not allow kernels: its remote-worker runs with --kernels off. Start it with "
+                "--kernels on (the default) to run whole kernels there"), kernel=kernel_id))
+            return
+        if (route := self.kernels.get(kernel_id)) is not None and route.client != peer.identity:
+            raise ValueError("another client uses this kernel id")
+        wanted = msg.header.get("worker")
+        try:
+            worker = self.kernels.choose_worker(str(wanted) if wanted else None, self.fleet.workers())
+        except (KernelError, NoSuchWorker) as exc:
+            self._send(peer.identity, T.ERROR, error_header(exc, kernel=kernel_id))
+            return
+        self.kernels.add(kernel_id, peer.identity, worker)
+        log.info("kernel %s of client %r starts on worker %r", kernel_id, peer.name, worker.name)
+        self._send_frames(worker.identity, list(frames))
+
+    def _on_kernel_to_worker(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        route = self.kernels.get(msg.header["kernel"])
+        if route is not None and route.client == peer.identity:
+            self._send_frames(route.worker, list(frames))
+
+    def _on_kernel_to_client(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        route = self.kernels.get(msg.header["kernel"])
+        if route is None or route.worker != peer.identity:
+            return
+        if msg.type is T.KERNEL_DIED:
+            self.kernels.remove(route.id)
+        if route.client in self.fleet.peers:
+            self._send_frames(route.client, list(frames))
+
+    def _on_kernel_frames(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        if peer.role is Role.CLIENT:
+            self._on_kernel_to_worker(peer, msg, frames)
+        else:
+            self._on_kernel_to_client(peer, msg, frames)
+
+    _on_kernel_ack = _on_kernel_frames
+    _on_kernel_signal = _on_kernel_stop = _on_kernel_to_worker
+    _on_kernel_started = _on_kernel_died = _on_kernel_to_client
+
     # -- scheduling and liveness -----------------------------------------------------------
 
     def _dispatch(self) -> None:
@@ -551,11 +605,21 @@ class Hub:
                 self._end(job, NoMatchingWorker(
                     f"worker {peer.name!r} {why}, and it was the one that matched: "
                     + placement.unmatched(job.require, self.fleet.workers(), job.worker_name)))
+            for route in self.kernels.of_worker(peer.identity):
+                self.kernels.remove(route.id)
+                if route.client in self.fleet.peers:
+                    self._send(route.client, T.KERNEL_DIED, {"kernel": route.id, "reason": (
+                        f"its worker {peer.name!r} {why}; the kernel and its state are lost. Restart the kernel "
+                        "once a worker is back")})
         else:
             for job in self.fleet.jobs_of_client(peer.identity):
                 self._cancel(job, "the notebook that submitted it went away")
             for worker in self.fleet.workers():  # its interpreter state there goes with it
                 self._send(worker.identity, T.SESSION_END, {"session": session_id(peer.identity), "reason": why})
+            for route in self.kernels.of_client(peer.identity):  # nobody can reach these kernels any more
+                self.kernels.remove(route.id)
+                self._send(route.worker, T.KERNEL_STOP, {"kernel": route.id, "how": "kill",
+                                                         "reason": f"the client that started it {why}"})
         self._dispatch()
 
     def _worker_names(self) -> str:

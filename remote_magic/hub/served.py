@@ -29,10 +29,11 @@ class ServedHub:
     def __init__(self, keys: HubKeys, host: str, port: int, *, ngrok: bool = False,
                  ngrok_authtoken: str | None = None, advertise: str | None = None,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 kernels: bool = True) -> None:
         self.keys = keys
         self.hub = Hub(keys, bind_endpoint(host, port), heartbeat_interval=heartbeat_interval,
-                       max_message_bytes=max_message_bytes, cache_bytes=cache_bytes).start()
+                       max_message_bytes=max_message_bytes, cache_bytes=cache_bytes, kernels=kernels).start()
         self.tunnel: Tunnel | None = None
         try:
             if ngrok:

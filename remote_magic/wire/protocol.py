@@ -71,6 +71,14 @@ class MessageType(str, Enum):
     SESSION_END = "session_end"  # hub -> worker: a client is gone; stop its session's interpreter
     CHUNK = "chunk"            # any link: a piece of a large message (wire/chunks.py)
     CHUNK_ACK = "chunk_ack"    # any link: how much of a large message the receiver holds
+    # A whole Jupyter kernel on a worker (kernel_provider/, worker/kernels.py); the hub only routes these.
+    KERNEL_START = "kernel_start"      # client -> hub -> worker: start an ipykernel with this key
+    KERNEL_STARTED = "kernel_started"  # worker -> hub -> client: it runs (pid, worker, python)
+    KERNEL_FRAMES = "kernel_frames"    # both ways: one ZeroMQ message on one of the kernel's channels
+    KERNEL_SIGNAL = "kernel_signal"    # client -> hub -> worker: deliver a signal (SIGINT: interrupt)
+    KERNEL_STOP = "kernel_stop"        # client or hub -> worker: end the kernel (terminate or kill)
+    KERNEL_DIED = "kernel_died"        # worker or hub -> client: the kernel is gone, and why
+    KERNEL_ACK = "kernel_ack"          # both ways: kernel_frames received up to this seq (wire/resend.py)
 
 
 _TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}
