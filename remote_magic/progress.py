@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
@@ -47,16 +48,25 @@ def direction(about: Mapping[str, Any]) -> str:
     return "up" if about.get("type") == "submit" else "down"
 
 
-def _tqdm() -> Any:
-    from tqdm.auto import tqdm  # the notebook's widget in Jupyter, text elsewhere
+def tqdm_class() -> Any:
+    """tqdm's bar for where this runs: the notebook's widget in Jupyter, text elsewhere (and in a Jupyter
+    without ipywidgets, where tqdm would otherwise warn on the cell's stderr)."""
+    from tqdm import TqdmWarning
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)
+        from tqdm.auto import tqdm
     return tqdm
 
 
 def _shows_elapsed() -> bool:
     """Is there someone watching a redrawn bar: a notebook (tqdm's widget) or a terminal?"""
-    in_notebook = any(kind.__module__ == "tqdm.notebook" for kind in _tqdm().__mro__)
-    return in_notebook or sys.stderr.isatty()
+    if any(kind.__module__ == "tqdm.notebook" for kind in tqdm_class().__mro__):
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by something that isn't a file, or closed
+        return False
 
 
 class Bars:
@@ -64,7 +74,7 @@ class Bars:
 
     def __init__(self) -> None:
         self._bars: dict[tuple[int, str], tqdm[Any]] = {}
-        self._elapsed = _shows_elapsed()
+        self._elapsed: bool | None = None  # decided when a job first runs long: most never do
 
     def update(self, jobs: Iterable[tuple[TransferState, str]]) -> None:
         """Draw each job's transfers and (``_elapsed``) how long it has run, given its state and its
@@ -76,16 +86,21 @@ class Bars:
                     bar.update(done - bar.n)
                     if done >= total:
                         bar.close()
-            if self._elapsed and worker and time.monotonic() - state.since > DELAY_S:
+            if worker and time.monotonic() - state.since > DELAY_S and self._shows_elapsed():
                 bar = self._bar(state, "job", True, bar_format=f"{LABELS['job']} {worker!r}: {{elapsed}}")
                 if bar is not None:
                     bar.start_t = time.time() - (time.monotonic() - state.since)  # the job's time, not the bar's
                     bar.refresh()
 
+    def _shows_elapsed(self) -> bool:
+        if self._elapsed is None:
+            self._elapsed = _shows_elapsed()
+        return self._elapsed
+
     def _bar(self, state: TransferState, way: str, start: bool, **options: Any) -> "tqdm[Any] | None":
         key = (id(state), way)
         if key not in self._bars and start:
-            self._bars[key] = _tqdm()(desc=LABELS[way], delay=0 if way == "job" else DELAY_S, leave=False,
+            self._bars[key] = tqdm_class()(desc=LABELS[way], delay=0 if way == "job" else DELAY_S, leave=False,
                                       **options)
         return self._bars.get(key)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConnectionFailed, FileTransferError, RemoteMagicError, WorkerLost
+from .progress import tqdm_class
 from .wire.filetree import DIGEST, TEMP_MARK, default_destination, explain, listing
 
 log = logging.getLogger(__name__)
@@ -197,10 +198,8 @@ def _progress(total: int, label: str, mode: bool | None) -> Iterator[Callable[[i
     if mode is False:
         yield lambda count: None
         return
-    from tqdm.auto import tqdm  # the notebook's widget in Jupyter, text elsewhere
-
     delay = 0.0 if mode or total >= PROGRESS_MIN_BYTES else PROGRESS_DELAY_S
-    with tqdm(total=total, desc=label, unit="B", unit_scale=True, delay=delay) as bar:
+    with tqdm_class()(total=total, desc=label, unit="B", unit_scale=True, delay=delay) as bar:
         yield bar.update
 
 
