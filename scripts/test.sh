@@ -15,4 +15,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 if [ "${CI:-}" = "true" ]; then export REMOTE_MAGIC_REQUIRE_GPU=1; fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 bash scripts/check.sh    # ruff, and mypy --strict on the package
-exec python -m pytest "$@"
+# Two processes, one test file each at a time: most tests wait on workers and kernels they started, so the
+# two share the 2 cores well. REMOTE_MAGIC_TEST_PROCESSES=1 runs everything in one process.
+exec python -m pytest -n "${REMOTE_MAGIC_TEST_PROCESSES:-2}" --dist loadfile "$@"
