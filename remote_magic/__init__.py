@@ -33,6 +33,7 @@ from .errors import (
     NoMatchingWorker,
     NoSuchWorker,
     OutputError,
+    OverBudget,
     ProtocolError,
     RemoteError,
     RemoteMagicError,
@@ -54,7 +55,7 @@ from .wire.handles import RemoteValue
 
 __all__ = [
     "__version__", "Client", "DaskClient", "JobResult", "FileChanges", "Transfer", "RemoteValue", "connect",
-    "RemoteMagicError", "Busy", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
+    "RemoteMagicError", "Busy", "OverBudget", "ConnectionFailed", "VersionMismatch", "TokenError", "ProtocolError",
     "SerializationError", "InputError", "OutputError", "JobError", "RemoteError", "WorkerLost",
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",

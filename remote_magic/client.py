@@ -45,6 +45,7 @@ from .wire.protocol import (
     session_id,
 )
 from .wire.requirements import placement_header
+from .wire.sizes import human_size
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
 
@@ -79,13 +80,14 @@ class Client:
     """A connection to a hub, from a notebook or a script. Use ``connect()`` to make one."""
 
     def __init__(self, token: Token | str, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 name: str | None = None, send_timeout: float | None = None) -> None:
+                 name: str | None = None, send_timeout: float | None = None, max_transfer: int | None = None) -> None:
         self.token = token if isinstance(token, Token) else Token.decode(token)
         if self.token.role is not Role.CLIENT:
             raise errors.TokenError("this is a worker token (rmw1.…): it joins a fleet with "
                                     "`REMOTE_MAGIC_JOIN_TOKEN=TOKEN remote-worker --join`. "
                                     "A notebook needs the client token (rmc1.…).")
         self.send_timeout = send_timeout
+        self.max_transfer = max_transfer  # bytes this client may send and receive in all (None: no bound)
         self._jobs: dict[str, _Job] = {}
         self._requests: dict[str, Future[dict[str, Any]]] = {}
         self.hub_cache: dict[str, int] = {}  # from the last workers(): {"bytes", "max_bytes"}
@@ -114,6 +116,16 @@ class Client:
         log.info("connected to %s", self.token.redacted())
 
     # -- public API ------------------------------------------------------------------------
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this client has sent to the hub, as they crossed (compressed, held values as digests)."""
+        return self._connection.sent_bytes
+
+    @property
+    def bytes_received(self) -> int:
+        """Bytes this client has received from the hub, as they crossed."""
+        return self._connection.received_bytes
 
     def run(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
             *, worker: str | None = None, timeout: float | None = None,
@@ -462,6 +474,8 @@ class Client:
                 "may hold: keep large data in variables (they travel as frames), not in the source")
         whole = [*packed.frames, *frames]
         sent = whole if header.get("kind") == "file" else self._hub_holds.mark(whole, header)
+        if self.max_transfer is not None:
+            header["max_result_bytes"] = self._budget_left(serialization.nbytes(sent))
         if "cached" in header:
             job.whole = ({**{k: v for k, v in header.items() if k != "cached"},
                           "digests": {**header["cached"], **header.get("digests", {})}}, whole)
@@ -531,6 +545,19 @@ class Client:
     def _chunk_bytes(self) -> int:
         """How much of a file one job carries: CHUNK_BYTES, or less under a hub with a small message limit."""
         return max(1, min(transfer.CHUNK_BYTES, self.max_message_bytes - 4096))
+
+    def _budget_left(self, size: int) -> int:
+        """What ``max_transfer`` leaves for the results once ``size`` more bytes are sent; OverBudget when
+        those bytes alone would pass it."""
+        assert self.max_transfer is not None
+        left = self.max_transfer - self.bytes_sent - self.bytes_received
+        if size > left:
+            raise errors.OverBudget(
+                f"this job would send {human_size(size)}, more than the {human_size(max(0, left))} left of this "
+                f"notebook's transfer budget ({human_size(self.max_transfer)}: max_transfer, %offload_connect "
+                "--max-transfer), so nothing was sent. Raise the budget, or send less: values the hub holds "
+                "already (sent before, or results) cross as their digest")
+        return left - size
 
     def _check_size(self, packed: serialization.Packed) -> None:
         """Refuse here what the hub's socket would drop without a word."""
@@ -697,16 +724,17 @@ def _for_worker(callback: OnWorkerOutput, worker: str) -> OnStream:
 
 @overload
 def connect(token: Token, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S, name: str | None = None,
-            send_timeout: float | None = None) -> Client: ...
+            send_timeout: float | None = None, max_transfer: int | None = None) -> Client: ...
 
 
 @overload
 def connect(token: str | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S, name: str | None = None,
-            send_timeout: float | None = None) -> "Client | DaskClient": ...
+            send_timeout: float | None = None, max_transfer: int | None = None) -> "Client | DaskClient": ...
 
 
 def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-            name: str | None = None, send_timeout: float | None = None) -> "Client | DaskClient":
+            name: str | None = None, send_timeout: float | None = None,
+            max_transfer: int | None = None) -> "Client | DaskClient":
     """Connect to the hub a token points at (default: $REMOTE_MAGIC_TOKEN), or to a Dask scheduler.
 
     ``dask://HOST:PORT`` connects to that Dask scheduler instead and returns a DaskClient: the same
@@ -717,6 +745,10 @@ def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNEC
 
     Jobs are never dropped: when more are submitted than the link to the hub carries, ``submit``
     and ``run`` wait for room; with ``send_timeout`` they wait at most that long, then raise Busy.
+
+    ``max_transfer`` bounds the bytes this client sends and receives in all (a tunnel's monthly cap):
+    a job that would send more than is left raises OverBudget before anything is sent, and results that
+    would pass it stay on the worker as handles, saying so (``bytes_sent``, ``bytes_received``).
     """
     token = token or os.environ.get("REMOTE_MAGIC_TOKEN")
     if is_dask_address(token):
@@ -724,4 +756,4 @@ def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNEC
         return DaskClient(token, timeout=timeout, name=name)
     if not token:
         raise errors.TokenError("no token: pass the line remote-worker printed, or set REMOTE_MAGIC_TOKEN")
-    return Client(token, timeout=timeout, name=name, send_timeout=send_timeout)
+    return Client(token, timeout=timeout, name=name, send_timeout=send_timeout, max_transfer=max_transfer)

@@ -15,6 +15,7 @@ Every error a user can catch derives from one root::
     ├── ProtocolError         a peer sent a message that breaks the wire protocol
     │   └── InvalidTransition  a job was moved to a state it can't reach from where it is
     ├── Busy                  the queue to the hub stayed full past the bound the caller set
+    ├── OverBudget            a job would send more than is left of the client's transfer budget
     ├── SerializationError    a value could not be pickled or unpickled
     │   ├── InputError        ... a variable sent to the worker (names it)
     │   └── OutputError       ... a variable coming back (names it)
@@ -111,6 +112,11 @@ class InvalidTransition(ProtocolError):
 
 class Busy(RemoteMagicError):
     """The queue to the hub stayed full for longer than the client's ``send_timeout``: nothing was sent."""
+
+
+class OverBudget(RemoteMagicError):
+    """Sending a job would pass what is left of the client's transfer budget (``max_transfer``,
+    ``%offload_connect --max-transfer``): nothing was sent."""
 
 
 class SerializationError(RemoteMagicError):

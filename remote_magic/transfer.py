@@ -203,16 +203,6 @@ def _progress(total: int, label: str, mode: bool | None) -> Iterator[Callable[[i
         yield bar.update
 
 
-def human_size(size: int) -> str:
-    """A byte count as people read it: 812 B, 12.3 MB."""
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000:
-            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
-
-
 @contextlib.contextmanager
 def _local(path: Path) -> Iterator[None]:
     """Turn an OSError about a file here into a FileTransferError that says what to do."""

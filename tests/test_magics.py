@@ -174,3 +174,14 @@ def test_timeouts_on_the_magics_line(ip: InteractiveShell, worker: WorkerProcess
     result, out = run(ip, "%%offload --timeout 1\nimport time\ntime.sleep(60)\nslept = True")
     assert isinstance(result.error_in_exec, JobTimeout) and "1 s timeout" in str(result.error_in_exec)
     assert "slept" not in ip.user_ns
+
+
+def test_unloading_the_extension_removes_every_magic_it_added() -> None:
+    from remote_magic.notebook.magics import OffloadMagics
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    ours = {kind: set(names) for kind, names in OffloadMagics.magics.items()}
+    assert "offload_pull" in ours["line"] and ours["line"] <= set(shell.magics_manager.magics["line"])
+    shell.run_line_magic("unload_ext", "remote_magic")
+    assert not any(ours[kind] & set(shell.magics_manager.magics[kind]) for kind in ours)

@@ -18,7 +18,7 @@ from remote_magic.errors import RemoteMagicError
 from remote_magic.hub.advertise import LanAdvertisement, lan_interfaces
 from remote_magic.hub.placement import DEFAULT_MIN_BATTERY, ON_BATTERY
 from remote_magic.hub.served import ServedHub
-from remote_magic.wire import keys as keystore
+from remote_magic.wire import keys as keystore, sizes
 from remote_magic.wire.addresses import (
     check_endpoint,
     parse_host_port,
@@ -44,16 +44,14 @@ DEFAULT_LISTEN = "0.0.0.0:5587"
 JOIN_TOKEN_ENV = "REMOTE_MAGIC_JOIN_TOKEN"
 """Where `remote-worker --join` reads its worker token: an environment variable is readable only
 by its own user (/proc/PID/environ), a command line by everyone (ps)."""
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
-    """'512M', '2GiB', '1.5g', '1000000' -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 512M or 2G")
-    number, unit = match.groups()
-    return int(float(number) * 1024 ** " kmgt".index(unit.lower() or " "))
+    """'512M', '2GiB', '1.5g', '1000000' -> bytes, for argparse."""
+    try:
+        return sizes.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_label(text: str) -> tuple[str, str]:

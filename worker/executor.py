@@ -38,6 +38,7 @@ from remote_magic.wire.cellcode import split_last_expression
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.handles import RemoteValue, summarize
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
+from remote_magic.wire.sizes import human_size
 from remote_magic.wire.versions import local_versions
 
 from . import WORKER_INSTALL, files, workdir
@@ -259,12 +260,23 @@ class JobRunner:
         every_name = cell and msg.header.get("outputs") is None
         asked = {name: values.pop(name) for name in list(values)
                  if name in keep or (every_name and id(values[name]) in self._kept_ids)}
-        packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
-                                    portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
-                                    keep_unpicklable=every_name)
+        why = {name: self._kept_why.get(self._kept_ids.get(id(value), ""), "kept there, as asked (--keep)")
+               for name, value in asked.items()}
+        budget = msg.header.get("max_result_bytes")  # what is left of the notebook's --max-transfer
+        limit = budget if every_name and isinstance(budget, int) else None
+        while True:
+            packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
+                                        portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
+                                        keep_unpicklable=every_name)
+            over = _largest_over(packed, limit) if limit is not None else None
+            if over is None or limit is None:
+                break
+            asked[over] = values.pop(over)  # it stays here, and the others are packed again without it
+            why[over] = (f"over this notebook's transfer budget: the cell's results would take "
+                         f"{human_size(serialization.nbytes(packed.frames))} of the {human_size(limit)} left "
+                         "(%offload_connect --max-transfer)")
         header = packed.header()
-        kept = {**{name: self._kept_why.get(self._kept_ids.get(id(value), ""), "kept there, as asked (--keep)")
-                   for name, value in asked.items()}, **packed.kept}
+        kept = {**why, **packed.kept}
         values.update(asked)
         fields = {"kept_on_worker": {name: self._keep(name, values[name], why) for name, why in kept.items()},
                   "refs": refs, "in_place": changes.in_place, "deleted": changes.deleted}
@@ -474,3 +486,14 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _largest_over(packed: serialization.Packed, budget: int) -> str | None:
+    """The name whose frames are largest, when ``packed`` as a whole is over ``budget`` bytes (never the
+    cell's value, which has no name to keep it under); None when it fits."""
+    if serialization.nbytes(packed.frames) <= budget:
+        return None
+    sizes = {name: serialization.nbytes(frames)
+             for name, frames in serialization.per_name(packed.names, packed.counts, packed.frames)
+             if name != "__value__"}
+    return max(sizes, key=lambda name: sizes[name]) if sizes else None

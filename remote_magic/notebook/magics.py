@@ -34,12 +34,13 @@ from ..errors import (
 )
 from ..hub.served import ServedHub
 from ..results import FileChanges, JobResult
-from ..transfer import Transfer, human_size
+from ..transfer import Transfer
 from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.cellcode import names_read
 from ..wire.handles import RemoteValue
 from ..wire.keys import HubKeys
 from ..wire.protocol import Role
+from ..wire.sizes import human_size, parse_size
 from . import on_several
 from .cell_display import CellDisplay
 from .tables import WorkersTable
@@ -82,6 +83,8 @@ class OffloadMagics(Magics):
               help="seconds to wait for the hub (with --lan: to browse the network, default 3)")
     @argument("--lan", action="store_true",
               help="find hubs on this network (remote-worker --lan); with a token, connect to its hub there")
+    @argument("--max-transfer", default=None, metavar="SIZE",
+              help="send and receive at most SIZE (e.g. 1GB) over this connection (a tunnel's monthly cap)")
     @line_magic
     def offload_connect(self, line: str) -> None:
         """Connect this notebook to a remote-worker's hub.
@@ -93,11 +96,19 @@ class OffloadMagics(Magics):
         With dask://HOST:PORT, offloaded cells (and --all, --split) run on that Dask scheduler's
         workers instead, Dask placing them; see docs/fleet.md for what differs there.
 
-        Usage: %offload_connect TOKEN   (or set REMOTE_MAGIC_TOKEN and run %offload_connect)
+        With --max-transfer SIZE, a cell that would send more than is left of SIZE over this connection
+        is stopped before anything is sent, and results that would pass it stay on the worker as handles
+        (%offload_workers shows what was sent and received).
+
+        Usage: %offload_connect TOKEN [--max-transfer SIZE]  (or set REMOTE_MAGIC_TOKEN: %offload_connect)
                %offload_connect --lan [TOKEN] [--timeout S]
                %offload_connect dask://HOST:PORT
         """
         args = parse_argstring(self.offload_connect, line)
+        try:
+            budget = None if args.max_transfer is None else parse_size(args.max_transfer)
+        except ValueError as exc:
+            raise UsageError(f"--max-transfer: {exc}") from None
         token = args.token or os.environ.get("REMOTE_MAGIC_TOKEN")
         if not token and not args.lan:
             raise UsageError("%offload_connect needs the token remote-worker printed "
@@ -122,6 +133,11 @@ class OffloadMagics(Magics):
         except (TokenError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         client = self.client
+        if budget is not None:
+            if isinstance(client, DaskClient):
+                raise UsageError("--max-transfer counts what crosses a remote-worker hub's link; on Dask, data moves "
+                                 "between the Dask workers and the scheduler")
+            client.max_transfer = budget
         workers = client.workers()
         names = ", ".join(w["name"] for w in workers) or "none yet"
         where = client.address if isinstance(client, DaskClient) else client.token.address
@@ -256,6 +272,7 @@ class OffloadMagics(Magics):
                                  "or --split, or keep them with a cell on one worker")
             return self._offload_on_several(client, cell, inputs, several, args, gpu, on_module_error, split)
         worker = _worker_holding(inputs, args.worker)
+        crossed = _crossed(client)
         try:
             result = client.execute(
                 cell, inputs, worker=worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
@@ -271,7 +288,9 @@ class OffloadMagics(Magics):
             raise
         _apply(result, namespace, inputs)
         if args.stats:
-            _notice(_format_stats(result.worker, result.stats))
+            sent, received = (after - before for after, before in zip(_crossed(client), crossed))
+            _notice(f"{_format_stats(result.worker, result.stats)}; over the link: sent {human_size(sent)}, "
+                    f"received {human_size(received)}")
         if not result.has_value:
             return None
         self.cell_display.show_value_as(result.value, result.value_display)
@@ -420,7 +439,10 @@ class OffloadMagics(Magics):
         (battery and whether it takes jobs), state, work done (jobs, busy and GPU seconds, bytes in and
         out), the sessions each keeps (how many, their memory, and this notebook's), and labels."""
         client = self._client()
-        return WorkersTable(client.workers(), client.hub_cache)
+        workers = client.workers()
+        if isinstance(client, DaskClient):
+            return WorkersTable(workers)
+        return WorkersTable(workers, client.hub_cache, (*_crossed(client), client.max_transfer))
 
     @magic_arguments()
     @argument("--worker", default=None, help="reset the session on the worker with this name only")
@@ -536,6 +558,11 @@ def _describe_copy(copied: Transfer) -> str:
     return f"{os.path.basename(copied.source)} ({what}{human_size(copied.bytes)})"
 
 
+def _crossed(client: Client | DaskClient) -> tuple[int, int]:
+    """Bytes the client has sent and received over its link so far (a Dask client: none counted)."""
+    return (0, 0) if isinstance(client, DaskClient) else (client.bytes_sent, client.bytes_received)
+
+
 def _format_stats(worker: str, stats: dict[str, Any]) -> str:
     def counts(key: str) -> str:
         return ", ".join(f"{name}×{count}" for name, count in (stats.get(key) or {}).items()) or "none"
@@ -554,9 +581,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         magics.disconnect()
         magics.cell_display.close()
-        for kind, names in (("line", ("offload_connect", "offload_disconnect", "offload_workers", "offload_serve",
-                                      "offload_reset", "offload_get", "offload_put")),
-                            ("cell", ("offload", "offload_kernel"))):
+        for kind, names in OffloadMagics.magics.items():  # every magic the class registered
             for name in names:
                 ipython.magics_manager.magics[kind].pop(name, None)
         del ipython.magics_manager.registry["OffloadMagics"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
-from ..transfer import human_size as _size_si
+from ..wire.sizes import human_size as _size_si
 
 
 def _gib(n: Any) -> str:
@@ -113,16 +113,24 @@ def rows(workers: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
 class WorkersTable:
     """What ``%offload_workers`` shows; ``.workers`` holds the raw dicts."""
 
-    def __init__(self, workers: Sequence[dict[str, Any]], hub_cache: dict[str, int] | None = None) -> None:
+    def __init__(self, workers: Sequence[dict[str, Any]], hub_cache: dict[str, int] | None = None,
+                 transferred: tuple[int, int, int | None] | None = None) -> None:
         self.workers = list(workers)
         self.hub_cache = hub_cache or {}
+        self.transferred = transferred  # this notebook's bytes sent and received, and its budget (or None)
 
-    def _cache_line(self) -> str:
-        """What the hub keeps of this notebook's values, so they aren't sent again; "" with no cache."""
-        if not self.hub_cache.get("max_bytes"):
-            return ""
-        return (f"The hub keeps {_size_si(self.hub_cache.get('bytes', 0))} of this notebook's large values "
-                f"(at most {_size_si(self.hub_cache['max_bytes'])}): sent again, they cross as their digest.")
+    def _notes(self) -> list[str]:
+        """Below the table: this notebook's bytes over its connection, and what the hub keeps of its values."""
+        notes = []
+        if self.transferred is not None:
+            sent, received, budget = self.transferred
+            left = f", {_size_si(max(0, budget - sent - received))} left of its {_size_si(budget)} budget" \
+                if budget is not None else ""
+            notes.append(f"This notebook sent {_size_si(sent)} and received {_size_si(received)}{left}.")
+        if self.hub_cache.get("max_bytes"):
+            notes.append(f"The hub keeps {_size_si(self.hub_cache.get('bytes', 0))} of this notebook's large values "
+                         f"(at most {_size_si(self.hub_cache['max_bytes'])}): sent again, they cross as their digest.")
+        return notes
 
     def __repr__(self) -> str:
         if not self.workers:
@@ -132,12 +140,12 @@ class WorkersTable:
         widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join([*lines, *filter(None, [self._cache_line()])])
+        return "\n".join([*lines, *self._notes()])
 
     def _repr_html_(self) -> str:
         if not self.workers:
             return f"<p>{html.escape(repr(self))}</p>"
         head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows(self.workers))
-        cache = f"<p>{html.escape(self._cache_line())}</p>" if self._cache_line() else ""
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{cache}"
+        notes = "".join(f"<p>{html.escape(note)}</p>" for note in self._notes())
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}"

@@ -39,6 +39,7 @@ from .protocol import (
     decode,
     encode,
 )
+from .serialization import nbytes
 from .tokens import Token
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,10 @@ class Connection:
         self.connected = True
         self.lost = ""  # why the hub is out of reach, while it is
         self.refused: str | None = None  # set when this can't work again (keys rotated, I/O thread died)
+        # Bytes of messages sent to and received from the hub (compressed, and values it held sent as
+        # digests, as they crossed; without the encryption's and TCP's own few percent).
+        self.sent_bytes = 0
+        self.received_bytes = 0
         self._endpoint = f"inproc://remote-magic-outbox-{id(self)}"
         self._outbox_in = context.socket(zmq.PULL)
         self._outbox_in.bind(self._endpoint)
@@ -270,7 +275,9 @@ class Connection:
                     if not self.connected:
                         self.connected = True
                         log.info("the hub answers again")
-                    self._receive(sock.recv_multipart(copy=False))
+                    frames = sock.recv_multipart(copy=False)
+                    self.received_bytes += nbytes(frames)
+                    self._receive(frames)
                 if now - last_sent >= self.interval and not self.refused:
                     self._try_send(encode(T.HEARTBEAT, self._heartbeat_header()))  # never behind queued data
                     last_sent = now
@@ -301,6 +308,7 @@ class Connection:
             self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
         except zmq.Again:  # the queue to the hub is full (a slow link, or the hub is away)
             return False
+        self.sent_bytes += nbytes(frames)
         return True
 
     def _guarded(self, handler: Callable[[Any], None], argument: Any) -> None:

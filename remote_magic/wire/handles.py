@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .sizes import human_size
+
 
 @dataclass(frozen=True)
 class RemoteValue:
@@ -45,8 +47,6 @@ class RemoteValue:
 
 def summarize(value: Any) -> str:
     """A kept value's shape and size, as its handle shows them: "float64 (1000, 1000), 8.0 MB"."""
-    from ..transfer import human_size
-
     nbytes = getattr(value, "nbytes", None)
     if isinstance(nbytes, int):  # numpy, and arrays like it
         dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
