@@ -133,8 +133,9 @@ class RemoteKernelProvisioner(KernelProvisionerBase):
             raise (error if isinstance(error, (KernelError, TokenError)) else
                    KernelError(f"the kernel did not start on the worker: {error} ({type(error).__name__})"))
         self.remote = dict(report["started"]) if isinstance(report["started"], dict) else {}
-        self.log.info("kernel %s runs on worker %r (pid %s there)", self.kernel_id, self.remote.get("worker"),
-                      self.remote.get("pid"))
+        self.log.info("kernel %s runs on worker %r (pid %s there); if this notebook's link to it stays down "
+                      "past the heartbeat bound, the worker kills it %s s later", self.kernel_id,
+                      self.remote.get("worker"), self.remote.get("pid"), self.remote.get("orphan_grace_s", "?"))
         return self.connection_info
 
     async def _reap(self) -> None:

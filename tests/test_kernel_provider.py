@@ -419,7 +419,7 @@ def test_a_short_network_drop_loses_no_output_and_a_long_one_ends_the_kernel_say
 
     tunnel = Relay()
     remote = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25")
+                          "--heartbeat-interval", "0.25", "--kernel-grace", "2", "-v")
     try:
         tunnel.target = _listening_port(remote.process.pid)
         install("remote-magic-far", "--token-file", str(remote.token_file))
@@ -439,12 +439,16 @@ def test_a_short_network_drop_loses_no_output_and_a_long_one_ends_the_kernel_say
             assert "".join(printed).split() == [str(i) for i in range(400)]
             assert km.is_alive() and tunnel.connections >= 2
             kernel_pid, _ = _pids(kc)
+            assert km.provisioner.remote["orphan_grace_s"] == 2.0  # type: ignore[union-attr]  # told at start
 
             tunnel.stop()  # for good: past the bound the kernel is dead here, and killed there
             wait_for(lambda: not km.is_alive(), 15, "the kernel to be reported dead")
             assert "the kernel is out of reach: the hub stopped answering" in capfd.readouterr().err
+            wait_for(lambda: "it is killed in 2 s unless it ends first" in remote.log(), 15, "the worker to say when")
+            orphaned = time.monotonic()
             wait_for(lambda: not psutil.pid_exists(kernel_pid) or psutil.Process(kernel_pid).status() == "zombie",
-                     15, "the worker to kill the kernel nobody can reach")
+                     15, "the worker to kill the kernel nobody can reach, after its grace period")
+            assert time.monotonic() - orphaned > 1.0  # it lived on for the grace period, not a moment less
         finally:
             _stop(km, kc)
     finally:

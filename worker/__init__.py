@@ -10,6 +10,10 @@ prints and shows; ``gpu`` runs array work as WGSL compute pipelines. Needs the [
 WORKER_INSTALL = 'pip install "remote-magic[worker]"'
 """What installs the worker side: `pip install remote-magic` alone is the notebook side."""
 
+DEFAULT_ORPHAN_GRACE_S = 30.0
+"""How long a whole kernel whose notebook is gone lives on (--kernel-grace): what it is doing (a checkpoint
+being written) may end. Told to the notebook when the kernel starts (``orphan_grace_s``)."""
+
 DEFAULT_MAX_SESSIONS = 8
 """Notebooks whose interpreter a worker keeps at once (--max-sessions); each holds an idle Python with
 numpy (tens of MB) and that notebook's imports."""

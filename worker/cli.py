@@ -32,7 +32,7 @@ from remote_magic.wire.protocol import (
 from remote_magic.wire.requirements import BUILTIN_TRAITS
 from remote_magic.wire.tokens import Token, write_private
 
-from . import DEFAULT_MAX_SESSIONS, WORKER_INSTALL
+from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S, WORKER_INSTALL
 
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
     from .executors import ExecutorOptions
@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(remote-worker kernelspec install, docs/kernel.md); off: refuse them")
     parser.add_argument("--kernel-python", metavar="PATH",
                         help="the Python that runs those kernels (needs ipykernel; default: this worker's own)")
+    parser.add_argument("--kernel-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
+                        help="how long a kernel whose notebook is gone (its link down past the heartbeat bound) "
+                             f"lives on before it is killed; each kernel is told at start (default "
+                             f"{DEFAULT_ORPHAN_GRACE_S:g})")
     parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_INTERVAL_S, metavar="SECONDS",
                         help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
@@ -243,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
     placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
-    kernels = {"kernels": args.kernels == "on", "kernel_python": args.kernel_python}
+    kernels = {"kernels": args.kernels == "on", "kernel_python": args.kernel_python,
+               "kernel_grace_s": args.kernel_grace}
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     advertisement: LanAdvertisement | None = None

@@ -38,6 +38,8 @@ from remote_magic.errors import ConnectionFailed
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 from remote_magic.wire.resend import Inbound, Outbound
 
+from . import DEFAULT_ORPHAN_GRACE_S
+
 log = logging.getLogger(__name__)
 
 CHANNELS = ("shell", "control", "stdin", "hb", "iopub")
@@ -47,6 +49,7 @@ SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGQUIT, signal
 
 TERMINATE_GRACE_S = 2.0
 """After SIGTERM (a kernel stopped gently), how long before its process group is killed."""
+
 
 SUPERVISE_INTERVAL_S = 0.05
 """How often each kernel process is checked for having exited."""
@@ -82,9 +85,10 @@ class KernelHost:
     """Starts and relays the kernels this worker runs; ``handle`` is called from the hub connection's thread."""
 
     def __init__(self, context: zmq.Context[Any], worker_name: Callable[[], str], python: str,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> None:
         self.python = python
         self.enabled = enabled
+        self.orphan_grace_s = orphan_grace_s
         self._worker_name = worker_name
         self._context = context
         self._send: SendToHub | None = None
@@ -111,9 +115,10 @@ class KernelHost:
         self._outbox.send_multipart(encode(msg.type, msg.header, msg.buffers), copy=False)
 
     def stop_all(self, why: str) -> None:
-        """Kill every kernel (the hub is gone, so their clients are too); from the hub connection's thread."""
+        """Orphan every kernel (the hub is gone, so their clients are too): each is killed after the grace
+        period; from the hub connection's thread."""
         if self._outbox is not None and self._thread.is_alive():
-            self.handle(Message(T.KERNEL_STOP, {"kernel": "*", "how": "kill", "reason": why}))
+            self.handle(Message(T.KERNEL_STOP, {"kernel": "*", "how": "orphaned", "reason": why}))
 
     def close(self) -> None:
         """Kill every kernel and stop the thread; nothing this host started is left running."""
@@ -203,7 +208,12 @@ class KernelHost:
                     kernel.signal_group(signum)
             elif msg.type is T.KERNEL_STOP:
                 kernel.why = str(msg.header.get("reason") or "")
-                if msg.header.get("how") == "terminate":
+                if msg.header.get("how") == "orphaned":  # nobody can reach it: it may finish what it does
+                    log.warning("kernel %s: its notebook is gone (%s); it is killed in %g s unless it ends first",
+                                kernel.id, kernel.why, self.orphan_grace_s)
+                    if kernel.kill_at is None:
+                        kernel.kill_at = time.monotonic() + self.orphan_grace_s
+                elif msg.header.get("how") == "terminate":
                     kernel.signal_group(signal.SIGTERM)
                     kernel.kill_at = time.monotonic() + TERMINATE_GRACE_S
                 else:
@@ -244,7 +254,7 @@ class KernelHost:
         self._kernels[kernel_id] = HostedKernel(kernel_id, process, sockets, folder)
         log.info("kernel %s started (pid %d, %s)", kernel_id, process.pid, self.python)
         self._to_hub(T.KERNEL_STARTED, {"kernel": kernel_id, "pid": process.pid, "python": self.python,
-                                        "worker": self._worker_name()})
+                                        "worker": self._worker_name(), "orphan_grace_s": self.orphan_grace_s})
 
     def _supervise(self) -> None:
         now = time.monotonic()

@@ -35,7 +35,7 @@ from remote_magic.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, Messa
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
 
-from . import DEFAULT_MAX_SESSIONS
+from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S
 from .capabilities import battery_state, host_capabilities
 from .executors import EXECUTOR_START_TIMEOUT_S, ExecutorLink, ExecutorOptions
 from .kernels import KernelHost
@@ -87,7 +87,7 @@ class Supervisor:
     def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
                  context: zmq.Context[Any] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
                  placement: Mapping[str, Any] | None = None, kernels: bool = True,
-                 kernel_python: str | None = None) -> None:
+                 kernel_python: str | None = None, kernel_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> None:
         if token.role is not Role.WORKER:
             raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
                                    "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
@@ -102,7 +102,8 @@ class Supervisor:
         self._context = context or zmq.Context()
         self._link = ExecutorLink(self._context, options)
         self.sessions = Sessions(self._link, max_sessions)
-        self.kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable, kernels)
+        self.kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable, kernels,
+                                  kernel_grace_s)
         self._connection: Connection | None = None
         self.welcome: Message | None = None
         self._next_health_check = 0.0

@@ -618,7 +618,7 @@ class Hub:
                 self._send(worker.identity, T.SESSION_END, {"session": session_id(peer.identity), "reason": why})
             for route in self.kernels.of_client(peer.identity):  # nobody can reach these kernels any more
                 self.kernels.remove(route.id)
-                self._send(route.worker, T.KERNEL_STOP, {"kernel": route.id, "how": "kill",
+                self._send(route.worker, T.KERNEL_STOP, {"kernel": route.id, "how": "orphaned",
                                                          "reason": f"the client that started it {why}"})
         self._dispatch()
 
