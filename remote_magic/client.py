@@ -405,20 +405,48 @@ class Client:
         It also updates ``hub_cache``: how many bytes of this client's large values the hub keeps
         (``bytes``), and at most (``max_bytes``); a value it keeps crosses again as its digest.
         """
+        listing = self._ask(T.WORKERS, "list its workers", timeout)
+        cache = listing.get("cache")
+        self.hub_cache = {str(k): v for k, v in (cache if isinstance(cache, dict) else {}).items()
+                          if isinstance(v, int)}
+        self._fleet = [self._with_sessions(worker) for worker in listing.get("workers", [])]
+        return self._fleet
+
+    def jobs(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
+        """Jobs that outlived the notebook that submitted them (its runtime restarted, its link dropped past the
+        heartbeat bound), submitted with this client's token, that wait to be collected with ``attach``:
+        ``job``, ``state`` (``running``, or how it ended: ``done``, ``failed``, ...), ``worker``, ``summary``
+        (its code's first line), ``detached_s``, ``ended_s``, ``output_bytes`` kept, ``output_dropped``."""
+        return list(self._ask(T.JOBS, "list the jobs that wait", timeout).get("jobs", []))
+
+    def attach(self, job_id: str, *, on_stream: OnStream = write_stream, on_display: OnStream = show_display,
+               on_module_error: Callable[[str, Any, Exception], None] | None = None) -> JobResult:
+        """Collect a job another client with this token submitted (see ``jobs``): its output, shown again in
+        order, and then what it still prints while it runs; its JobResult, or its error raised (a
+        RemoteError with what the code changed before it raised). NoSuchJob when none waits by that id."""
+        job = _Job(str(job_id))
+        with self._lock:
+            if job.id in self._jobs:
+                raise errors.InputError(f"job {job.id!r} is this client's own: wait for it as usual")
+            self._jobs[job.id] = job
+        try:
+            self._connection.send(T.ATTACH, {"job": job.id}, timeout=self.send_timeout)
+        except RemoteMagicError as exc:
+            self._end(job.id, exc)
+            raise
+        return self._code_result(job, self._wait(job, on_stream, on_display), on_module_error, None)
+
+    def _ask(self, msg_type: T, what: str, timeout: float) -> dict[str, Any]:
+        """Send a request to the hub and wait for its answer's header."""
         request = uuid.uuid4().hex
         future: Future[dict[str, Any]] = Future()
         with self._lock:
             self._requests[request] = future
         try:
-            self._connection.send(T.WORKERS, {"request": request})
-            listing = future.result(timeout)
-            cache = listing.get("cache")
-            self.hub_cache = {str(k): v for k, v in (cache if isinstance(cache, dict) else {}).items()
-                              if isinstance(v, int)}
-            self._fleet = [self._with_sessions(worker) for worker in listing.get("workers", [])]
-            return self._fleet
+            self._connection.send(msg_type, {"request": request})
+            return future.result(timeout)
         except TimeoutError:
-            raise ConnectionFailed(f"the hub did not list its workers within {timeout:g} s") from None
+            raise ConnectionFailed(f"the hub did not {what} within {timeout:g} s") from None
         finally:
             with self._lock:
                 self._requests.pop(request, None)
@@ -611,7 +639,7 @@ class Client:
     # -- callbacks from the I/O thread -----------------------------------------------------
 
     def _on_message(self, msg: Message) -> None:
-        if msg.type is T.WORKERS:
+        if msg.type in (T.WORKERS, T.JOBS):
             with self._lock:
                 future = self._requests.get(str(msg.header.get("request")))
             if future is not None and not future.done():

@@ -25,6 +25,7 @@ Every error a user can catch derives from one root::
     │   ├── ExecutorDied      user code killed the executor process (segfault, os._exit, memory)
     │   ├── JobCancelled      the job was interrupted or its client went away
     │   ├── JobTimeout        the job ran past its timeout
+    │   ├── NoSuchJob         no job with that id waits to be collected (%offload_attach)
     │   ├── NoSuchWorker      the job asked for a worker the hub does not know
     │   ├── NoMatchingWorker  no connected worker has what the job requires (lists what they have)
     │   └── FleetError        a job run on several workers failed on some (``failures``, ``results``)
@@ -185,6 +186,11 @@ class ExecutorDied(JobError):
 
 class JobCancelled(JobError):
     """The job was interrupted before it finished."""
+
+
+class NoSuchJob(JobError):
+    """No job with that id waits to be collected by this token's holders (it never did, it was collected
+    already, or it ended longer ago than the hub keeps results)."""
 
 
 class JobTimeout(JobError):

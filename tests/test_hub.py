@@ -341,7 +341,7 @@ def _error_of(call) -> BaseException | None:
     return None
 
 
-def test_jobs_of_a_vanished_client_are_cancelled(fleet, tmp_path: Path) -> None:
+def test_a_vanished_clients_job_runs_on_until_a_client_with_its_token_stops_it(fleet, tmp_path: Path) -> None:
     hub, _ = fleet
     script = tmp_path / "vanishing_client.py"
     script.write_text(textwrap.dedent(f"""
@@ -357,7 +357,15 @@ def test_jobs_of_a_vanished_client_are_cancelled(fleet, tmp_path: Path) -> None:
         assert home()["state"] == "busy"
         process.kill()
         process.wait()
-        wait_for(lambda: home()["state"] == "idle", 10, "the vanished client's job to be cancelled")
+        wait_for(lambda: client.jobs(), 15, "the vanished client's job to wait for collection")
+        assert home()["state"] == "busy" and client.jobs()[0]["state"] == "running"  # it runs on
+
+        def interrupt(header: dict[str, str]) -> None:  # Ctrl-C once its output is shown again
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            client.attach(client.jobs()[0]["job"], on_stream=interrupt)
+        wait_for(lambda: home()["state"] == "idle", 10, "the collected job to be stopped")
         assert client.run("x = 3", worker="home") == {"x": 3}
 
 

@@ -28,6 +28,7 @@ from ..errors import (
     JobTimeout,
     KernelError,
     NoMatchingWorker,
+    NoSuchJob,
     NoSuchWorker,
     NotConnected,
     PermissionDenied,
@@ -58,6 +59,7 @@ from ..wire.protocol import (
 from ..wire.requirements import check_prefer, parse_all
 from ..wire.versions import describe_differences, local_versions
 from . import placement
+from .detached import DetachedJob, DetachedJobs
 from .fleet import Fleet, Job, Peer
 from .kernels import MAX_KERNEL_ID, KernelRoutes
 from .throttle import WarningThrottle
@@ -66,7 +68,7 @@ log = logging.getLogger(__name__)
 
 # What each role may send once it said HELLO.
 _ALLOWED = {
-    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK,
+    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK, T.JOBS, T.ATTACH,
                   T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP, T.KERNEL_ACK},
     Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO, T.CHUNK,
                   T.CHUNK_ACK, T.KERNEL_STARTED, T.KERNEL_FRAMES, T.KERNEL_DIED, T.KERNEL_ACK},
@@ -119,6 +121,7 @@ class Hub:
         self._outboxes: dict[bytes, Outbox] = {}
         self._inboxes: dict[bytes, Inbox] = {}
         self._caches: dict[bytes, FrameCache] = {}  # per client: its large frames, so they cross once
+        self.detached = DetachedJobs()  # jobs whose client went away, until one with its token collects them
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
@@ -363,7 +366,7 @@ class Hub:
             name = self.fleet.unique_name(name, identity)
         caps = msg.header.get("capabilities") if role is Role.WORKER else {}
         peer = Peer(identity, role, name, {k: str(v) for k, v in versions.items()},
-                    caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY)
+                    caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY, key=key)
         if old is not None:  # a reconnect: keep what it was doing
             peer.job, peer.jobs_done, peer.usage = old.job, old.jobs_done, old.usage
         self.fleet.peers[identity] = peer
@@ -435,7 +438,9 @@ class Hub:
         header = {key: value for key, value in msg.header.items() if key not in ("cached", "digests")}
         # The worker runs it in the client's session; the hub says which, whatever the client wrote.
         submit = encode(T.SUBMIT, {**header, "session": session_id(peer.identity)}, buffers)
+        code = str(msg.header.get("code") or "").strip()
         job = Job(job_id, peer.identity, wanted, submit, require=require, prefer=check_prefer(msg.header.get("prefer")),
+                  summary=(code.splitlines()[0][:80] if code else str(msg.header.get("kind", "job"))),
                   timeout=float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max
                   else None)  # not NaN, inf or 10**400 (which float() can't take)
         if not self.fleet.could_run(job):
@@ -458,6 +463,7 @@ class Hub:
             log.debug("event for unknown job %r from %s", job_id, peer.name)
             return
         peer.usage.bytes_out += sum(len(frame) for frame in frames)
+        job.journal.add(list(frames), ending=msg.type in (T.RESULT, T.ERROR))
         if msg.type is T.STARTED:
             job.lifecycle.move(JobState.RUNNING, f"on worker {peer.name!r}")
         elif msg.type in (T.RESULT, T.ERROR):
@@ -466,6 +472,7 @@ class Hub:
             if isinstance(gpu_s, (int, float)) and gpu_s > 0:
                 peer.usage.gpu_s += float(gpu_s)
             self.fleet.finish(job_id, msg.header if msg.type is T.ERROR else None)
+            self._ended_detached(job)
             if msg.type is T.RESULT and job.client in self._caches:  # sending it back will cost nothing
                 self._caches[job.client].remember(msg.buffers)
         if job.client in self.fleet.peers:
@@ -547,10 +554,48 @@ class Hub:
             self._send(job.worker, T.CANCEL, {"job": job.id, "reason": reason})
 
     def _end(self, job: Job, error: RemoteMagicError) -> None:
-        """End a job here, for its worker, and tell its client why."""
+        """End a job here, for its worker, and tell its client why (or keep that for a client that collects it)."""
         self.fleet.finish(job.id, error)
+        frames = encode(T.ERROR, error_header(error, job.id))
+        job.journal.add(frames, ending=True)
+        self._ended_detached(job)
         if job.client in self.fleet.peers:
-            self._send(job.client, T.ERROR, error_header(error, job.id))
+            self._send_frames(job.client, frames)
+
+    def _ended_detached(self, job: Job) -> None:
+        """A job whose client went away ended: its result waits for collection, and its session can end."""
+        if job.id in self.detached:
+            self.detached.ended(job.id, job.lifecycle.state.value)
+            worker = self.fleet.peers.get(job.worker) if job.worker else None
+            if worker is not None and not any(j.client == job.client for j in self.fleet.jobs.values()):
+                self._send(worker.identity, T.SESSION_END, {"session": session_id(job.client),
+                                                            "reason": "its notebook went away"})
+
+    # -- jobs that outlive their notebook (hub/detached.py) ---------------------------------
+
+    def _on_jobs(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        self._send(peer.identity, T.JOBS, {"request": msg.header.get("request"),
+                                           "jobs": self.detached.listing(peer.key)})
+
+    def _on_attach(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        job_id = str(msg.header["job"])
+        detached = self.detached.take(job_id, peer.key)
+        if detached is None:
+            self._send(peer.identity, T.ERROR, error_header(NoSuchJob(
+                f"no job {job_id!r} waits to be collected here: it was collected already, ended more than "
+                f"{self.detached.keep_s / 60:.0f} minutes ago, or was never submitted with this token "
+                "(%offload_jobs lists those that wait)"), job_id))
+            return
+        if detached.journal.dropped:
+            self._send(peer.identity, T.STREAM, {"job": job_id, "name": "stderr", "text": (
+                f"remote-magic: {detached.journal.dropped:,} bytes of this job's output came while no notebook "
+                "was there to show them, past what the hub keeps; they are not shown.\n")})
+        for frames in detached.journal.messages:  # as they came, then what comes next
+            self._send_frames(peer.identity, frames)
+        job = self.fleet.jobs.get(job_id)
+        if job is not None:  # still running: it is this client's now
+            job.client = peer.identity
+        log.info("client %r collected job %s (%s)", peer.name, job_id, detached.state)
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -571,6 +616,7 @@ class Hub:
                 self._try_send(peer.identity, encode(T.HEARTBEAT))  # never behind what is queued for it
         for inbox in self._inboxes.values():
             inbox.drop_older_than(self.stall_s)
+        self.detached.expire()
 
     def _connected(self, peer: Peer) -> bool:
         """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""
@@ -612,10 +658,20 @@ class Hub:
                         f"its worker {peer.name!r} {why}; the kernel and its state are lost. Restart the kernel "
                         "once a worker is back")})
         else:
+            running = set()
             for job in self.fleet.jobs_of_client(peer.identity):
-                self._cancel(job, "the notebook that submitted it went away")
-            for worker in self.fleet.workers():  # its interpreter state there goes with it
-                self._send(worker.identity, T.SESSION_END, {"session": session_id(peer.identity), "reason": why})
+                if job.worker is None:  # not started: it never will
+                    self._cancel(job, "the notebook that submitted it went away")
+                    continue
+                worker = self.fleet.peers.get(job.worker)  # it runs on, for a notebook with this token to collect
+                running.add(job.worker)
+                self.detached.detach(DetachedJob(job.id, peer.key, job.summary, worker.name if worker else "?",
+                                                 job.journal))
+                log.info("job %s runs on without its notebook; a notebook with the same token may collect it", job.id)
+            for worker in self.fleet.workers():  # its interpreter state there goes with it, once its jobs end
+                if worker.identity not in running:
+                    self._send(worker.identity, T.SESSION_END, {"session": session_id(peer.identity),
+                                                                "reason": why})
             for route in self.kernels.of_client(peer.identity):  # nobody can reach these kernels any more
                 self.kernels.remove(route.id)
                 self._send(route.worker, T.KERNEL_STOP, {"kernel": route.id, "how": "orphaned",

@@ -15,6 +15,7 @@ from ..wire.lifecycle import JobState, Lifecycle
 from ..wire.protocol import Role
 from ..wire.requirements import Requirement, traits
 from . import placement
+from .detached import Journal
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Peer:
     versions: dict[str, str]
     capabilities: dict[str, Any] = field(default_factory=dict)
     local: bool = False          # the hub's in-process worker (inproc, no CURVE keys)
+    key: bytes = b""             # the public key it authenticated with: clients sharing it share their jobs
     last_seen: float = field(default_factory=time.monotonic)
     last_sent: float = 0.0
     job: "Job | None" = None     # workers: the job running there
@@ -84,6 +86,8 @@ class Job:
     queued_at: float = field(default_factory=time.monotonic)
     sent_at: float = 0.0
     told_why: bool = False  # its client was told why it waits
+    summary: str = ""  # the first line of its code, or its kind: what a listing of detached jobs shows
+    journal: Journal = field(default_factory=Journal)  # what it sent its client, for a client that collects it
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:

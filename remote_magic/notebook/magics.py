@@ -25,6 +25,7 @@ from ..errors import (
     FileTransferError,
     FleetError,
     GatherError,
+    NoSuchJob,
     NoSuchWorker,
     OutputError,
     RemoteError,
@@ -432,6 +433,54 @@ class OffloadMagics(Magics):
         except (FileTransferError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         print(f"Copied {_describe_copy(copied)} to worker {copied.worker!r} at {copied.destination}")
+
+    # -- jobs that outlived their notebook ------------------------------------------------------
+
+    @line_magic
+    def offload_jobs(self, line: str) -> None:
+        """List the jobs that outlived the notebook that submitted them (a runtime that restarted, a link down
+        past the heartbeat bound) and wait to be collected with %offload_attach JOB: any submitted with this
+        notebook's token, running or ended."""
+        client = self._client()
+        if isinstance(client, DaskClient):
+            raise UsageError("%offload_jobs lists a remote-worker hub's jobs; on Dask, use the Dask dashboard")
+        waiting = client.jobs()
+        if not waiting:
+            print("No job waits to be collected: jobs whose notebook went away while they ran show here.")
+            return
+        for job in waiting:
+            ended = f"{job['state']} {job['ended_s']:.0f} s ago" if job.get("ended_s") is not None else "running"
+            print(f"{job['job']}  {ended} on {job['worker']!r}, {human_size(job['output_bytes'])} of output: "
+                  f"{job['summary']}")
+        print("Collect one with %offload_attach JOB: its output is shown again and its values land here.")
+
+    @magic_arguments()
+    @argument("job", help="the job's id, as %%offload_jobs lists it")
+    @line_magic
+    def offload_attach(self, line: str) -> Any:
+        """Collect a job that outlived the notebook that submitted it: its output is shown again, in order
+        (and what it still prints, if it runs on), and what it changed lands in this namespace, as if this
+        notebook had run the cell. Usage: %offload_attach JOB
+        """
+        args = parse_argstring(self.offload_attach, line)
+        client = self._client()
+        if isinstance(client, DaskClient):
+            raise UsageError("%offload_attach collects a remote-worker hub's jobs; a Dask connection has none")
+        assert self.shell is not None
+        namespace = self.shell.user_ns
+        try:
+            result = client.attach(args.job, on_display=self.cell_display.show)
+        except NoSuchJob as exc:
+            raise UsageError(str(exc)) from None
+        except RemoteError as error:
+            if error.partial is not None:
+                _apply(error.partial, namespace, {})
+            raise
+        _apply(result, namespace, {})
+        if not result.has_value:
+            return None
+        self.cell_display.show_value_as(result.value, result.value_display)
+        return result.value
 
     @line_magic
     def offload_workers(self, line: str) -> WorkersTable:

@@ -1,0 +1,83 @@
+"""Jobs that outlive their notebook (issue 11, item 5): when a notebook's process dies (Colab drops a
+runtime), its running job goes on; a notebook connecting with the same token lists it (%offload_jobs) and
+collects it (%offload_attach): the whole output again, in order, and the values in its namespace."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from IPython.core.error import UsageError
+
+import remote_magic
+from remote_magic import NoSuchJob
+from support import WorkerProcess, connected_shell, run, start_worker, wait_for
+
+NOTEBOOK = r'''
+import sys, remote_magic
+client = remote_magic.connect(sys.argv[1])
+code = ("import os, time\nprint('before', flush=True)\nwhile not os.path.exists(RELEASE):\n    time.sleep(0.05)\n"
+        "print('after')\nx = 42\nx * 2")
+client.execute(code, {"RELEASE": sys.argv[2]},
+               on_stream=lambda h: (sys.stdout.write(h["text"]), sys.stdout.flush()))
+'''
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[WorkerProcess]:
+    worker = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "box",
+                          "--heartbeat-interval", "0.25", "-v")  # a notebook that is gone is forgotten in 1.25 s
+    yield worker
+    worker.stop()
+
+
+def _a_notebook_that_dies_mid_job(hub: WorkerProcess, release: Path) -> str:
+    """Run a job from a notebook process, kill that process once the job printed, return the job's id."""
+    notebook = subprocess.Popen([sys.executable, "-c", NOTEBOOK, hub.token, str(release)], stdout=subprocess.PIPE,
+                                text=True)
+    assert notebook.stdout is not None
+    assert notebook.stdout.readline() == "before\n"
+    notebook.kill()  # as Colab drops a runtime: no goodbye
+    notebook.wait(10)
+    with remote_magic.connect(hub.token) as observer:
+        wait_for(lambda: observer.jobs(), 15, "the hub to let the dead notebook's job run on")
+        (job,) = observer.jobs()
+    assert job["state"] == "running" and job["worker"] == "box" and job["summary"] == "import os, time"
+    return str(job["job"])
+
+
+def test_a_job_outlives_its_notebook_and_a_new_one_collects_its_output_and_values(
+        hub: WorkerProcess, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    job_id = _a_notebook_that_dies_mid_job(hub, release)
+    release.touch()  # the job goes on, with nobody to hear it
+    with connected_shell(hub.token) as (shell, _):
+        wait_for(lambda: "done" in run(shell, "%offload_jobs")[1].stdout, 15, "the job to end")
+        result, out = run(shell, "%offload_jobs")
+        assert job_id in out.stdout and "import os, time" in out.stdout
+        result, out = run(shell, f"%offload_attach {job_id}")
+        assert result.success, out.stderr
+        assert out.stdout.startswith("before\nafter\n") and result.result == 84  # all of it, in order, then the value
+        assert shell.user_ns["x"] == 42
+        result, out = run(shell, f"%offload_attach {job_id}")  # collected: it no longer waits
+        assert isinstance(result.error_in_exec, UsageError) and "no job" in str(result.error_in_exec)
+        assert "No job waits to be collected" in run(shell, "%offload_jobs")[1].stdout
+
+
+def test_a_job_collected_while_it_runs_streams_the_rest(hub: WorkerProcess, tmp_path: Path) -> None:
+    release = tmp_path / "release"
+    job_id = _a_notebook_that_dies_mid_job(hub, release)
+    printed: list[str] = []
+    with remote_magic.connect(hub.token) as client:
+        def on_stream(header: dict[str, str]) -> None:
+            printed.append(header["text"])
+            if header["text"] == "before\n":  # what it printed before we came is shown first
+                release.touch()
+
+        result = client.attach(job_id, on_stream=on_stream)
+        assert "".join(printed) == "before\nafter\n" and result.values["x"] == 42 and result.value == 84
+        with pytest.raises(NoSuchJob, match="was collected already"):
+            client.attach(job_id)
