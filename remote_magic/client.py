@@ -45,6 +45,7 @@ from .wire.protocol import (
     session_id,
 )
 from .wire.requirements import placement_header
+from .wire.resend import ACK_EVERY_S, Inbound
 from .wire.sizes import human_size
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
@@ -110,8 +111,9 @@ class Client:
         self.version_notes = [note for worker in self._fleet for note in self.differences_with(worker)]
         for note in self.version_notes:
             log.info("%s", note)
+        self._job_messages = Inbound()  # the hub numbers its jobs' messages: each is taken once, in order
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost,
-                                      on_progress=self._on_progress)
+                                      on_progress=self._on_progress, on_tick=self._acknowledge)
         self._connection.start()
         log.info("connected to %s", self.token.redacted())
 
@@ -645,6 +647,10 @@ class Client:
             if future is not None and not future.done():
                 future.set_result(msg.header)
             return
+        if msg.type is T.WELCOME:  # the hub forgot us, and numbers anew
+            self._job_messages = Inbound()
+        if not self._job_messages.accept(msg.header.get("seq")):
+            return  # seen already, or after one that was lost: the hub sends it again
         job_id = msg.header.get("job")
         if msg.type is T.ERROR and isinstance(msg.header.get("missing"), list) and self._send_whole(str(job_id), msg):
             return
@@ -666,6 +672,13 @@ class Client:
                 log.warning("the hub says: %s", msg.header.get("message"))
             return
         self._deliver(job, msg)
+
+    def _acknowledge(self) -> float:
+        """On the I/O thread after each poll: say how far the hub's job messages got; the next poll's wait."""
+        ack = self._job_messages.ack_due(time.monotonic())
+        if ack is not None:
+            self._connection.send_now(encode(T.JOB_ACK, {"ack": ack}))
+        return ACK_EVERY_S if self._job_messages.unacknowledged else self._connection.interval
 
     def _send_whole(self, job_id: str, msg: Message) -> bool:
         """The hub no longer holds values a job sent as digests: send the job again, whole."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -81,3 +82,30 @@ def test_a_job_collected_while_it_runs_streams_the_rest(hub: WorkerProcess, tmp_
         assert "".join(printed) == "before\nafter\n" and result.values["x"] == 42 and result.value == 84
         with pytest.raises(NoSuchJob, match="was collected already"):
             client.attach(job_id)
+
+
+def test_output_in_flight_when_a_connection_breaks_arrives_once_in_order(tmp_path: Path) -> None:
+    from test_relay import Relay, _listening_port
+
+    tunnel = Relay()  # the stand-in for a tunnel between the notebook and the hub
+    worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
+                          "--heartbeat-interval", "0.25")
+    try:
+        tunnel.target = _listening_port(worker.process.pid)
+        printed: list[str] = []
+        with remote_magic.connect(worker.token) as client:
+            def on_stream(header: dict[str, str]) -> None:
+                printed.append(header["text"])
+                if header["text"] == "100\n":  # while the cell prints: what is in flight is lost, then the
+                    tunnel.losing = True  # connection breaks, for less than the heartbeat bound
+                    time.sleep(0.3)  # how much is lost, not a wait for anything
+                    tunnel.stop()
+                    tunnel.start()
+
+            code = "import time\nfor i in range(600):\n    print(i, flush=True)\n    time.sleep(0.002)\ndone = True"
+            result = client.execute(code, on_stream=on_stream, timeout=60)
+        assert tunnel.connections >= 2, "the link was not cut"
+        assert "".join(printed).split() == [str(i) for i in range(600)] and result.values["done"] is True
+    finally:
+        tunnel.stop()
+        worker.stop()

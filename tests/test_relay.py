@@ -35,13 +35,15 @@ class Relay:
 
     It binds its port when made (port 0: any free one) and keeps it across ``stop``/``start``;
     ``target`` is the port it forwards to, set once the hub's port is known. ``stop`` aborts every
-    relayed connection, as a tunnel that goes away does.
+    relayed connection, as a tunnel that goes away does; while ``losing`` is set, what arrives is read
+    and thrown away, as a network that drops what was in flight before the connection breaks.
     """
 
     def __init__(self, port: int = 0) -> None:
         self.port = port
         self.target: int | None = None
         self.connections = 0
+        self.losing = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -66,6 +68,7 @@ class Relay:
         if self._loop is None:
             return
         self._run(self._close())
+        self.losing = False
         self._loop.call_soon_threadsafe(self._loop.stop)
         assert self._thread is not None
         self._thread.join(5)
@@ -106,8 +109,9 @@ class Relay:
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(1 << 16):
-                writer.write(data)
-                await writer.drain()
+                if not self.losing:
+                    writer.write(data)
+                    await writer.drain()
         except OSError:
             pass  # the other direction, or stop(), cut the connection: nothing left to relay
         finally:

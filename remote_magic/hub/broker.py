@@ -57,6 +57,7 @@ from ..wire.protocol import (
     session_id,
 )
 from ..wire.requirements import check_prefer, parse_all
+from ..wire.resend import Outbound
 from ..wire.versions import describe_differences, local_versions
 from . import placement
 from .detached import DetachedJob, DetachedJobs
@@ -69,7 +70,7 @@ log = logging.getLogger(__name__)
 # What each role may send once it said HELLO.
 _ALLOWED = {
     Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK, T.JOBS, T.ATTACH,
-                  T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP, T.KERNEL_ACK},
+                  T.JOB_ACK, T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP, T.KERNEL_ACK},
     Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO, T.CHUNK,
                   T.CHUNK_ACK, T.KERNEL_STARTED, T.KERNEL_FRAMES, T.KERNEL_DIED, T.KERNEL_ACK},
 }
@@ -122,6 +123,9 @@ class Hub:
         self._inboxes: dict[bytes, Inbox] = {}
         self._caches: dict[bytes, FrameCache] = {}  # per client: its large frames, so they cross once
         self.detached = DetachedJobs()  # jobs whose client went away, until one with its token collects them
+        # Per client: its jobs' messages, numbered and kept until it acknowledges them, so what a broken
+        # connection had in flight is sent again (wire/resend.py).
+        self._job_streams: dict[bytes, Outbound[list[Any]]] = {}
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
@@ -475,8 +479,7 @@ class Hub:
             self._ended_detached(job)
             if msg.type is T.RESULT and job.client in self._caches:  # sending it back will cost nothing
                 self._caches[job.client].remember(msg.buffers)
-        if job.client in self.fleet.peers:
-            self._send_frames(job.client, list(frames))
+        self._to_client(job.client, msg)
         if msg.type in (T.RESULT, T.ERROR):
             self._dispatch()
 
@@ -556,11 +559,25 @@ class Hub:
     def _end(self, job: Job, error: RemoteMagicError) -> None:
         """End a job here, for its worker, and tell its client why (or keep that for a client that collects it)."""
         self.fleet.finish(job.id, error)
-        frames = encode(T.ERROR, error_header(error, job.id))
-        job.journal.add(frames, ending=True)
+        msg = Message(T.ERROR, error_header(error, job.id))
+        job.journal.add(encode(msg.type, msg.header), ending=True)
         self._ended_detached(job)
-        if job.client in self.fleet.peers:
-            self._send_frames(job.client, frames)
+        self._to_client(job.client, msg)
+
+    def _to_client(self, identity: bytes, msg: Message) -> None:
+        """Send one of a job's messages to its client, numbered (``seq``) and kept until acknowledged."""
+        if identity not in self.fleet.peers:
+            return
+        stream = self._job_streams.setdefault(identity, Outbound())
+        seq = stream.number()
+        frames = encode(msg.type, {**msg.header, "seq": seq}, msg.buffers)
+        stream.keep(seq, frames)
+        self._send_frames(identity, frames)
+
+    def _on_job_ack(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        stream = self._job_streams.get(peer.identity)
+        if stream is not None:
+            stream.acked(int(msg.header["ack"]))
 
     def _ended_detached(self, job: Job) -> None:
         """A job whose client went away ended: its result waits for collection, and its session can end."""
@@ -587,11 +604,11 @@ class Hub:
                 "(%offload_jobs lists those that wait)"), job_id))
             return
         if detached.journal.dropped:
-            self._send(peer.identity, T.STREAM, {"job": job_id, "name": "stderr", "text": (
+            self._to_client(peer.identity, Message(T.STREAM, {"job": job_id, "name": "stderr", "text": (
                 f"remote-magic: {detached.journal.dropped:,} bytes of this job's output came while no notebook "
-                "was there to show them, past what the hub keeps; they are not shown.\n")})
+                "was there to show them, past what the hub keeps; they are not shown.\n")}))
         for frames in detached.journal.messages:  # as they came, then what comes next
-            self._send_frames(peer.identity, frames)
+            self._to_client(peer.identity, decode(frames))
         job = self.fleet.jobs.get(job_id)
         if job is not None:  # still running: it is this client's now
             job.client = peer.identity
@@ -617,6 +634,10 @@ class Hub:
         for inbox in self._inboxes.values():
             inbox.drop_older_than(self.stall_s)
         self.detached.expire()
+        for identity, stream in self._job_streams.items():  # what a broken connection lost, again: once all
+            if not self._outboxes.get(identity):  # that waited for the link left, so nothing is sent twice
+                for frames in stream.due(now):  # only because it is slow to cross
+                    self._send_frames(identity, frames)
 
     def _connected(self, peer: Peer) -> bool:
         """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""
@@ -634,6 +655,7 @@ class Hub:
         self._outboxes.pop(peer.identity, None)
         self._inboxes.pop(peer.identity, None)
         self._caches.pop(peer.identity, None)
+        self._job_streams.pop(peer.identity, None)
         log.info("%s %r left: %s", peer.role.value, peer.name, why)
         if peer.role is Role.WORKER:
             host = peer.capabilities.get("hostname", "?")

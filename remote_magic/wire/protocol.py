@@ -73,6 +73,7 @@ class MessageType(str, Enum):
     CHUNK_ACK = "chunk_ack"    # any link: how much of a large message the receiver holds
     JOBS = "jobs"              # client -> hub (request), hub -> client: jobs whose client went away
     ATTACH = "attach"          # client -> hub: collect one of those; the hub replays what it sent
+    JOB_ACK = "job_ack"        # client -> hub: every job message up to this seq arrived (wire/resend.py)
     # A whole Jupyter kernel on a worker (kernel_provider/, worker/kernels.py); the hub only routes these.
     KERNEL_START = "kernel_start"      # client -> hub -> worker: start an ipykernel with this key
     KERNEL_STARTED = "kernel_started"  # worker -> hub -> client: it runs (pid, worker, python)

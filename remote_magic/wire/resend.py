@@ -77,6 +77,11 @@ class Inbound:
         self._repeat = True
         return False
 
+    @property
+    def unacknowledged(self) -> bool:
+        """Did something come that this side hasn't acknowledged yet?"""
+        return self.expected - 1 > self._acked or self._repeat
+
     def ack_due(self, now: float) -> int | None:
         """The ``ack`` to send now, if one is due."""
         upto = self.expected - 1
