@@ -109,3 +109,40 @@ def test_output_in_flight_when_a_connection_breaks_arrives_once_in_order(tmp_pat
     finally:
         tunnel.stop()
         worker.stop()
+
+
+def test_a_job_that_ends_while_its_notebook_is_cut_off_waits_for_it(tmp_path: Path) -> None:
+    from test_relay import Relay, _listening_port
+
+    tunnel = Relay()
+    worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
+                          "--heartbeat-interval", "0.25")
+    release = tmp_path / "release"
+    try:
+        tunnel.target = _listening_port(worker.process.pid)
+        with remote_magic.connect(worker.token) as client:
+            def cut_off(header: dict[str, str]) -> None:
+                tunnel.stop()  # the link goes down for longer than the heartbeat bound,
+                release.touch()  # and meanwhile the job ends: its result has nowhere to go
+
+            code = ("import os, time\nprint('started', flush=True)\nwhile not os.path.exists(RELEASE):\n"
+                    "    time.sleep(0.05)\nz = 7")
+            with pytest.raises(remote_magic.ConnectionFailed, match="the job's result, and what it was sending"):
+                client.execute(code, {"RELEASE": str(release)}, on_stream=cut_off)
+            tunnel.start()
+            wait_for(lambda: _waiting(client), 30, "the job to wait for this notebook")
+            (job,) = client.jobs()
+            assert job["state"] == "done"
+            printed: list[str] = []
+            result = client.attach(job["job"], on_stream=lambda header: printed.append(header["text"]))
+            assert result.values["z"] == 7 and printed == ["started\n"]
+    finally:
+        tunnel.stop()
+        worker.stop()
+
+
+def _waiting(client: remote_magic.Client) -> bool:
+    try:
+        return bool(client.jobs(timeout=2))
+    except remote_magic.ConnectionFailed:  # not connected again yet
+        return False

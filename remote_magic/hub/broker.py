@@ -126,6 +126,7 @@ class Hub:
         # Per client: its jobs' messages, numbered and kept until it acknowledges them, so what a broken
         # connection had in flight is sent again (wire/resend.py).
         self._job_streams: dict[bytes, Outbound[list[Any]]] = {}
+        self._unacknowledged_ends: dict[str, tuple[int, Job]] = {}  # job -> the seq of its RESULT or ERROR
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
@@ -479,7 +480,7 @@ class Hub:
             self._ended_detached(job)
             if msg.type is T.RESULT and job.client in self._caches:  # sending it back will cost nothing
                 self._caches[job.client].remember(msg.buffers)
-        self._to_client(job.client, msg)
+        self._to_client(job.client, msg, job if msg.type in (T.RESULT, T.ERROR) else None)
         if msg.type in (T.RESULT, T.ERROR):
             self._dispatch()
 
@@ -562,22 +563,30 @@ class Hub:
         msg = Message(T.ERROR, error_header(error, job.id))
         job.journal.add(encode(msg.type, msg.header), ending=True)
         self._ended_detached(job)
-        self._to_client(job.client, msg)
+        self._to_client(job.client, msg, job)
 
-    def _to_client(self, identity: bytes, msg: Message) -> None:
-        """Send one of a job's messages to its client, numbered (``seq``) and kept until acknowledged."""
+    def _to_client(self, identity: bytes, msg: Message, job: Job | None = None) -> None:
+        """Send one of a job's messages to its client, numbered (``seq``) and kept until acknowledged. The
+        ``job`` a RESULT or ERROR ends is kept too until then: if its client goes away first, the job waits
+        for collection, ended, as one that ended after it went."""
         if identity not in self.fleet.peers:
             return
         stream = self._job_streams.setdefault(identity, Outbound())
         seq = stream.number()
         frames = encode(msg.type, {**msg.header, "seq": seq}, msg.buffers)
         stream.keep(seq, frames)
+        if job is not None:
+            self._unacknowledged_ends[job.id] = (seq, job)
         self._send_frames(identity, frames)
 
     def _on_job_ack(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         stream = self._job_streams.get(peer.identity)
         if stream is not None:
-            stream.acked(int(msg.header["ack"]))
+            ack = int(msg.header["ack"])
+            stream.acked(ack)
+            for job_id, (seq, job) in list(self._unacknowledged_ends.items()):
+                if job.client == peer.identity and seq <= ack:
+                    del self._unacknowledged_ends[job_id]
 
     def _ended_detached(self, job: Job) -> None:
         """A job whose client went away ended: its result waits for collection, and its session can end."""
@@ -690,6 +699,13 @@ class Hub:
                 self.detached.detach(DetachedJob(job.id, peer.key, job.summary, worker.name if worker else "?",
                                                  job.journal))
                 log.info("job %s runs on without its notebook; a notebook with the same token may collect it", job.id)
+            for job_id, (_, job) in list(self._unacknowledged_ends.items()):  # ended, the client never heard
+                if job.client == peer.identity:
+                    del self._unacknowledged_ends[job_id]
+                    worker = self.fleet.peers.get(job.worker) if job.worker else None
+                    self.detached.detach(DetachedJob(job.id, peer.key, job.summary, worker.name if worker else "?",
+                                                     job.journal))
+                    self.detached.ended(job.id, job.lifecycle.state.value)
             for worker in self.fleet.workers():  # its interpreter state there goes with it, once its jobs end
                 if worker.identity not in running:
                     self._send(worker.identity, T.SESSION_END, {"session": session_id(peer.identity),
