@@ -95,7 +95,8 @@ class Client:
         self._lock = threading.Lock()
         self._context = zmq.Context()
         self._versions = local_versions()
-        hello = {"role": Role.CLIENT.value, "name": name or platform.node(), "versions": self._versions}
+        hello = {"role": Role.CLIENT.value, "name": name or platform.node(), "versions": self._versions,
+                 "acks": True}  # it acknowledges its jobs' numbered messages, so the hub may send them again
         try:
             sock, welcome = dial(self._context, self.token, hello, timeout)
         except BaseException:

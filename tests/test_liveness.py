@@ -112,12 +112,12 @@ def test_output_that_piles_up_while_the_client_holds_the_gil_all_arrives(hub: Wo
     """The hub keeps what a busy client can't take yet; before, it dropped it past 1000 messages."""
     lines, size = 3000, 64 * 1024  # far more than the queues and TCP buffers between hub and client hold
     code = f"for i in range({lines}):\n    print(str(i).rjust({size - 1}, '.'), flush=True)\ndone = {lines}"
-    received: list[int] = []
+    texts: list[str] = []  # a line may come in two pieces (a flush between print's text and its newline)
     first = threading.Event()
     outcome: dict[str, object] = {}
 
     def on_stream(header: dict[str, object]) -> None:
-        received.extend(int(line.lstrip(".")) for line in str(header["text"]).splitlines())
+        texts.append(str(header["text"]))
         first.set()
 
     with remote_magic.connect(hub.token) as client:
@@ -134,6 +134,7 @@ def test_output_that_piles_up_while_the_client_holds_the_gil_all_arrives(hub: Wo
         # input stopped for a full queue when a heartbeat timed out, zeromq/libzmq#3937).
         hold_the_gil(LINK_PING_INTERVAL_S * HEARTBEAT_LIVENESS + 1)
         runner.join(60)
+        received = [int(line.lstrip(".")) for line in "".join(texts).splitlines()]
         assert not runner.is_alive(), f"the job never ended for the client ({len(received)} of {lines} lines came)"
     assert outcome == {"values": {"i": lines - 1, "done": lines}}
     assert received == list(range(lines))

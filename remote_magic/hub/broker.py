@@ -371,7 +371,8 @@ class Hub:
             name = self.fleet.unique_name(name, identity)
         caps = msg.header.get("capabilities") if role is Role.WORKER else {}
         peer = Peer(identity, role, name, {k: str(v) for k, v in versions.items()},
-                    caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY, key=key)
+                    caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY, key=key,
+                    acks=msg.header.get("acks") is True)
         if old is not None:  # a reconnect: keep what it was doing
             peer.job, peer.jobs_done, peer.usage = old.job, old.jobs_done, old.usage
         self.fleet.peers[identity] = peer
@@ -569,7 +570,11 @@ class Hub:
         """Send one of a job's messages to its client, numbered (``seq``) and kept until acknowledged. The
         ``job`` a RESULT or ERROR ends is kept too until then: if its client goes away first, the job waits
         for collection, ended, as one that ended after it went."""
-        if identity not in self.fleet.peers:
+        peer = self.fleet.peers.get(identity)
+        if peer is None:
+            return
+        if not peer.acks:  # a peer that doesn't acknowledge gets each message once, unnumbered
+            self._send(identity, msg.type, msg.header, msg.buffers)
             return
         stream = self._job_streams.setdefault(identity, Outbound())
         seq = stream.number()
