@@ -113,6 +113,7 @@ class Client:
         for note in self.version_notes:
             log.info("%s", note)
         self._job_messages = Inbound()  # the hub numbers its jobs' messages: each is taken once, in order
+        self._reconnects_seen = 0
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost,
                                       on_progress=self._on_progress, on_tick=self._acknowledge)
         self._connection.start()
@@ -675,7 +676,11 @@ class Client:
         self._deliver(job, msg)
 
     def _acknowledge(self) -> float:
-        """On the I/O thread after each poll: say how far the hub's job messages got; the next poll's wait."""
+        """On the I/O thread after each poll: say how far the hub's job messages got, and after the connection
+        broke and came back, ask for what it had in flight again; the next poll's wait."""
+        if self._connection.reconnects != self._reconnects_seen:
+            self._reconnects_seen = self._connection.reconnects
+            self._connection.send_now(encode(T.JOB_ACK, {"ack": self._job_messages.expected - 1, "resend": True}))
         ack = self._job_messages.ack_due(time.monotonic())
         if ack is not None:
             self._connection.send_now(encode(T.JOB_ACK, {"ack": ack}))

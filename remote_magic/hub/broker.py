@@ -376,6 +376,11 @@ class Hub:
         if old is not None:  # a reconnect: keep what it was doing
             peer.job, peer.jobs_done, peer.usage = old.job, old.jobs_done, old.usage
         self.fleet.peers[identity] = peer
+        # A hello starts its jobs' numbering again, as the WELCOME makes the client expect (it failed what
+        # it was waiting for when it thought itself forgotten).
+        self._job_streams.pop(identity, None)
+        for job_id in [j for j, (_, job) in self._unacknowledged_ends.items() if job.client == identity]:
+            del self._unacknowledged_ends[job_id]
         log.info("%s %r joined (%s)", role.value, name, ", ".join(f"{k} {v}" for k, v in versions.items()))
         notes = describe_differences(ours, peer.versions, f"this {role.value}")
         if notes:
@@ -589,6 +594,9 @@ class Hub:
         if stream is not None:
             ack = int(msg.header["ack"])
             stream.acked(ack)
+            if msg.header.get("resend") is True:  # its connection broke and came back: what was in flight is gone
+                for _, frames in stream.unacked:
+                    self._send_frames(peer.identity, frames)
             for job_id, (seq, job) in list(self._unacknowledged_ends.items()):
                 if job.client == peer.identity and seq <= ack:
                     del self._unacknowledged_ends[job_id]
@@ -648,10 +656,6 @@ class Hub:
         for inbox in self._inboxes.values():
             inbox.drop_older_than(self.stall_s)
         self.detached.expire()
-        for identity, stream in self._job_streams.items():  # what a broken connection lost, again: once all
-            if not self._outboxes.get(identity):  # that waited for the link left, so nothing is sent twice
-                for frames in stream.due(now):  # only because it is slow to cross
-                    self._send_frames(identity, frames)
 
     def _connected(self, peer: Peer) -> bool:
         """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""

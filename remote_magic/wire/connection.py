@@ -166,6 +166,7 @@ class Connection:
         # digests, as they crossed; without the encryption's and TCP's own few percent).
         self.sent_bytes = 0
         self.received_bytes = 0
+        self.reconnects = 0  # how often the connection came back after it broke (what was in flight is gone)
         self._endpoint = f"inproc://remote-magic-outbox-{id(self)}"
         self._outbox_in = context.socket(zmq.PULL)
         self._outbox_in.bind(self._endpoint)
@@ -258,6 +259,7 @@ class Connection:
                 if self._link_events in ready:
                     event = recv_monitor_message(self._link_events)["event"]
                     self._link_up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+                    self.reconnects += self._link_up
                 for extra, handler in self._watched.items():
                     if extra in ready:
                         self._guarded(handler, extra.recv_multipart(copy=False))
