@@ -263,8 +263,8 @@ def raw_pyzmq_on(link: Link, size: int, delay_s: float, tmp: Path) -> tuple[floa
     server = _python(link, link.a, RAW, tmp, "server", link.a_ip, str(size), public, secret, stdout=subprocess.PIPE)
     try:
         assert server.stdout is not None
-        with relayed(link, int(server.stdout.readline()), delay_s, tmp) as port:
-            client = _python(link, link.b, RAW, tmp, "client", f"{link.b_ip}:{port}", str(size), public,
+        with relayed(link, int(server.stdout.readline()), delay_s, tmp) as relay:
+            client = _python(link, link.b, RAW, tmp, "client", f"{link.b_ip}:{relay.port}", str(size), public,
                              stdout=subprocess.PIPE)
             out, _ = client.communicate(timeout=1800)
         rtt, seconds = (float(v) for v in out.split())
