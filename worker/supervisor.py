@@ -228,7 +228,11 @@ class Supervisor:
             return False
         self.job = job
         job.frames = []
-        job.deadline = time.monotonic() + job.timeout if job.timeout else None
+        started = time.monotonic()
+        job.deadline = started + job.timeout if job.timeout else None
+        # A job shorter than one interval is never checked: a memory check reads every process on the
+        # machine (milliseconds), the most an empty cell's round trip would otherwise pay.
+        self._next_health_check = started + HEALTH_CHECK_INTERVAL_S
         job.lifecycle.move(JobState.RUNNING)
         self._send_hub(T.STARTED, {"job": job.id, "worker": self.name})
         if (lost := self.sessions.take_note(job.session)) is not None:

@@ -145,15 +145,17 @@ def decode(frames: Sequence[Any]) -> Message:
     size = len(raw_header.buffer) if hasattr(raw_header, "buffer") else len(raw_header)
     if size > MAX_HEADER_BYTES:
         raise ProtocolError(f"header of {size} bytes is over the {MAX_HEADER_BYTES}-byte limit")
+    raw = _as_bytes(raw_header)
     try:
-        header = json.loads(_as_bytes(raw_header))
+        header = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"header is not valid JSON: {exc}") from None
     except RecursionError:  # "[[[[...": json recurses once per level and gives up deep inside
         raise ProtocolError(f"header nests more than {MAX_HEADER_DEPTH} levels deep") from None
     if not isinstance(header, dict):
         raise ProtocolError(f"header must be a JSON object, got {type(header).__name__}")
-    if _nesting(header) > MAX_HEADER_DEPTH:
+    # Fewer brackets than the limit can't nest past it: most headers skip the walk.
+    if raw.count(b"[") + raw.count(b"{") > MAX_HEADER_DEPTH and _nesting(header) > MAX_HEADER_DEPTH:
         raise ProtocolError(f"header nests more than {MAX_HEADER_DEPTH} levels deep")
     return Message(msg_type, header, list(frames[3:]))
 
