@@ -69,6 +69,7 @@ class _Job:
     worker: str = ""
     inputs: dict[str, Any] = field(default_factory=dict)  # a cell's, for what comes back to refer to
     update_inputs: bool = True  # inputs changed in place on the worker are updated in place here too
+    shared: list[Any] = field(default_factory=list)  # objects inside the inputs, numbered as the worker numbers them
     transfers: progress.TransferState = field(default_factory=progress.TransferState)
     whole: "tuple[dict[str, Any], list[Any]] | None" = None  # its SUBMIT with every frame, for a hub that lost some
     lifecycle: Lifecycle = field(init=False)
@@ -225,8 +226,8 @@ class Client:
         try:
             for name in names:
                 own = (inputs_for or {}).get(name)
-                job = self._submit_code(header, {**(inputs or {}), **own} if own else inputs, name, timeout, events)
-                job.update_inputs = False  # each worker's change comes back as its own object
+                job = self._submit_code(header, {**(inputs or {}), **own} if own else inputs, name, timeout, events,
+                                        update_inputs=False)  # each worker's change comes back as its own object
                 targets[job.id] = name
                 waits[job.id] = (job, _for_worker(stream, name), _for_worker(display, name))
         except BaseException:
@@ -265,12 +266,19 @@ class Client:
                                 on_module_error=on_module_error, figure_formats=figure_formats)
 
     def _submit_code(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
-                     timeout: float | None, events: "queue.SimpleQueue[Message] | None" = None) -> _Job:
-        """Send a cell's job (``header`` from ``_code_header``, copied: each attempt is a job of its own)."""
+                     timeout: float | None, events: "queue.SimpleQueue[Message] | None" = None,
+                     update_inputs: bool = True) -> _Job:
+        """Send a cell's job (``header`` from ``_code_header``, copied: each attempt is a job of its own).
+        ``update_inputs``: what the cell changes in the inputs is changed in place here too."""
         # Names sharing one object, and arrays viewing another's memory, go as references to it.
         sent, refs = identity.references(dict(inputs or {}))
-        job = self._submit({**header, "refs": refs} if refs else dict(header), sent, worker, timeout, events=events)
-        job.inputs = dict(inputs or {})
+        header = {**header, "refs": refs} if refs else dict(header)
+        walked = identity.shared_objects(inputs or {}) if update_inputs else None
+        if walked is not None:  # the worker refers to objects inside the inputs by these numbers
+            header["shared"] = walked[1]
+        job = self._submit(header, sent, worker, timeout, events=events)
+        job.inputs, job.update_inputs = dict(inputs or {}), update_inputs
+        job.shared = walked[0] if walked is not None else []
         return job
 
     def _code_result(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None,
@@ -488,7 +496,7 @@ class Client:
         # Any worker may take the job: pandas objects travel portably unless every worker has our pandas.
         ours = self._versions.get("pandas")
         packed = serialization.pack(values, errors.InputError, portable_pandas=not self._fleet or any(
-            (w.get("versions") or {}).get("pandas") != ours for w in self._fleet))
+            (w.get("versions") or {}).get("pandas") != ours for w in self._fleet), one_memo=True)
         self._check_size(packed)
         job = _Job(uuid.uuid4().hex, future=future) if events is None else _Job(uuid.uuid4().hex, events, future)
         header.update(packed.header(), job=job.id, versions=self._versions)
@@ -619,7 +627,8 @@ class Client:
 
     def _finish(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
                 ) -> JobResult:
-        return finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs, on_module_error)
+        return finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs, on_module_error,
+                      job.shared)
 
     def _cancel(self, job_id: str) -> None:
         try:

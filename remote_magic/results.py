@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from . import errors
 from .wire import identity, serialization
@@ -78,41 +78,64 @@ class JobResult:
 
 
 def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: bool,
-                on_module_error: Callable[[str, Any, Exception], None] | None) -> JobResult:
+                on_module_error: Callable[[str, Any, Exception], None] | None,
+                shared: Sequence[Any] = ()) -> JobResult:
     """The JobResult a RESULT (or a failed cell's ERROR) carries. ``inputs``: the job's, which its
-    references name; ``update_inputs``: update the ones it changed in place, in place."""
+    references name; ``update_inputs``: update the ones it changed in place, in place; ``shared``: the
+    objects inside the inputs that the worker refers to by number (``identity.shared_objects``)."""
     values = serialization.unpack(msg.header, msg.buffers, errors.OutputError, on_module_error,
-                                  sides=("in the notebook", "on the worker"))
+                                  sides=("in the notebook", "on the worker"), numbered=shared)
     kept = msg.header.get("kept_on_worker")
     handles = kept_description(kept if isinstance(kept, dict) else {}, worker)
+    not_updated = _patch(shared, values)
     in_place = [str(name) for name in msg.header.get("in_place") or [] if name in values]
     for name in in_place:  # so every other reference to the object here sees the change, as locally
         if update_inputs and name in inputs and identity.update_in_place(inputs[name], values[name]):
             values[name] = inputs[name]
     refs = msg.header.get("refs")
-    values, copies = identity.resolve(values, refs if isinstance(refs, dict) else {}, {**inputs, **handles})
+    values, copies = identity.resolve(values, refs if isinstance(refs, dict) else {}, {**inputs, **handles}, shared)
     has_value = "__value__" in values or "__value__" in handles
     value = values.pop("__value__", handles.pop("__value__", None))
     deleted = msg.header.get("deleted")
     shown = msg.header.get("value_display")
     notes = [f"{', '.join(copies)} came back as a copy, not a view: the array it views is laid out "
              "differently here (not C-contiguous)"] if copies else []
+    notes += not_updated
     return JobResult(values, worker, has_value, value, msg.header.get("stats") or {}, handles,
                      shown if isinstance(shown, dict) else None,
                      [str(name) for name in deleted] if isinstance(deleted, list) else [],
                      in_place=in_place, notes=notes)
 
 
+def _patch(shared: Sequence[Any], values: dict[str, Any]) -> list[str]:
+    """Update in place the objects inside the inputs that the cell changed (the values named
+    ``identity.PATCH_PREFIX + number``, taken out of ``values``); in words, any that couldn't be."""
+    failed = []
+    for name in [name for name in values if name.startswith(identity.PATCH_PREFIX)]:
+        new = values.pop(name)
+        old = shared[int(name[len(identity.PATCH_PREFIX):])]
+        if not identity.update_in_place(old, new):
+            failed.append(f"a {type(old).__name__} inside the cell's inputs was changed on the worker in a way "
+                          f"it can't be here ({type(new).__name__}{_shape(new)}): where the notebook holds it, it "
+                          "keeps its old value")
+    return failed
+
+
+def _shape(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return f" of shape {tuple(shape)}" if isinstance(shape, tuple) else ""
+
+
 def finish(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: bool,
-           on_module_error: Callable[[str, Any, Exception], None] | None) -> JobResult:
+           on_module_error: Callable[[str, Any, Exception], None] | None, shared: Sequence[Any] = ()) -> JobResult:
     """A finished job's JobResult, or, for an ERROR, its exception raised (a RemoteError from a cell
     carries what the cell changed before it raised, as ``partial``). Arguments as ``read_result``."""
     if msg.type is MessageType.ERROR:
         error = error_from_header(msg.header)
         if isinstance(error, errors.RemoteError) and "names" in msg.header:
-            error.partial = read_result(msg, worker, inputs, update_inputs, on_module_error)
+            error.partial = read_result(msg, worker, inputs, update_inputs, on_module_error, shared)
         raise error
-    return read_result(msg, worker, inputs, update_inputs, on_module_error)
+    return read_result(msg, worker, inputs, update_inputs, on_module_error, shared)
 
 
 def write_stream(header: Mapping[str, Any]) -> None:

@@ -173,6 +173,9 @@ class JobRunner:
             inputs = serialization.unpack(header, msg.buffers, InputError,
                                           sides=("on the worker", "in the notebook"))
         inputs, _ = identity.resolve(inputs, header.get("refs") or {})
+        # Numbered before handles become their values: the notebook numbered the handles themselves.
+        walked = identity.shared_objects(inputs) if header.get("shared") and not header.get("gpu") else None
+        shared = walked[0] if walked is not None and walked[1] == header["shared"] else []
         inputs = {name: self._resolve(name, value) for name, value in inputs.items()}
         if header.get("kind") == "call":  # Client.submit: handles among the arguments are their values here
             args = [self._resolve(f"argument {i + 1}", value) for i, value in enumerate(inputs.get("args", ()))]
@@ -217,8 +220,10 @@ class JobRunner:
             raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
         except Exception as exc:  # as locally, what the cell did before it raised stays done
             changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=False)
+            changes.shared = shared
             raise _CellFailed(exc, self._to_host(changes, gpu_choice)) from None
         changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=True)
+        changes.shared = shared
         if value is not None:
             changes.values["__value__"] = value
         return self._to_host(changes, gpu_choice)
@@ -250,7 +255,14 @@ class JobRunner:
         still go."""
         cell = msg.header.get("kind") == "code"  # a call's one result can't stay behind: it fails instead
         notebook = msg.header.get("versions") or {}
-        values, refs = identity.references(changes.values, changes.unchanged_inputs) if cell else (changes.values, {})
+        numbered = {id(value): number for number, value in enumerate(changes.shared)}
+        # A name bound to an object inside an input (`inner = d["k"]`) is bound to the notebook's own.
+        top = {id(value) for value in changes.inputs.values()}
+        inside = {name: numbered[id(value)] for name, value in changes.values.items()
+                  if id(value) in numbered and id(value) not in top}
+        values = {name: value for name, value in changes.values.items() if name not in inside}
+        values, refs = identity.references(values, changes.unchanged_inputs) if cell else (values, {})
+        refs.update((name, {"input": number}) for name, number in inside.items())
         if not cell and msg.header.get("keep"):
             return {"kept_on_worker": {name: self._keep(name, value, "scattered there by Client.scatter")
                                        for name, value in values.items()}}, []
@@ -264,10 +276,11 @@ class JobRunner:
                for name, value in asked.items()}
         budget = msg.header.get("max_result_bytes")  # what is left of the notebook's --max-transfer
         limit = budget if every_name and isinstance(budget, int) else None
+        portable_pandas = notebook.get("pandas") != local_versions().get("pandas")
         while True:
             packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
-                                        portable_pandas=notebook.get("pandas") != local_versions().get("pandas"),
-                                        keep_unpicklable=every_name)
+                                        portable_pandas=portable_pandas, keep_unpicklable=every_name, one_memo=True,
+                                        shared=changes.shared, patch=inside.values())
             over = _largest_over(packed, limit) if limit is not None else None
             if over is None or limit is None:
                 break

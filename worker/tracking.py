@@ -87,6 +87,9 @@ class CellChanges:
     deleted: list[str] = field(default_factory=list)
     in_place: list[str] = field(default_factory=list)
     unchanged_inputs: dict[str, Any] = field(default_factory=dict)
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    shared: list[Any] = field(default_factory=list)
+    """The objects inside the inputs, numbered as the notebook numbered its own (``identity.shared_objects``)."""
 
 
 def cell_changes(code: str, wanted: list[str] | None, inputs: Mapping[str, Any], namespace: Mapping[str, Any],
@@ -109,4 +112,4 @@ def cell_changes(code: str, wanted: list[str] | None, inputs: Mapping[str, Any],
     values = {name: namespace[name] for name in names
               if name in namespace and not any(namespace[name] is obj for obj in provided)}
     unchanged = {name: value for name, value in inputs.items() if name not in values and namespace.get(name) is value}
-    return CellChanges(values, deleted_names(before, namespace), in_place, unchanged)
+    return CellChanges(values, deleted_names(before, namespace), in_place, unchanged, inputs)

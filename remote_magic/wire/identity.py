@@ -7,20 +7,40 @@ such values by references (``Refs``, a JSON-able dict in the message header); th
 them from the values it got, or from the objects it already holds under those names (``known``).
 
 Both directions use it: the notebook for the cell's inputs, the worker for what comes back.
+
+Identity reaches inside values too. The inputs travel with one pickle memo, so an object reached
+from several names (``a = d["k"]``) arrives as one object. Both sides then walk the inputs alike
+(``shared_objects``) and number every object in them that can be updated in place; what the cell
+sends back refers to those by number, and the notebook updates its own object in place with what
+the worker's became (``PATCH_PREFIX``), so every name and container that held it here sees the
+change, as locally.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import types
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 Refs = dict[str, dict[str, Any]]
-"""name -> {"same": other} or {"view": base, "offset": bytes, "shape", "strides", "dtype", "layout"}."""
+"""name -> {"same": other}, {"input": number} (one of ``shared_objects``), or {"view": base, "offset":
+bytes, "shape", "strides", "dtype", "layout"}."""
+
+PATCH_PREFIX = "\x00input "
+"""A value named ``PATCH_PREFIX + number`` is what that input object became: the receiver's own object
+takes it in place."""
+
+WALK_LIMIT = 10_000
+"""How many objects ``shared_objects`` looks at before giving up (then nested identity isn't kept):
+a list of a million numbers would otherwise cost each cell a walk on both sides."""
 
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range, types.ModuleType,
               types.FunctionType, types.BuiltinFunctionType, type)
 """Values whose identity a cell can't observe by changing them: sharing them needs no reference."""
+
+_LEAVES = tuple(kind for kind in _IMMUTABLE if kind is not tuple)
+"""What ``shared_objects`` neither numbers nor looks into (a tuple may hold lists)."""
 
 
 def references(values: Mapping[str, Any], known: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Refs]:
@@ -54,10 +74,11 @@ def references(values: Mapping[str, Any], known: Mapping[str, Any] | None = None
     return sent, refs
 
 
-def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str, Any] | None = None
-            ) -> tuple[dict[str, Any], list[str]]:
+def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str, Any] | None = None,
+            shared: Sequence[Any] = ()) -> tuple[dict[str, Any], list[str]]:
     """``values`` with the referenced names filled in, and, in words, any view that could only be
-    rebuilt as a copy (its base here is laid out differently than where it was made)."""
+    rebuilt as a copy (its base here is laid out differently than where it was made). ``shared``: the
+    objects ``shared_objects`` numbered here."""
     known = known or {}
     resolved = dict(values)
     copies: list[str] = []
@@ -70,6 +91,8 @@ def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str,
             continue
         if "same" in ref:
             resolved[name] = lookup(str(ref["same"]))
+        elif "input" in ref and isinstance(ref["input"], int) and 0 <= ref["input"] < len(shared):
+            resolved[name] = shared[ref["input"]]
         elif "view" in ref:
             resolved[name], exact = _rebuild_view(lookup(str(ref["view"])), ref)
             if not exact:
@@ -141,3 +164,60 @@ def update_in_place(old: Any, new: Any) -> bool:
     else:
         return False
     return True
+
+
+def shared_objects(values: Mapping[str, Any]) -> tuple[list[Any], str] | None:
+    """The objects inside ``values`` that ``update_in_place`` can update, each once, in an order both
+    sides of the wire find alike, and a digest of their types that says they did; None past WALK_LIMIT.
+
+    Only containers whose pickle is their contents are looked into (lists, tuples, dicts' values,
+    instances of notebook classes that pickle their ``__dict__``): what pickling rebuilds otherwise
+    may come out in another shape. Sets aren't: their order differs between processes.
+    """
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = [values[name] for name in sorted(values, reverse=True)]
+    while stack:
+        if len(seen) > WALK_LIMIT:
+            return None
+        value = stack.pop()
+        if isinstance(value, _LEAVES) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if _updatable(value):
+            found.append(value)
+        stack.extend(reversed(list(_contents(value))))
+    kinds = ",".join(f"{type(value).__module__}.{type(value).__qualname__}" for value in found)
+    return found, hashlib.blake2b(kinds.encode(), digest_size=16).hexdigest()
+
+
+def _contents(value: Any) -> Iterator[Any]:
+    kind = type(value)
+    if kind is list or kind is tuple:
+        yield from value
+    elif kind is dict:
+        yield from value.values()
+    elif _plain_notebook_instance(value):
+        yield from vars(value).values()
+
+
+def _plain_notebook_instance(value: Any) -> bool:
+    """An instance of a class the notebook defined, pickled as its ``__dict__``."""
+    kind = type(value)
+    return (kind.__module__ == "__main__" and hasattr(value, "__dict__")
+            and not any(_OWN_PICKLING & vars(cls).keys() for cls in kind.__mro__[:-1]))
+
+
+_OWN_PICKLING = {"__slots__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
+                 "__getnewargs_ex__"}
+"""A class that defines any of these may pickle as something other than its ``__dict__``."""
+
+
+def _updatable(value: Any) -> bool:
+    """Can ``update_in_place`` make this object hold another of its kind's state?"""
+    kind = type(value)
+    if kind in (list, dict, set, bytearray) or _plain_notebook_instance(value):
+        return True
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and (kind is numpy.ndarray
+                                  or isinstance(value, (numpy.random.Generator, numpy.random.RandomState)))

@@ -24,6 +24,7 @@ import cloudpickle
 
 from ..errors import InputError, OutputError, SerializationError
 from . import definitions, portable
+from .identity import PATCH_PREFIX
 from .versions import bytecode_loads_here, explain_load_failure
 
 PICKLE_PROTOCOL = 5
@@ -43,12 +44,16 @@ class Packed:
     """Per name, what a receiver needs to explain a failure to load it (libraries, bytecode)."""
     kept: dict[str, Any] = field(default_factory=dict)  # name -> why (the executor adds its handle)
     """Names left out by ``keep_back``, with the reason."""
+    one_memo: bool = False
+    """The values were pickled with one memo: the receiver loads them all, in order, with one unpickler."""
 
     def header(self) -> dict[str, Any]:
         """The part of a message header that describes the frames."""
         header: dict[str, Any] = {"names": self.names, "counts": self.counts}
         if self.about:
             header["about"] = self.about
+        if self.one_memo:
+            header["one_memo"] = True
         return header
 
 
@@ -122,40 +127,96 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         return about
 
 
-def _dumps(value: Any, keep_back: KeepBack | None, portable_pandas: bool) -> tuple[list[Any], dict[str, Any]]:
-    buffers: list[pickle.PickleBuffer] = []
+class _NumberingPickler(_Pickler):
+    """Also: objects the receiver holds (``numbered``: id -> number) travel as their number, except the
+    value being pickled itself (``root``); ``referenced`` lists the numbers sent."""
 
-    def keep_large(buf: pickle.PickleBuffer) -> bool:
+    def __init__(self, *args: Any, numbered: Mapping[int, int], referenced: dict[int, None]) -> None:
+        super().__init__(*args)
+        self._numbered = numbered
+        self.root: Any = None
+        self.referenced = referenced  # ordered
+
+    def persistent_id(self, obj: Any) -> int | None:
+        number = self._numbered.get(id(obj))
+        if number is None or obj is self.root:
+            return None
+        self.referenced[number] = None
+        return number
+
+
+class _Dumper:
+    """Pickles values one after another, each into its own stream and buffers; with ``one_memo``, with
+    one memo, so that a later value refers to what an earlier one holds instead of copying it."""
+
+    def __init__(self, keep_back: KeepBack | None, portable_pandas: bool, one_memo: bool,
+                 numbered: Mapping[int, int] | None) -> None:
+        self._options = (keep_back, portable_pandas)
+        self._numbered = numbered
+        self._one_memo = one_memo
+        self._buffers: list[pickle.PickleBuffer] = []
+        self._stream = io.BytesIO()
+        self.referenced: dict[int, None] = {}
+        self._pickler = self._new_pickler() if one_memo else None
+
+    def _keep_large(self, buf: pickle.PickleBuffer) -> bool:
         if buf.raw().nbytes < INLINE_BUFFER_BYTES:
             return True  # true means: serialise in band
-        buffers.append(buf)
+        self._buffers.append(buf)
         return False
 
-    stream = io.BytesIO()
-    pickler = _Pickler(stream, keep_large, keep_back, portable_pandas)
-    pickler.dump(value)
-    return [stream.getvalue(), *(buf.raw() for buf in buffers)], pickler.about()
+    def _new_pickler(self) -> _Pickler:
+        if self._numbered:
+            return _NumberingPickler(self._stream, self._keep_large, *self._options, numbered=self._numbered,
+                                     referenced=self.referenced)
+        return _Pickler(self._stream, self._keep_large, *self._options)
+
+    def dumps(self, value: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The value's frames (its pickle stream, then its out-of-band buffers), and its ``about``."""
+        if self._pickler is None:
+            self._stream = io.BytesIO()
+        pickler = self._pickler or self._new_pickler()
+        pickler.modules, pickler.by_value = set(), []
+        if isinstance(pickler, _NumberingPickler):
+            pickler.root = value
+        start, self._buffers = self._stream.tell(), []
+        pickler.dump(value)
+        return [self._stream.getvalue()[start:], *(buf.raw() for buf in self._buffers)], pickler.about()
 
 
 def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError,
-         keep_back: KeepBack | None = None, portable_pandas: bool = False, keep_unpicklable: bool = False) -> Packed:
+         keep_back: KeepBack | None = None, portable_pandas: bool = False, keep_unpicklable: bool = False,
+         one_memo: bool = False, shared: Sequence[Any] = (), patch: Iterable[int] = ()) -> Packed:
     """Pickle each value; a failure raises ``error`` naming the variable, or with ``keep_unpicklable``
     leaves that value out, listed in ``kept`` with why, and packs the others.
 
     A value holding an object that ``keep_back`` refuses is left out and listed in ``kept``.
     With ``portable_pandas`` (the receiver's pandas differs), pandas objects travel in a form
-    any pandas release loads (``portable.py``).
+    any pandas release loads (``portable.py``). ``one_memo``: an object several values hold arrives
+    as one object (when any value fails, each is pickled on its own instead).
+
+    ``shared``: objects the receiver holds too, numbered alike (``identity.shared_objects``). Inside a
+    value, each travels as its number; what it is now follows as the value named
+    ``identity.PATCH_PREFIX`` + number, for the receiver to update its own in place. So do those
+    numbered in ``patch``.
     """
-    packed = Packed([], [], [])
-    for name, value in values.items():
+    numbered = {id(value): number for number, value in enumerate(shared)}
+    packed = Packed([], [], [], one_memo=one_memo)
+    dumper = _Dumper(keep_back, portable_pandas, one_memo, numbered)
+    for name, value in _with_patches(values, shared, dumper.referenced, patch):
         if isinstance(value, types.ModuleType):
             value = ModuleRef(value.__name__)
         try:
-            parts, about = _dumps(value, keep_back, portable_pandas)
-        except _KeptBack as kept:
-            packed.kept[name] = str(kept)
-            continue
+            parts, about = dumper.dumps(value)
         except Exception as exc:  # pickling runs arbitrary __reduce__ code; any failure names the variable
+            if one_memo:  # what this one left in the memo can't be referred to: each on its own, then
+                return pack(values, error, keep_back, portable_pandas, keep_unpicklable, shared=shared, patch=patch)
+            if name.startswith(PATCH_PREFIX):  # its holders went: it can't stay behind on its own
+                raise error(f"an object inside the cell's inputs ({type(value).__name__}) can't be pickled: "
+                            f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(exc, _KeptBack):
+                packed.kept[name] = str(exc)
+                continue
             if keep_unpicklable:
                 packed.kept[name] = f"{_a(type(value).__name__)}, which can't be pickled: {type(exc).__name__}: {exc}"
                 continue
@@ -170,6 +231,18 @@ def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError
         if about:
             packed.about[name] = about
     return packed
+
+
+def _with_patches(values: Mapping[str, Any], shared: Sequence[Any], referenced: dict[int, None],
+                  patch: Iterable[int]) -> Iterator[tuple[str, Any]]:
+    """The values, then each shared object they referred to (or ``patch`` names), and those they did."""
+    yield from values.items()
+    referenced.update(dict.fromkeys(patch))
+    done: set[int] = set()
+    while pending := [number for number in referenced if number not in done]:
+        for number in pending:
+            done.add(number)
+            yield f"{PATCH_PREFIX}{number}", shared[number]
 
 
 def _a(noun: str) -> str:
@@ -187,17 +260,46 @@ def _load_module(ref: ModuleRef) -> types.ModuleType:
     return importlib.import_module(ref.name)
 
 
+class _Unpickler(pickle.Unpickler):
+    """Loads what ``pack`` pickled; a number in it (``pack``'s ``numbered``) is ``numbered[number]`` here."""
+
+    def __init__(self, file: io.BytesIO, buffers: Iterable[Any], numbered: Sequence[Any]) -> None:
+        super().__init__(file, buffers=buffers)
+        self._numbered = numbered
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not isinstance(pid, int) or not 0 <= pid < len(self._numbered):
+            raise pickle.UnpicklingError(f"the value refers to object {pid!r} of the cell's inputs, which isn't here")
+        return self._numbered[pid]
+
+
+def _loaders(header: Mapping[str, Any], frames: Sequence[Any],
+             numbered: Sequence[Any]) -> Iterator[tuple[str, Callable[[], Any]]]:
+    """Each name with what loads its value; with ``one_memo``, one unpickler loads them all, in order."""
+    names, counts = header.get("names", []), header.get("counts", [])
+    if header.get("one_memo") is True:
+        values = list(per_name(names, counts, frames))
+        stream = io.BytesIO(b"".join(bytes(_writable(parts[0])) for _, parts in values))
+        shared = _Unpickler(stream, (_writable(b) for _, parts in values for b in parts[1:]), numbered)
+        for name, _ in values:
+            yield name, shared.load
+        return
+    for name, (stream, *buffers) in per_name(names, counts, frames):
+        unpickler = _Unpickler(io.BytesIO(_writable(stream)), [_writable(b) for b in buffers], numbered)
+        yield name, unpickler.load
+
+
 def unpack(header: Mapping[str, Any], frames: Sequence[Any],
            error: type[SerializationError] = OutputError,
            on_module_error: Callable[[str, ModuleRef, Exception], None] | None = None,
-           sides: tuple[str, str] = ("here", "on the other side")) -> dict[str, Any]:
+           sides: tuple[str, str] = ("here", "on the other side"), numbered: Sequence[Any] = ()) -> dict[str, Any]:
     """Rebuild the values that ``pack`` turned into frames.
 
     A value that fails to load raises ``error`` naming it and, from what the sender recorded
     (``about``, and its ``versions`` in the header), the library or Python version that
     differs; ``sides`` names where this runs and where the values were made. A module that
     can't be imported here is passed to ``on_module_error`` (and left out) when given, else it
-    raises too.
+    raises too. ``numbered``: the objects here that the sender's ``numbered`` referred to.
     """
     names, counts = header.get("names", []), header.get("counts", [])
     if (not isinstance(names, list) or not isinstance(counts, list) or len(names) != len(counts)
@@ -207,13 +309,13 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
     about = about if isinstance(about, dict) else {}
     sender = sender if isinstance(sender, dict) else {}
     values: dict[str, Any] = {}
-    for name, (stream, *buffers) in per_name(names, counts, frames):
+    for name, load in _loaders(header, frames, numbered):
         entry = about.get(name)
         recorded: dict[str, Any] = entry if isinstance(entry, dict) else {}
         if not bytecode_loads_here(recorded, sender):
             raise error(explain_load_failure(name, None, recorded, sender, *sides), name)
         try:
-            value = pickle.loads(_writable(stream), buffers=[_writable(b) for b in buffers])
+            value = load()
         except Exception as exc:  # unpickling runs arbitrary code; any failure names the variable
             raise error(explain_load_failure(name, exc, recorded, sender, *sides), name) from exc
         if isinstance(value, ModuleRef):
