@@ -274,7 +274,7 @@ class Client:
         sent, refs = identity.references(dict(inputs or {}))
         header = {**header, "refs": refs} if refs else dict(header)
         walked = identity.shared_objects(inputs or {}) if update_inputs else None
-        if walked is not None:  # the worker refers to objects inside the inputs by these numbers
+        if walked is not None and walked[0]:  # the worker refers to objects inside the inputs by these numbers
             header["shared"] = walked[1]
         job = self._submit(header, sent, worker, timeout, events=events)
         job.inputs, job.update_inputs = dict(inputs or {}), update_inputs

@@ -53,6 +53,44 @@ def test_unpicklable_input_names_the_variable() -> None:
         serialization.pack({"gen": (i for i in range(2))})
 
 
+def test_one_memo_keeps_what_several_values_share() -> None:
+    inner = np.arange(2000.0)
+    d, rows = {"w": inner, "b": [1]}, [[0], [1]]
+    packed = serialization.pack({"d": d, "w": inner, "rows": rows, "first": rows[0]}, one_memo=True)
+    back = serialization.unpack(packed.header(), packed.frames)
+    assert back["w"] is back["d"]["w"] and back["first"] is back["rows"][0]
+    np.testing.assert_array_equal(back["w"], inner)
+    # One value that can't be pickled: each is pickled on its own, and the others still go.
+    packed = serialization.pack({"d": d, "gen": (i for i in range(2)), "w": inner}, one_memo=True,
+                                keep_unpicklable=True)
+    assert "one_memo" not in packed.header() and list(packed.kept) == ["gen"]
+    assert set(serialization.unpack(packed.header(), packed.frames)) == {"d", "w"}
+
+
+def test_numbered_objects_travel_as_their_number_with_what_they_became() -> None:
+    from remote_magic.wire.identity import PATCH_PREFIX, shared_objects
+
+    here = {"d": {"k": [1, 2]}, "t": ([0],)}
+    walked = shared_objects(here)
+    assert walked is not None
+    theirs = serialization.unpack(*(lambda p: (p.header(), p.frames))(serialization.pack(here, one_memo=True)))
+    their_walk = shared_objects(theirs)
+    assert their_walk is not None and their_walk[1] == walked[1]  # both sides number alike
+    theirs["d"]["k"].append(3)
+
+    def number(obj: object) -> int:
+        return next(i for i, found in enumerate(their_walk[0]) if found is obj)
+
+    packed = serialization.pack({"d": theirs["d"], "t": theirs["t"]}, shared=their_walk[0])
+    assert packed.names == ["d", "t", f"{PATCH_PREFIX}{number(theirs['d']['k'])}",
+                            f"{PATCH_PREFIX}{number(theirs['t'][0])}"]  # what the numbered objects are now
+    back = serialization.unpack(packed.header(), packed.frames, numbered=walked[0])
+    assert back["t"][0] is here["t"][0] and back["d"]["k"] is here["d"]["k"]  # the notebook's own objects
+    assert back[f"{PATCH_PREFIX}{number(theirs['d']['k'])}"] == [1, 2, 3]
+    with pytest.raises(OutputError, match="refers to object 1 of the cell's inputs"):
+        serialization.unpack(packed.header(), packed.frames, numbered=[])
+
+
 def test_modules_travel_by_name() -> None:
     import json
 

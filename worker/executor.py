@@ -256,10 +256,11 @@ class JobRunner:
         cell = msg.header.get("kind") == "code"  # a call's one result can't stay behind: it fails instead
         notebook = msg.header.get("versions") or {}
         numbered = {id(value): number for number, value in enumerate(changes.shared)}
-        # A name bound to an object inside an input (`inner = d["k"]`) is bound to the notebook's own.
-        top = {id(value) for value in changes.inputs.values()}
+        # A name bound to an input's object other than its own (`inner = d["k"]`, `moved = rows[1]`) is
+        # bound to the notebook's; one that didn't change goes as a reference to its name (no patch).
+        unchanged = {id(value) for value in changes.unchanged_inputs.values()}
         inside = {name: numbered[id(value)] for name, value in changes.values.items()
-                  if id(value) in numbered and id(value) not in top}
+                  if id(value) in numbered and id(value) not in unchanged and changes.inputs.get(name) is not value}
         values = {name: value for name, value in changes.values.items() if name not in inside}
         values, refs = identity.references(values, changes.unchanged_inputs) if cell else (values, {})
         refs.update((name, {"input": number}) for name, number in inside.items())
