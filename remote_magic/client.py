@@ -70,6 +70,7 @@ class _Job:
     inputs: dict[str, Any] = field(default_factory=dict)  # a cell's, for what comes back to refer to
     update_inputs: bool = True  # inputs changed in place on the worker are updated in place here too
     shared: list[Any] = field(default_factory=list)  # objects inside the inputs, numbered as the worker numbers them
+    notes: list[str] = field(default_factory=list)  # where sending the inputs differs from a local run, in words
     transfers: progress.TransferState = field(default_factory=progress.TransferState)
     whole: "tuple[dict[str, Any], list[Any]] | None" = None  # its SUBMIT with every frame, for a hub that lost some
     lifecycle: Lifecycle = field(init=False)
@@ -279,6 +280,9 @@ class Client:
         job = self._submit(header, sent, worker, timeout, events=events)
         job.inputs, job.update_inputs = dict(inputs or {}), update_inputs
         job.shared = walked[0] if walked is not None else []
+        job.notes = [f"`{name}` went to the worker as a copy, not a view of `{ref['copy']}`: a view that is a "
+                     f"{ref.get('kind')} can't cross as a view, so while the cell ran, writing through it didn't "
+                     f"change `{ref['copy']}` there" for name, ref in refs.items() if "copy" in ref]
         return job
 
     def _code_result(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None,
@@ -627,8 +631,15 @@ class Client:
 
     def _finish(self, job: _Job, msg: Message, on_module_error: Callable[[str, Any, Exception], None] | None
                 ) -> JobResult:
-        return finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs, on_module_error,
-                      job.shared)
+        try:
+            result = finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs,
+                            on_module_error, job.shared)
+        except errors.RemoteError as error:
+            if error.partial is not None:
+                error.partial.notes[:0] = job.notes
+            raise
+        result.notes[:0] = job.notes
+        return result
 
     def _cancel(self, job_id: str) -> None:
         try:

@@ -98,9 +98,7 @@ def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inp
     value = values.pop("__value__", handles.pop("__value__", None))
     deleted = msg.header.get("deleted")
     shown = msg.header.get("value_display")
-    notes = [f"{', '.join(copies)} came back as a copy, not a view: the array it views is laid out "
-             "differently here (not C-contiguous)"] if copies else []
-    notes += not_updated
+    notes = copies + not_updated
     return JobResult(values, worker, has_value, value, msg.header.get("stats") or {}, handles,
                      shown if isinstance(shown, dict) else None,
                      [str(name) for name in deleted] if isinstance(deleted, list) else [],

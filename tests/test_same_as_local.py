@@ -145,3 +145,42 @@ def test_an_object_changed_in_place_that_cant_be_updated_here_says_which_names_k
     assert list(ip.user_ns["df"].columns) == ["a"] and list(ip.user_ns["alias"].columns) == ["a", "b"]
     assert ("`df` was changed in place on the worker and came back as a new object (a DataFrame can't be updated "
             "in place here): `alias`, which shared it here, still hold the old value") in out.stderr
+
+
+def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:
+    """Item 2, inside values: an object a container, an attribute and a name share is one object on the
+    worker too, and what the cell does to it reaches every holder here."""
+    ip.reset(new_session=False)
+    run(ip, "import numpy as np\nweights = {'w': np.zeros(3)}\nw = weights['w']\nrows = [[0], [1]]\n"
+            "first = rows[0]\nclass Layer:\n    def __init__(self):\n        self.params = []\nlayer = Layer()\n"
+            "params = layer.params")
+    ns = ip.user_ns
+    originals = ns["w"], ns["first"], ns["params"]
+    result, out = run(ip, "%%offload\nweights['w'][0] = 5\nseen = float(w[0])\nrows.insert(0, [9])\n"
+                          "rows[1].append('x')\nlayer.params.append('p')\ninner = rows[2]")
+    assert result.success, result.error_in_exec
+    assert ns["seen"] == 5.0  # on the worker, w is weights['w']
+    assert ns["w"] is originals[0] and ns["w"][0] == 5 and ns["weights"]["w"] is ns["w"]
+    assert ns["first"] is originals[1] and ns["first"] == [0, "x"] and ns["rows"][1] is ns["first"]
+    assert ns["params"] is originals[2] and ns["params"] == ["p"] and ns["layer"].params is ns["params"]
+    assert ns["inner"] is ns["rows"][2]  # bound to the notebook's own object inside `rows`
+    # Objects the cell makes keep their sharing when they come back.
+    run(ip, "%%offload\nouter = [[1]]\nshared_inner = outer[0]")
+    assert ns["shared_inner"] is ns["outer"][0]
+
+
+def test_a_view_that_cant_cross_as_a_view_is_named_both_ways(ip: InteractiveShell) -> None:
+    """A MaskedArray view (or a view of an object array) travels as a copy; the notice says which array
+    it views. Views of record arrays and structured dtypes stay views."""
+    ip.reset(new_session=False)
+    run(ip, "import numpy as np\nx = np.zeros(3, dtype=[('a', 'i4'), ('b', 'f8')])\n"
+            "m = np.ma.masked_array(x['b'], mask=[True, False, False])")
+    result, out = run(ip, "%%offload\nrec = x.view(np.recarray)\nfield = x['b']\nmasked = np.ma.masked_array(x['a'])\n"
+                          "print(float(m[1]))")
+    assert result.success, result.error_in_exec
+    ns = ip.user_ns
+    assert "`m` went to the worker as a copy, not a view of `x`: a view that is a MaskedArray" in out.stderr
+    assert "`masked` is a copy here, not a view of `x` as where it was made: a view that is a MaskedArray" in out.stderr
+    assert type(ns["rec"]) is np.recarray and ns["rec"].dtype.names == ("a", "b")
+    ns["rec"].a[0], ns["field"][1] = 4, 2.5
+    assert ns["x"]["a"][0] == 4 and ns["x"]["b"][1] == 2.5  # both still views of the notebook's x

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 Refs = dict[str, dict[str, Any]]
 """name -> {"same": other}, {"input": number} (one of ``shared_objects``), or {"view": base, "offset":
-bytes, "shape", "strides", "dtype", "layout"}."""
+bytes, "shape", "strides", "dtype", "layout", "recarray"}."""
 
 PATCH_PREFIX = "\x00input "
 """A value named ``PATCH_PREFIX + number`` is what that input object became: the receiver's own object
@@ -63,22 +63,33 @@ def references(values: Mapping[str, Any], known: Mapping[str, Any] | None = None
             sent[name] = value
     numpy = sys.modules.get("numpy")
     if numpy is not None:
+        # Arrays of plain data only (memory can't carry objects), and no subclass but recarray, a view
+        # with another dtype (a MaskedArray has its mask too): the others travel as themselves.
+        plain = {name for name, value in [*known.items(), *sent.items()]
+                 if type(value) in (numpy.ndarray, numpy.recarray) and not value.dtype.hasobject}
         bases = [(name, value) for name, value in [*known.items(), *sent.items()]
-                 if isinstance(value, numpy.ndarray) and value.flags.c_contiguous and value.nbytes]
+                 if name in plain and value.flags.c_contiguous and value.nbytes]
+        arrays = [(name, value) for name, value in [*known.items(), *sent.items()] if isinstance(value, numpy.ndarray)]
         for name, value in list(sent.items()):
-            if isinstance(value, numpy.ndarray):
+            if name in plain:
                 view = _view_of(name, value, [(n, b) for n, b in bases if n not in refs])
                 if view is not None:
                     refs[name] = view
                     del sent[name]
+            elif isinstance(value, numpy.ndarray):  # it goes as itself: the receiver is told it's a copy
+                base = next((n for n, other in arrays if other is not value and numpy.may_share_memory(value, other)),
+                            None)
+                if base is not None:
+                    refs[name] = {"copy": base, "kind": type(value).__name__ if type(value) is not numpy.ndarray
+                                  else f"{value.dtype} array"}
     return sent, refs
 
 
 def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str, Any] | None = None,
             shared: Sequence[Any] = ()) -> tuple[dict[str, Any], list[str]]:
-    """``values`` with the referenced names filled in, and, in words, any view that could only be
-    rebuilt as a copy (its base here is laid out differently than where it was made). ``shared``: the
-    objects ``shared_objects`` numbered here."""
+    """``values`` with the referenced names filled in, and, in words, each view that is a copy here
+    (its base here is laid out differently than where it was made, or it is a kind of array that
+    can't be rebuilt as a view). ``shared``: the objects ``shared_objects`` numbered here."""
     known = known or {}
     resolved = dict(values)
     copies: list[str] = []
@@ -96,7 +107,12 @@ def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str,
         elif "view" in ref:
             resolved[name], exact = _rebuild_view(lookup(str(ref["view"])), ref)
             if not exact:
-                copies.append(f"`{name}` (a view of `{ref['view']}`)")
+                copies.append(f"`{name}` is a copy here, not a view of `{ref['view']}` as where it was made: "
+                              f"`{ref['view']}` is laid out differently here (not C-contiguous)")
+        elif "copy" in ref:
+            copies.append(f"`{name}` is a copy here, not a view of `{ref['copy']}` as where it was made: a view "
+                          f"that is a {ref.get('kind')} can't cross as a view, so writing through it won't change "
+                          f"`{ref['copy']}`")
     return resolved, copies
 
 
@@ -111,8 +127,9 @@ def _view_of(name: str, array: Any, bases: list[tuple[str, Any]]) -> dict[str, A
         start = base.__array_interface__["data"][0]
         if start <= low and high <= start + base.nbytes:
             return {"view": base_name, "offset": array.__array_interface__["data"][0] - start,
-                    "shape": list(array.shape), "strides": list(array.strides), "dtype": array.dtype.str,
-                    "layout": [list(base.shape), list(base.strides), base.dtype.str]}
+                    "shape": list(array.shape), "strides": list(array.strides), "dtype": _descr(array.dtype),
+                    "layout": [list(base.shape), list(base.strides), str(base.dtype)],
+                    "recarray": type(array).__name__ == "recarray"}
     return None
 
 
@@ -131,13 +148,35 @@ def _rebuild_view(base: Any, ref: Mapping[str, Any]) -> tuple[Any, bool]:
     same elements in a C-contiguous copy of it (then False)."""
     import numpy
 
-    shape, strides, dtype = tuple(ref["shape"]), tuple(ref["strides"]), numpy.dtype(ref["dtype"])
-    exact = [list(base.shape), list(base.strides), base.dtype.str] == list(ref["layout"]) and base.flags.c_contiguous
+    shape, strides, dtype = tuple(ref["shape"]), tuple(ref["strides"]), _dtype(ref["dtype"])
+    exact = [list(base.shape), list(base.strides), str(base.dtype)] == list(ref["layout"]) and base.flags.c_contiguous
     memory = base if exact else numpy.ascontiguousarray(base)
     view = numpy.ndarray(shape, dtype, buffer=memory, offset=int(ref["offset"]), strides=strides)
+    if ref.get("recarray") is True:
+        view = view.view(numpy.recarray)
     if not memory.flags.writeable:
         view.flags.writeable = False
     return view, exact
+
+
+def _descr(dtype: Any) -> Any:
+    """A dtype as JSON, fields included (``dtype.str`` of a record is only ``|V16``)."""
+    from numpy.lib.format import dtype_to_descr
+
+    return dtype_to_descr(dtype)
+
+
+def _dtype(descr: Any) -> Any:
+    """The dtype ``_descr`` described (JSON turned its tuples into lists)."""
+    import numpy
+    from numpy.lib.format import descr_to_dtype
+
+    def fields(descr: Any) -> Any:
+        return descr if isinstance(descr, str) else [
+            (tuple(name) if isinstance(name, list) else name, fields(kind), *map(tuple, shape))
+            for name, kind, *shape in descr]
+
+    return numpy.dtype(descr) if isinstance(descr, str) else descr_to_dtype(fields(descr))
 
 
 def update_in_place(old: Any, new: Any) -> bool:
