@@ -165,7 +165,9 @@ class RemoteError(JobError):
     partial: Any = None
 
     def __init__(self, remote_type: str, remote_message: str, remote_traceback: str = "") -> None:
-        super().__init__(f"{remote_type}: {remote_message}" if remote_message else remote_type)
+        # Not super(): as the worker's type too, the next __init__ may be that type's, which takes other
+        # arguments (json's JSONDecodeError takes three).
+        BaseException.__init__(self, f"{remote_type}: {remote_message}" if remote_message else remote_type)
         self.remote_type = remote_type
         self.remote_message = remote_message
         self.remote_traceback = remote_traceback

@@ -112,8 +112,11 @@ def test_offload_workers_shows_a_table(ip: InteractiveShell) -> None:
 
 
 def test_mistakes_are_usage_errors_with_what_to_do(ip: InteractiveShell, monkeypatch) -> None:
-    with pytest.raises(UsageError, match="syntax error on line 2"):
+    with pytest.raises(SyntaxError, match="invalid syntax") as syntax:  # as the same cell locally
         ip.run_cell_magic("offload", "", "x = 1\nx = = 2")
+    assert syntax.value.lineno == 2
+    with pytest.raises(SyntaxError, match="%%offload runs plain Python"):
+        ip.run_cell_magic("offload", "", "x = 1\n!ls")
     with pytest.raises(UsageError):
         ip.run_cell_magic("offload", "--no-such-flag", "x = 1")
     ip.run_line_magic("offload_disconnect", "")

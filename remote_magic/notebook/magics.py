@@ -254,9 +254,10 @@ class OffloadMagics(Magics):
         client = self._client()
         try:
             reads = names_read(cell)
-        except SyntaxError as exc:
-            raise UsageError(f"the cell has a syntax error on line {exc.lineno}: {exc.msg}. "
-                             "%%offload runs plain Python (no other magics or !commands).") from None
+        except SyntaxError as exc:  # raised as such, as the same cell run locally raises it
+            if (exc.text or "").lstrip().startswith(("%", "!")):
+                exc.msg += ": %%offload runs plain Python (no other magics or !commands)"
+            raise
         assert self.shell is not None  # IPython registers magics with their shell
         namespace = self.shell.user_ns
         hidden = self.shell.user_ns_hidden

@@ -7,6 +7,7 @@ top level, including objects changed in place through ``x[...] =``, ``x.attr =``
 from __future__ import annotations
 
 import ast
+import re
 import symtable
 from types import CodeType
 from typing import Iterator
@@ -34,7 +35,23 @@ def names_read(code: str) -> set[str]:
             read.add(node.target.id)
         elif isinstance(node, ast.Delete):
             read |= {part.id for target in node.targets for part in ast.walk(target) if isinstance(part, ast.Name)}
+        elif isinstance(node, ast.Call) and _called_name(node.func) in _LOOKS_UP_BY_STRING:
+            read |= {name for arg in [*node.args, *(k.value for k in node.keywords)]
+                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                     for name in _IDENTIFIER.findall(arg.value)}
     return read
+
+
+_LOOKS_UP_BY_STRING = {"eval", "exec", "query", "evaluate"}
+"""Calls that read the caller's globals by the names in a string: ``eval("a + b")``, pandas'
+``df.query("x > @limit")`` and ``pd.eval(...)``, numexpr's ``evaluate``. The names in such a string
+are read too (those the notebook doesn't have are left out, as for any name)."""
+
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")
+
+
+def _called_name(func: ast.expr) -> str | None:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)

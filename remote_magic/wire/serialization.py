@@ -109,6 +109,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             if found is not None:
                 return definitions.reduction(obj, found)
             self.by_value.append(obj.__qualname__)
+        if (by_name := _module_singleton_method(obj)) is not None:
+            return by_name
         return super().reducer_override(obj)
 
     def about(self) -> dict[str, Any]:
@@ -125,6 +127,20 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         if outermost:
             about["by_value"] = sorted(outermost)
         return about
+
+
+def _module_singleton_method(obj: Any) -> tuple[Any, tuple[Any, str]] | None:
+    """A method of a module's own instance that the module exports (``random.random``, numpy's
+    ``rand``) travels by name, so it is the receiver's: by value it would draw from a copy of that
+    instance, apart from ``random.seed`` and the other methods of the one instance."""
+    owner = getattr(obj, "__self__", None)
+    if not isinstance(obj, (types.BuiltinMethodType, types.MethodType)) or owner is None or isinstance(
+            owner, types.ModuleType):
+        return None
+    name, module = getattr(obj, "__name__", None), sys.modules.get(type(owner).__module__)
+    if isinstance(name, str) and module is not None and getattr(module, name, None) is obj:
+        return getattr, (module, name)
+    return None
 
 
 class _NumberingPickler(_Pickler):
