@@ -44,12 +44,15 @@ def installed_version(module: str) -> str | None:
     loaded = getattr(sys.modules.get(module), "__version__", None)
     if isinstance(loaded, str):
         return loaded
-    for distribution in dict.fromkeys((module, distribution_of(module))):
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    distribution = distribution_of(module)  # reads every installed distribution's files: only when needed
+    try:
+        return importlib.metadata.version(distribution) if distribution != module else None
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 @functools.lru_cache(maxsize=None)
