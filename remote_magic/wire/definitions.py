@@ -292,6 +292,8 @@ def reduction(obj: Any, definition: SourceDefinition) -> tuple[Any, ...]:
     state: dict[str, Any] = {"globals": {k: v for k, v in needed.items() if k not in when_defined}}
     if isinstance(obj, types.FunctionType):
         state.update(defaults=obj.__defaults__, kwdefaults=obj.__kwdefaults__, attributes=dict(obj.__dict__))
+    else:  # what the class holds now (`Registry.items`, appended to since), not what its source starts with
+        state.update(class_data=class_data(obj))
     return (load, (definition, {k: v for k, v in needed.items() if k in when_defined}), state, None, None,
             restore_state)
 
@@ -324,8 +326,18 @@ def load(definition: SourceDefinition, needed: dict[str, Any] | None = None) -> 
     return obj
 
 
+def class_data(cls: type) -> dict[str, Any]:
+    """A class's own data attributes (not its methods, properties or Python's ``__dunders__``), by name."""
+    return {name: value for name, value in sorted(vars(cls).items()) if not _dunder(name)
+            and not isinstance(value, (types.FunctionType, classmethod, staticmethod, property))}
+
+
 def restore_state(obj: Any, state: dict[str, Any]) -> None:
-    """Give a definition compiled here the notebook's globals, defaults and attributes (pickle's state)."""
+    """Give a definition compiled here the notebook's globals, defaults and attributes (pickle's state);
+    a class, also back on the side that sent it, takes the data attributes it came with (a cell may
+    have changed them: ``Registry.items.append(x)``)."""
+    for name, value in (state.get("class_data") or {}).items():
+        setattr(obj, name, value)
     if obj in _originals:
         return  # this side's own object came back: it keeps its own state
     namespace = _target()

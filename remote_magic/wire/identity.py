@@ -210,8 +210,9 @@ def shared_objects(values: Mapping[str, Any]) -> tuple[list[Any], str] | None:
     sides of the wire find alike, and a digest of their types that says they did; None past WALK_LIMIT.
 
     Only containers whose pickle is their contents are looked into (lists, tuples, dicts' values,
-    instances of notebook classes that pickle their ``__dict__``): what pickling rebuilds otherwise
-    may come out in another shape. Sets aren't: their order differs between processes.
+    instances of notebook classes that pickle their ``__dict__``, notebook classes' data attributes):
+    what pickling rebuilds otherwise may come out in another shape. Sets aren't: their order differs
+    between processes.
     """
     found: list[Any] = []
     seen: set[int] = set()
@@ -220,7 +221,7 @@ def shared_objects(values: Mapping[str, Any]) -> tuple[list[Any], str] | None:
         if len(seen) > WALK_LIMIT:
             return None
         value = stack.pop()
-        if isinstance(value, _LEAVES) or id(value) in seen:
+        if isinstance(value, _LEAVES) and not _notebook_class(value) or id(value) in seen:
             continue
         seen.add(id(value))
         if _updatable(value):
@@ -238,6 +239,14 @@ def _contents(value: Any) -> Iterator[Any]:
         yield from value.values()
     elif _plain_notebook_instance(value):
         yield from vars(value).values()
+    elif _notebook_class(value):
+        from .definitions import class_data
+
+        yield from class_data(value).values()
+
+
+def _notebook_class(value: Any) -> bool:
+    return isinstance(value, type) and value.__module__ == "__main__"
 
 
 def _plain_notebook_instance(value: Any) -> bool:
