@@ -259,8 +259,10 @@ def globals_of(obj: Any, definition: SourceDefinition) -> dict[str, Any]:
     """
     if isinstance(obj, types.FunctionType):
         namespace = obj.__globals__
-    else:
-        namespace = vars(sys.modules[obj.__module__]) if obj.__module__ in sys.modules else {}
+    else:  # a class: where its methods were defined (a job's globals, on a worker), else its module
+        method = next(_functions_in(obj), None)
+        namespace = (method.__globals__ if method is not None else
+                     vars(sys.modules[obj.__module__]) if obj.__module__ in sys.modules else {})
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     hidden = shell.user_ns_hidden if shell is not None else {}
@@ -327,9 +329,10 @@ def load(definition: SourceDefinition, needed: dict[str, Any] | None = None) -> 
 
 
 def class_data(cls: type) -> dict[str, Any]:
-    """A class's own data attributes (not its methods, properties or Python's ``__dunders__``), by name."""
+    """A class's own data attributes (not what it calls or binds: methods, properties, decorated
+    functions, nested classes; nor Python's ``__dunders__``), by name."""
     return {name: value for name, value in sorted(vars(cls).items()) if not _dunder(name)
-            and not isinstance(value, (types.FunctionType, classmethod, staticmethod, property))}
+            and not callable(value) and not hasattr(type(value), "__get__")}
 
 
 def restore_state(obj: Any, state: dict[str, Any]) -> None:
@@ -337,7 +340,10 @@ def restore_state(obj: Any, state: dict[str, Any]) -> None:
     a class, also back on the side that sent it, takes the data attributes it came with (a cell may
     have changed them: ``Registry.items.append(x)``)."""
     for name, value in (state.get("class_data") or {}).items():
-        setattr(obj, name, value)
+        try:
+            setattr(obj, name, value)
+        except (AttributeError, TypeError):  # a class that guards its attributes (an Enum's members)
+            continue
     if obj in _originals:
         return  # this side's own object came back: it keeps its own state
     namespace = _target()

@@ -197,7 +197,8 @@ def update_in_place(old: Any, new: Any) -> bool:
         old.bit_generator.state = new.bit_generator.state
     elif numpy is not None and isinstance(old, numpy.random.RandomState):
         old.set_state(new.get_state())
-    elif type(old).__module__ == "__main__" and hasattr(old, "__dict__") and not hasattr(type(old), "__slots__"):
+    elif (type(old).__module__ == "__main__" and hasattr(old, "__dict__") and not hasattr(type(old), "__slots__")
+          and not isinstance(old, type)):  # a class's own attributes come back with it (definitions.py)
         old.__dict__.clear()  # an instance of a notebook class: its attributes are its state
         old.__dict__.update(new.__dict__)
     else:
@@ -252,7 +253,7 @@ def _notebook_class(value: Any) -> bool:
 def _plain_notebook_instance(value: Any) -> bool:
     """An instance of a class the notebook defined, pickled as its ``__dict__``."""
     kind = type(value)
-    return (kind.__module__ == "__main__" and hasattr(value, "__dict__")
+    return (kind.__module__ == "__main__" and hasattr(value, "__dict__") and not isinstance(value, type)
             and not any(_OWN_PICKLING & vars(cls).keys() for cls in kind.__mro__[:-1]))
 
 
