@@ -115,8 +115,9 @@ def test_mistakes_are_usage_errors_with_what_to_do(ip: InteractiveShell, monkeyp
     with pytest.raises(SyntaxError, match="invalid syntax") as syntax:  # as the same cell locally
         ip.run_cell_magic("offload", "", "x = 1\nx = = 2")
     assert syntax.value.lineno == 2
-    with pytest.raises(SyntaxError, match="%%offload runs plain Python"):
-        ip.run_cell_magic("offload", "", "x = 1\n!ls")
+    for ipython_only in ("!ls", "len?"):
+        with pytest.raises(SyntaxError, match="%%offload runs plain Python"):
+            ip.run_cell_magic("offload", "", f"x = 1\n{ipython_only}")
     with pytest.raises(UsageError):
         ip.run_cell_magic("offload", "--no-such-flag", "x = 1")
     ip.run_line_magic("offload_disconnect", "")

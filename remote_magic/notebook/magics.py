@@ -8,6 +8,7 @@ Each magic parses its line, calls the client API and shows the result; the work 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from typing import Any
@@ -255,14 +256,15 @@ class OffloadMagics(Magics):
         try:
             reads = names_read(cell)
         except SyntaxError as exc:  # raised as such, as the same cell run locally raises it
-            if (exc.text or "").lstrip().startswith(("%", "!")):
-                exc.msg += ": %%offload runs plain Python (no other magics or !commands)"
+            line = (exc.text or "").strip()
+            if line.startswith(("%", "!", "?")) or line.endswith("?"):
+                exc.msg += ": %%offload runs plain Python (no other magics, !commands or ? help)"
             raise
         assert self.shell is not None  # IPython registers magics with their shell
         namespace = self.shell.user_ns
         hidden = self.shell.user_ns_hidden
-        inputs = {name: namespace[name] for name in reads
-                  if name in namespace and not (name in hidden and hidden[name] is namespace[name])}
+        inputs = {name: namespace[name] for name in reads if name in namespace and (
+                  _HISTORY.fullmatch(name) or not (name in hidden and hidden[name] is namespace[name]))}
         gpu: bool | list[str] | None = True if args.gpu else (
             [k.strip() for k in args.kernels.split(",") if k.strip()] if args.kernels else None)
         on_module_error = lambda name, ref, exc: _notice(  # noqa: E731
@@ -520,6 +522,10 @@ class OffloadMagics(Magics):
             print(f"Nothing to reset: this notebook has no session on worker {args.worker!r}.")
         else:
             print("Nothing to reset: this notebook has no session on any worker.")
+
+
+_HISTORY = re.compile(r"_{1,3}|_i{1,3}|_i?\d+")
+"""IPython's output and input history (``_``, ``__``, ``_5``, ``_i``): hidden names a cell may read."""
 
 
 def _apply(result: JobResult, namespace: dict[str, Any], inputs: dict[str, Any]) -> None:
