@@ -154,10 +154,11 @@ def _outputs(cell: Any) -> list[tuple[str, str]]:
         if kind == "stream":
             if output["name"] != "stdout":
                 continue
+            text = _ADDRESS.sub("", output["text"])
             if found and found[-1][0] == "stdout":
-                found[-1] = ("stdout", found[-1][1] + output["text"])
+                found[-1] = ("stdout", found[-1][1] + text)
             else:
-                found.append(("stdout", output["text"]))
+                found.append(("stdout", text))
         elif kind == "execute_result":
             text = _ADDRESS.sub("", output["data"].get("text/plain", ""))
             found.append(("value", f"{', '.join(sorted(output['data']))}: {text}"))
@@ -248,9 +249,11 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
             return difference(a.get_state(legacy=False), b.get_state(legacy=False), f"{where}'s state", seen)
         if isinstance(a, np.ndarray) and (a.dtype != b.dtype or a.shape != b.shape):
             return f"{where}: {a.dtype}{list(a.shape)} locally, {b.dtype}{list(b.shape)} after offloading"
-        equal = np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") if isinstance(a, np.ndarray) else (
-            a == b or (a != a and b != b))
-        return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
+        if isinstance(a, (np.ndarray, np.generic)):
+            equal = np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") if isinstance(a, np.ndarray) else (
+                a == b or (a != a and b != b))
+            return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
+        # numpy's other objects (np.c_, np.vectorize(f)) compare as any object below
     if module == "pandas" and hasattr(a, "equals"):
         return None if a.equals(b) else f"{where}:\n{_clip(a)}\nlocally, and\n{_clip(b)}\nafter offloading"
     if isinstance(a, float):

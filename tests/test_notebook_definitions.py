@@ -157,7 +157,11 @@ def test_a_class_changed_after_its_definition_does_not_travel_as_its_source(ip: 
     run(ip, "class Tuned:\n    def rate(self):\n        return 1\n")
     assert definitions.find_definition(ip.user_ns["Tuned"]) is not None
     run(ip, "class Patched:\n    def rate(self):\n        return 1\n\nPatched.extra = 2\n")
-    assert definitions.find_definition(ip.user_ns["Patched"]) is None  # its source alone would lose `extra`
+    assert definitions.find_definition(ip.user_ns["Patched"]) is not None  # `extra` travels beside its source
+    result, _ = run(ip, "%%offload\nseen = Patched.extra\n")
+    assert result.success and ip.user_ns["seen"] == 2
+    run(ip, "class Swapped:\n    def rate(self):\n        return 1\n\nSwapped.other = lambda self: 3\n")
+    assert definitions.find_definition(ip.user_ns["Swapped"]) is None  # its source would lose a method
     run(ip, "Tuned.rate = lambda self: 2")  # changed after it was found once
     assert definitions.find_definition(ip.user_ns["Tuned"]) is None
     result, _ = run(ip, "%%offload\nr = Tuned().rate()\n")  # same Python here: its bytecode crosses

@@ -10,7 +10,9 @@ supervisor's socket.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import builtins
+import inspect
 import linecache
 import logging
 import os
@@ -20,6 +22,7 @@ import threading
 import time
 import traceback
 import warnings
+from types import CodeType
 from typing import Any
 
 import zmq
@@ -70,6 +73,7 @@ class JobRunner:
         # The last cell's look after it ran: the next cell's look before, when it starts there.
         self._last_scan: workdir.Snapshot | None = None
         self._files_changed: dict[str, Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # for cells that await at the top level
         self.gpu, self.no_gpu = gpu, no_gpu
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
@@ -214,8 +218,8 @@ class JobRunner:
                                     if not is_dunder(name) and not _is_any(value, provided + held)})
         self._files_before = self._starting_files()
         try:
-            exec(body, namespace)
-            value = eval(last, namespace) if last is not None else None
+            self._run(body, namespace)
+            value = self._run(last, namespace) if last is not None else None
         except (SerializationError, GpuError):
             raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
         except Exception as exc:  # as locally, what the cell did before it raised stays done
@@ -227,6 +231,16 @@ class JobRunner:
         if value is not None:
             changes.values["__value__"] = value
         return self._to_host(changes, gpu_choice)
+
+    def _run(self, code: CodeType, namespace: dict[str, Any]) -> Any:
+        """Run compiled cell code; code with a top-level ``await`` runs on this session's event loop,
+        one loop for all its cells, as IPython's autoawait runs a kernel's cells on one."""
+        result = eval(code, namespace)
+        if code.co_flags & inspect.CO_COROUTINE:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            result = self._loop.run_until_complete(result)
+        return result
 
     def _to_host(self, changes: CellChanges, gpu_choice: Any) -> CellChanges:
         if self.gpu is not None and gpu_choice:
@@ -317,7 +331,8 @@ class JobRunner:
             log.info("a failed cell's changes stay on the worker: %s", exc)
             self.send(T.ERROR, header)
             return
-        self.send(T.ERROR, {**header, **changed}, frames)
+        # The versions say whether values sent as bytecode load there, as for a result.
+        self.send(T.ERROR, {**header, **changed, "versions": local_versions()}, frames)
 
     def _send_result(self, job: str, header: dict[str, Any], frames: list[Any], started: float) -> None:
         header = {"job": job, **header, "duration_s": time.perf_counter() - started, "versions": local_versions()}

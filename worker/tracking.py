@@ -109,7 +109,11 @@ def cell_changes(code: str, wanted: list[str] | None, inputs: Mapping[str, Any],
     missing = [n for n in names if n not in namespace] if wanted is not None and complete else []
     if missing:
         raise OutputError(f"the code did not assign {', '.join(missing)}, which you asked for", missing[0])
+    # A name the code would assign but didn't (`if model is None: model = ...`) still holds its input,
+    # unchanged: it stays as it is in the notebook, shared with whatever shares it there.
+    untouched = {name for name in tracked if name not in in_place and name in namespace
+                 and namespace[name] is before.get(name)} if wanted is None else set()
     values = {name: namespace[name] for name in names
-              if name in namespace and not any(namespace[name] is obj for obj in provided)}
+              if name in namespace and name not in untouched and not any(namespace[name] is obj for obj in provided)}
     unchanged = {name: value for name, value in inputs.items() if name not in values and namespace.get(name) is value}
     return CellChanges(values, deleted_names(before, namespace), in_place, unchanged, inputs)

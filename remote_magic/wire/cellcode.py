@@ -100,11 +100,14 @@ def names_assigned(code: str) -> list[str]:
 
 
 def split_last_expression(code: str, filename: str) -> tuple[CodeType, CodeType | None]:
-    """Compile code into (body, last expression): the value of a trailing expression is shown."""
+    """Compile code into (body, last expression): the value of a trailing expression is shown.
+
+    As in IPython, ``await`` may appear at the top level: then the code object is a coroutine's
+    (``CO_COROUTINE`` in its flags), which evaluating returns for an event loop to run."""
     tree = ast.parse(code, filename)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body[-1].value)
         tree.body.pop()
-    body = compile(tree, filename, "exec")
-    return body, (compile(last, filename, "eval") if last is not None else None)
+    body = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return body, (compile(last, filename, "eval", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT) if last is not None else None)

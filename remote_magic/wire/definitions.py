@@ -210,8 +210,12 @@ def _matches(obj: Any, definition: SourceDefinition, methods: list[types.CodeTyp
         compiled = definition.code()
     except SyntaxError:
         return False
-    if definition.kind == "class" and _names_in_body(definition) != _names_in_class(obj):
-        return False  # e.g. an attribute set on the class after its definition
+    if definition.kind == "class":
+        in_body, in_class = _names_in_body(definition), _names_in_class(obj)
+        # A method set on the class after its definition isn't in its source, nor is a name deleted since.
+        # Data attributes added since (also by a base's __init_subclass__) travel with it (class_data).
+        if in_body - in_class or in_class - in_body - class_data(obj).keys():
+            return False
     ours = {(c.co_name, c.co_firstlineno): c for c in _code_objects(compiled)}
     wanted = methods or [] if definition.kind == "class" else [obj.__code__]
     return all((other := ours.get((c.co_name, c.co_firstlineno))) is not None and _same_code(c, other)

@@ -270,6 +270,22 @@ def _writable(frame: Any) -> Any:
     return memoryview(frame) if not isinstance(frame, (bytes, memoryview)) else frame
 
 
+BUFFER_ALIGNMENT = 16
+"""What an out-of-band buffer's address must be a multiple of, as memory numpy allocates is."""
+
+
+def _aligned(frame: Any) -> Any:
+    """The frame's buffer, or a copy of it where it starts at an odd address: a small message's frame
+    may sit anywhere in what ZeroMQ read, and numpy computes on misaligned data along other paths
+    (float results that differ in the last bit from the same computation on the notebook's array)."""
+    import numpy
+
+    buffer = _writable(frame)
+    if len(buffer) and numpy.frombuffer(buffer, numpy.uint8).ctypes.data % BUFFER_ALIGNMENT:
+        return bytearray(buffer)
+    return buffer
+
+
 def _load_module(ref: ModuleRef) -> types.ModuleType:
     import importlib
 
@@ -296,12 +312,12 @@ def _loaders(header: Mapping[str, Any], frames: Sequence[Any],
     if header.get("one_memo") is True:
         values = list(per_name(names, counts, frames))
         stream = io.BytesIO(b"".join(bytes(_writable(parts[0])) for _, parts in values))
-        shared = _Unpickler(stream, (_writable(b) for _, parts in values for b in parts[1:]), numbered)
+        shared = _Unpickler(stream, (_aligned(b) for _, parts in values for b in parts[1:]), numbered)
         for name, _ in values:
             yield name, shared.load
         return
     for name, (stream, *buffers) in per_name(names, counts, frames):
-        unpickler = _Unpickler(io.BytesIO(_writable(stream)), [_writable(b) for b in buffers], numbered)
+        unpickler = _Unpickler(io.BytesIO(_writable(stream)), [_aligned(b) for b in buffers], numbered)
         yield name, unpickler.load
 
 
