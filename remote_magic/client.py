@@ -28,7 +28,7 @@ from .errors import ConnectionFailed, JobError, RemoteMagicError
 from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .split_gather import SplitResult
 from .transfer import Transfer
-from .wire import identity, serialization
+from .wire import displays, identity, serialization
 from .wire.connection import Connection, dial
 from .wire.failures import error_from_header, error_header
 from .wire.frame_cache import SentDigests
@@ -673,6 +673,8 @@ class Client:
             self._job_messages = Inbound()
         if not self._job_messages.accept(msg.header.get("seq")):
             return  # seen already, or after one that was lost: the hub sends it again
+        if msg.type is T.DISPLAY and msg.buffers:  # a large one's parts came as frames
+            msg = Message(T.DISPLAY, displays.unframe(msg.header, msg.buffers))
         job_id = msg.header.get("job")
         if msg.type is T.ERROR and isinstance(msg.header.get("missing"), list) and self._send_whole(str(job_id), msg):
             return

@@ -184,3 +184,14 @@ def test_a_view_that_cant_cross_as_a_view_is_named_both_ways(ip: InteractiveShel
     assert type(ns["rec"]) is np.recarray and ns["rec"].dtype.names == ("a", "b")
     ns["rec"].a[0], ns["field"][1] = 4, 2.5
     assert ns["x"]["a"][0] == 4 and ns["x"]["b"][1] == 2.5  # both still views of the notebook's x
+
+
+def test_a_display_too_large_for_a_header_arrives_whole(ip: InteractiveShell) -> None:
+    """A 2 MiB image (a large figure's PNG) crosses as a frame beside its DISPLAY's header, not left out."""
+    ip.reset(new_session=False)
+    result, out = run(ip, "%%offload\nfrom IPython.display import Image\npicture = bytes(range(256)) * 8192\n"
+                          "display(Image(data=picture, format='png'))\nprint('after')")
+    assert result.success, result.error_in_exec
+    images = [o.data["image/png"] for o in out.outputs if "image/png" in o.data]
+    assert len(images) == 1 and base64.b64decode(images[0]) == bytes(range(256)) * 8192
+    assert "left out" not in out.stderr and out.stdout == "after\n"

@@ -35,6 +35,8 @@ Ended = tuple[str, dict[str, Any], list[Any]]
 class DaskRunner(JobRunner):
     """The jobs of one Dask worker process, one at a time, reporting through that worker's events."""
 
+    displays_in_frames = False  # Dask's events carry a header only: a display too large for one is left out, said so
+
     def __init__(self) -> None:
         super().__init__(None, NO_GPU_ON_DASK)
         self._lock = threading.Lock()       # one job at a time: its output is captured process-wide

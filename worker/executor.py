@@ -60,6 +60,9 @@ class JobRunner:
     shows and how it ends go out through ``send``. The executor process is one; a Dask worker
     (``dask_task.DaskRunner``, for ``dask://`` connections) is another, so cells there run by the same rules."""
 
+    displays_in_frames = True
+    """Can ``send`` carry a DISPLAY's frames (a display too large for its header)?"""
+
     def __init__(self, gpu: Any, no_gpu: str) -> None:
         self._outputs: JobOutputs | None = None
         self._running = False
@@ -91,7 +94,8 @@ class JobRunner:
         job = str(msg.header["job"])
         started = time.perf_counter()
         self._files_before = self._files_changed = None
-        outputs = JobOutputs(job, self.send, [str(f) for f in msg.header.get("figure_formats") or ["png"]])
+        outputs = JobOutputs(job, self.send, [str(f) for f in msg.header.get("figure_formats") or ["png"]],
+                             framed=self.displays_in_frames)
         self._outputs = outputs
         try:
             with outputs:

@@ -17,9 +17,11 @@ import time
 import types
 from typing import Any, Callable, Sequence
 
+from remote_magic.wire.displays import FRAMED, frame_parts
 from remote_magic.wire.protocol import MAX_HEADER_BYTES, MessageType as T, encode_header
 
-Send = Callable[[T, dict[str, Any]], None]
+Send = Callable[..., None]
+"""How output leaves: ``send(type, header)``, or ``send(type, header, frames)`` for a DISPLAY."""
 
 STREAM_FLUSH_INTERVAL_S = 0.05
 """Text printed by a job reaches the notebook within about this long."""
@@ -69,9 +71,10 @@ class ForwardedStream(io.TextIOBase):
 class JobOutputs:
     """Redirects a job's streams and display() for as long as the job runs (a context manager)."""
 
-    def __init__(self, job: str, send: Send, figure_formats: Sequence[str] = ("png",)) -> None:
+    def __init__(self, job: str, send: Send, figure_formats: Sequence[str] = ("png",), framed: bool = True) -> None:
         self.job = job
         self._send = send
+        self._framed = framed  # a display too large for a header may send its largest parts as frames
         self.figure_formats = [f for f in figure_formats if f in FIGURE_FORMATS] or ["png"]
         self.stdout = ForwardedStream("stdout", job, send)
         self.stderr = ForwardedStream("stderr", job, send)
@@ -103,9 +106,9 @@ class JobOutputs:
             else:
                 data, md = self.bundle(obj, include=include, exclude=exclude)
                 md = {**md, **(metadata or {})}
-            header = self._display_header(data, md)
+            header, frames = self._display_message(data, md)
             if header is not None:
-                self._send(T.DISPLAY, {**header, "after_cell": True} if after_cell else header)
+                self._send(T.DISPLAY, {**header, "after_cell": True} if after_cell else header, frames)
 
     def bundle(self, obj: Any, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """The mime bundle and metadata IPython would show for ``obj``, rendered here: with this
@@ -128,6 +131,16 @@ class JobOutputs:
             return None
         header = self._display_header(*bundle, say_if_left_out=False)
         return None if header is None else {"data": header["data"], "metadata": header["metadata"]}
+
+    def _display_message(self, data: dict[str, Any],
+                         metadata: dict[str, Any]) -> tuple[dict[str, Any] | None, list[bytes]]:
+        """A DISPLAY's header and frames: its largest parts go as frames when the header can't hold them."""
+        header = self._display_header(data, metadata, say_if_left_out=not self._framed)
+        if header is not None or not self._framed:
+            return header, []
+        left, framed, frames = frame_parts(data, MAX_DISPLAY_BYTES // 2)
+        header = self._display_header(left, metadata)
+        return (None, []) if header is None else ({**header, FRAMED: framed}, frames)
 
     def _display_header(self, data: dict[str, Any], metadata: dict[str, Any],
                         say_if_left_out: bool = True) -> dict[str, Any] | None:
