@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import importlib
 import sys
 from typing import Any, Mapping
 
@@ -70,7 +71,7 @@ def _remote_error_type(remote_type: str) -> type[RemoteError]:
     """A RemoteError that is also the worker's exception type when that type exists here (a
     ZeroDivisionError from the worker is caught by ``except ZeroDivisionError``, and named so)."""
     module, _, name = remote_type.rpartition(".")
-    local = getattr(sys.modules.get(module) if module else builtins, name, None)  # never imports
+    local = getattr(_module(module) if module else builtins, name, None)
     if not isinstance(local, type) or not issubclass(local, Exception) or issubclass(local, RemoteMagicError):
         return RemoteError
     try:
@@ -79,6 +80,17 @@ def _remote_error_type(remote_type: str) -> type[RemoteError]:
             "__str__": BaseException.__str__, "__doc__": f"{local.__name__} raised on the worker."})
     except TypeError:  # a layout RemoteError can't share (OSError's, for one)
         return RemoteError
+
+
+def _module(name: str) -> Any:
+    """The module, if it is loaded here, or part of the standard library (imported then: that's safe,
+    and ``except urllib.error.URLError`` works before anything imported it); else None."""
+    if name in sys.modules or name.partition(".")[0] not in getattr(sys, "stdlib_module_names", ()):
+        return sys.modules.get(name)
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def is_error(header: Mapping[str, Any], kind: type[RemoteMagicError]) -> bool:
