@@ -99,7 +99,11 @@ def find_definition(obj: Any) -> SourceDefinition | None:
     """
     made = _made_here.get(obj)
     if made is not None:
-        return made if _unchanged(obj, made) else None
+        if not _unchanged(obj, made):
+            return None
+        _sent[made] = obj  # so what comes back is this object again, as for one defined here
+        _originals.add(obj)
+        return made
     found = _found.get(obj)
     if obj not in _found or (found is not None and not _unchanged(obj, found)):
         found = _found[obj] = _search(obj)

@@ -240,6 +240,7 @@ def _contents(value: Any) -> Iterator[Any]:
         yield from value.values()
     elif _plain_notebook_instance(value):
         yield from vars(value).values()
+        yield type(value)  # its class's data attributes, which come back with the class
     elif _notebook_class(value):
         from .definitions import class_data
 
