@@ -344,23 +344,24 @@ def class_data(cls: type) -> dict[str, Any]:
 
 
 def restore_state(obj: Any, state: dict[str, Any]) -> None:
-    """Give a definition compiled here the notebook's globals, defaults and attributes (pickle's state);
-    a class, also back on the side that sent it, takes the data attributes it came with (a cell may
-    have changed them: ``Registry.items.append(x)``)."""
+    """Give a definition the state it came with (pickle's state): a function its defaults and
+    attributes, a class its data attributes, also back on the side that sent it (a cell may have changed
+    them: a default list appended to, ``Registry.items.append(x)``); and one compiled here the globals
+    it reads."""
     for name, value in (state.get("class_data") or {}).items():
         try:
             setattr(obj, name, value)
         except (AttributeError, TypeError):  # a class that guards its attributes (an Enum's members)
             continue
-    if obj in _originals:
-        return  # this side's own object came back: it keeps its own state
-    namespace = _target()
-    for name, value in state.get("globals", {}).items():
-        namespace.setdefault(name, value)
     if isinstance(obj, types.FunctionType):
         obj.__defaults__ = state.get("defaults")
         obj.__kwdefaults__ = state.get("kwdefaults")
         obj.__dict__.update(state.get("attributes") or {})
+    if obj in _originals:
+        return  # this side's own object came back: its globals are this side's
+    namespace = _target()
+    for name, value in state.get("globals", {}).items():
+        namespace.setdefault(name, value)
 
 
 def _remember_lines(definition: SourceDefinition) -> None:
