@@ -19,6 +19,7 @@ change, as locally.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import sys
 import types
 from typing import Any, Iterator, Mapping, Sequence
@@ -32,8 +33,12 @@ PATCH_PREFIX = "\x00input "
 takes it in place."""
 
 WALK_LIMIT = 10_000
-"""How many objects ``shared_objects`` looks at before giving up (then nested identity isn't kept):
-a list of a million numbers would otherwise cost each cell a walk on both sides."""
+"""How many objects ``shared_objects`` looks at before giving up (then identity is kept between names
+only): inputs made of many containers would otherwise cost each cell a long walk on both sides."""
+
+CONTAINER_LIMIT = 1_000
+"""How many items of one container ``shared_objects`` looks at (the first ones): a list of a million
+numbers costs a thousand steps, and objects past them come back as copies."""
 
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range, types.ModuleType,
               types.FunctionType, types.BuiltinFunctionType, type)
@@ -218,8 +223,10 @@ def shared_objects(values: Mapping[str, Any]) -> tuple[list[Any], str] | None:
     found: list[Any] = []
     seen: set[int] = set()
     stack = [values[name] for name in sorted(values, reverse=True)]
+    looked = 0
     while stack:
-        if len(seen) > WALK_LIMIT:
+        looked += 1
+        if looked > WALK_LIMIT:
             return None
         value = stack.pop()
         if isinstance(value, _LEAVES) and not _notebook_class(value) or id(value) in seen:
@@ -227,7 +234,7 @@ def shared_objects(values: Mapping[str, Any]) -> tuple[list[Any], str] | None:
         seen.add(id(value))
         if _updatable(value):
             found.append(value)
-        stack.extend(reversed(list(_contents(value))))
+        stack.extend(reversed(list(itertools.islice(_contents(value), CONTAINER_LIMIT))))
     kinds = ",".join(f"{type(value).__module__}.{type(value).__qualname__}" for value in found)
     return found, hashlib.blake2b(kinds.encode(), digest_size=16).hexdigest()
 
