@@ -15,13 +15,17 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from remote_magic.wire.displays import FRAMED, frame_parts
 from remote_magic.wire.protocol import MAX_HEADER_BYTES, MessageType as T, encode_header
 
-Send = Callable[..., None]
-"""How output leaves: ``send(type, header)``, or ``send(type, header, frames)`` for a DISPLAY."""
+
+class Send(Protocol):
+    """How output leaves: ``send(type, header)``, with frames after the header for a large DISPLAY."""
+
+    def __call__(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ..., /) -> None:
+        ...
 
 STREAM_FLUSH_INTERVAL_S = 0.05
 """Text printed by a job reaches the notebook within about this long."""
