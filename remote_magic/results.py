@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import errors
 from .wire import identity, serialization
-from .wire.failures import error_from_header
+from .wire.failures import error_from_header, is_error
 from .wire.handles import RemoteValue, kept_description
 from .wire.protocol import Message, MessageType
 
@@ -129,9 +129,11 @@ def finish(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: 
     """A finished job's JobResult, or, for an ERROR, its exception raised (a RemoteError from a cell
     carries what the cell changed before it raised, as ``partial``). Arguments as ``read_result``."""
     if msg.type is MessageType.ERROR:
-        error = error_from_header(msg.header)
-        if isinstance(error, errors.RemoteError) and "names" in msg.header:
-            error.partial = read_result(msg, worker, inputs, update_inputs, on_module_error, shared)
+        partial = read_result(msg, worker, inputs, update_inputs, on_module_error, shared) if (
+            is_error(msg.header, errors.RemoteError) and "names" in msg.header) else None
+        error = error_from_header(msg.header, partial.values if partial is not None else None)
+        if isinstance(error, errors.RemoteError):
+            error.partial = partial
         raise error
     return read_result(msg, worker, inputs, update_inputs, on_module_error, shared)
 

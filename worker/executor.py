@@ -44,7 +44,7 @@ from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 from remote_magic.wire.sizes import human_size
 from remote_magic.wire.versions import local_versions
 
-from . import WORKER_INSTALL, files, workdir
+from . import WORKER_INSTALL, as_in_a_kernel, files, workdir
 from .outputs import JobOutputs, flush_periodically, install_display
 from .tracking import CellChanges, cell_changes, fingerprints, is_dunder
 
@@ -174,7 +174,8 @@ class JobRunner:
     def _execute(self, msg: Message, outputs: JobOutputs) -> CellChanges:
         """Run the job; returns what it changed."""
         header = msg.header
-        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, "display": outputs.display}
+        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins,
+                                     "display": getattr(builtins, "display", outputs.display), "get_ipython": _no_shell}
         # Notebook functions and classes arrive as source and are compiled here, in the cell's
         # globals: as in the notebook, they see the names the cell binds.
         with definitions.defining_into(namespace):
@@ -209,17 +210,18 @@ class JobRunner:
         namespace.update(inputs)
         before = dict(namespace)
         wanted = header.get("outputs")
-        # What the worker put in scope (display, gpu) stays here: the notebook has its own.
-        # Held, not their ids: a temporary's id (a bound method's) is free for the cell's next object.
-        provided = [v for v in (getattr(builtins, "display", None), namespace["display"], namespace["gpu"])
-                    if v is not None]
+        # What the worker put in scope (gpu, get_ipython) stays here: the notebook has its own. Held, not
+        # their ids: a temporary's id is free for the cell's next object. display() goes back as the
+        # notebook's own, when the cell binds it (`from IPython.display import display`).
+        provided = [namespace["gpu"], _no_shell]
         held = [value for value in inputs.values() if id(value) in self._kept_ids]  # the notebook has handles
         # The cell's inputs and the globals its notebook functions brought may change in place, through
         # any method call; GPU arrays can't.
         tracked: dict[str, bytes] = {}
         if wanted is None and not gpu_choice:
+            untracked = [*provided, *held, namespace["display"]]
             tracked = fingerprints({name: value for name, value in before.items()
-                                    if not is_dunder(name) and not _is_any(value, provided + held)})
+                                    if not is_dunder(name) and not _is_any(value, untracked)})
         self._files_before = self._starting_files()
         try:
             self._run(body, namespace)
@@ -411,6 +413,13 @@ def _is_any(value: Any, objects: list[Any]) -> bool:
     return any(value is obj for obj in objects)
 
 
+def _no_shell() -> Any:
+    """A cell's ``get_ipython()``: a NameError, as in plain Python, saying why (code that asks whether it
+    runs in IPython catches it and goes on as outside IPython)."""
+    raise NameError("get_ipython() is the notebook's IPython shell, and an offloaded cell runs as plain Python "
+                    "on the worker, without one: run the lines that use it in a local cell")
+
+
 GPU_OFF = "this worker runs with --gpu off, so it has no GPU: restart remote-worker with --gpu auto or on"
 
 
@@ -503,6 +512,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=os.environ.get("REMOTE_MAGIC_LOG_LEVEL", "WARNING"),
                         format="executor: %(levelname)s %(name)s: %(message)s")
     os.environ["MPLBACKEND"] = MATPLOTLIB_BACKEND
+    as_in_a_kernel.install()  # pandas shows wide frames as in the notebook's kernel
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     threading.Thread(target=_exit_with_parent, args=(args.parent or os.getppid(),), name="parent-watchdog",
                      daemon=True).start()

@@ -239,6 +239,8 @@ def install_display(current: Callable[[], JobOutputs | None]) -> None:
         else:
             outputs.display(*objs, **kwargs)
 
+    # It pickles as the notebook's own display() (`from IPython.display import display` in a cell binds it).
+    display.__module__, display.__qualname__ = "IPython.display", "display"
     builtins.display = display  # type: ignore[attr-defined]
     import IPython.core.display
     import IPython.display

@@ -51,14 +51,16 @@ def error_header(error: RemoteMagicError, job: str | None = None, **extra: Any) 
     return header
 
 
-def error_from_header(header: Mapping[str, Any]) -> RemoteMagicError:
-    """The exception an ERROR header stands for (the root type when the name is unknown)."""
+def error_from_header(header: Mapping[str, Any], defined: Mapping[str, Any] | None = None) -> RemoteMagicError:
+    """The exception an ERROR header stands for (the root type when the name is unknown). ``defined``:
+    what the failed cell bound before it raised, where an exception class it defined is found."""
     kind = _BY_NAME.get(str(header.get("error")), RemoteMagicError)
     message = str(header.get("message") or "the peer reported an error without a message")
     fields = [header.get(field) for field in _fields(kind)]
     if kind is RemoteError:
         remote_type, remote_message, remote_traceback = (str(field or "") for field in fields)
-        error_type = _remote_error_type(remote_type or "Exception")
+        local = _local_type(remote_type or "Exception", defined or {})
+        error_type = _as_remote_error(local) if local is not None else RemoteError
         try:
             return error_type(remote_type or "Exception", remote_message, remote_traceback)
         except Exception:  # the local type's own __init__ refused (it takes other arguments)
@@ -66,14 +68,22 @@ def error_from_header(header: Mapping[str, Any]) -> RemoteMagicError:
     return kind(message, *fields)
 
 
-@functools.lru_cache(maxsize=256)
-def _remote_error_type(remote_type: str) -> type[RemoteError]:
-    """A RemoteError that is also the worker's exception type when that type exists here (a
-    ZeroDivisionError from the worker is caught by ``except ZeroDivisionError``, and named so)."""
+def _local_type(remote_type: str, defined: Mapping[str, Any]) -> type[Exception] | None:
+    """The exception type named ``remote_type`` here: the notebook's own (a class in ``__main__``, or
+    one the failed cell defined), one of a module loaded here or of the standard library; else None."""
     module, _, name = remote_type.rpartition(".")
-    local = getattr(_module(module) if module else builtins, name, None)
+    local = defined.get(name) if module == "__main__" and name in defined else (
+        getattr(_module(module) if module else builtins, name, None))
     if not isinstance(local, type) or not issubclass(local, Exception) or issubclass(local, RemoteMagicError):
-        return RemoteError
+        return None
+    return local
+
+
+@functools.lru_cache(maxsize=256)
+def _as_remote_error(local: type[Exception]) -> type[RemoteError]:
+    """A RemoteError that is also ``local`` (a ZeroDivisionError from the worker is caught by
+    ``except ZeroDivisionError``, and named so). Cached by the class itself: a notebook that defines
+    its exception class again gets the new one."""
     try:
         return type(local.__name__, (RemoteError, local), {
             "__module__": RemoteError.__module__, "__qualname__": local.__qualname__,

@@ -102,7 +102,8 @@ def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str,
     def lookup(name: str) -> Any:
         return resolved[name] if name in resolved else known[name]
 
-    for name, ref in refs.items():
+    # A name may be the same object as a view (`v = x[::-1]; v` as the cell's value): views first.
+    for name, ref in sorted(refs.items(), key=lambda item: isinstance(item[1], dict) and "same" in item[1]):
         if not isinstance(ref, dict):
             continue
         if "same" in ref:
