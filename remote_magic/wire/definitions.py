@@ -40,7 +40,13 @@ class SourceDefinition:
         padding = "\n" * (self.lineno - 1)
         if self.kind == "lambda":
             return compile(f"{padding}({self.source})", self.filename, "eval", dont_inherit=True)
-        return compile(padding + self.source, self.filename, "exec", dont_inherit=True)
+        tree = ast.parse(padding + self.source)
+        node = tree.body[0]
+        if self.kind == "function" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list:
+            # The object that travels is the function its decorators were given (what a wrapper holds, or
+            # what a decorator that registers it returned): compiled without them, on its first line still.
+            node.lineno, node.decorator_list = self.lineno, []
+        return compile(tree, self.filename, "exec", dont_inherit=True)
 
     def names_read(self) -> set[str]:
         """The global names the definition reads: the values it needs beside it."""
@@ -51,13 +57,14 @@ class SourceDefinition:
         a class body): they must exist before it is compiled, not only before it is called."""
         node: ast.AST = (ast.parse(self.source, mode="eval").body if self.kind == "lambda"
                          else ast.parse(self.source).body[0])
-        return {n.id for part in _evaluated_when_defined(node) for n in ast.walk(part)
+        return {n.id for part in _evaluated_when_defined(node, decorators=self.kind == "class") for n in ast.walk(part)
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def _evaluated_when_defined(node: ast.AST) -> Iterator[ast.AST]:
+def _evaluated_when_defined(node: ast.AST, decorators: bool = True) -> Iterator[ast.AST]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        yield from getattr(node, "decorator_list", [])
+        if decorators:
+            yield from getattr(node, "decorator_list", [])
         arguments = node.args
         yield from (d for d in [*arguments.defaults, *arguments.kw_defaults] if d is not None)
         if not isinstance(node, ast.Lambda):
@@ -240,7 +247,11 @@ def _names_in_body(definition: SourceDefinition) -> set[str]:
 
 
 def _names_in_class(cls: type) -> set[str]:
-    return {name for name in [*vars(cls), *vars(cls).get("__annotations__", {})] if not _dunder(name)}
+    """The names a class holds, but the descriptors its ``__slots__`` made (its body doesn't bind them)."""
+    slots = vars(cls).get("__slots__", ())
+    slots = {slots} if isinstance(slots, str) else set(slots)
+    return {name for name in [*vars(cls), *vars(cls).get("__annotations__", {})]
+            if not _dunder(name) and name not in slots}
 
 
 def _dunder(name: str) -> bool:

@@ -111,7 +111,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             self.by_value.append(obj.__qualname__)
         if (by_name := _module_singleton_method(obj)) is not None:
             return by_name
-        return super().reducer_override(obj)
+        return _with_slots(obj, super().reducer_override(obj))
 
     def about(self) -> dict[str, Any]:
         """What a receiver needs to explain a failure to load this value."""
@@ -127,6 +127,18 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         if outermost:
             about["by_value"] = sorted(outermost)
         return about
+
+
+def _with_slots(cls: Any, reduced: Any) -> Any:
+    """cloudpickle's reduction of a class by value, rebuilding its ``__slots__`` as slots: cloudpickle makes
+    the class without them (only the attribute), so its instances get a ``__dict__``, and an instance from
+    the class with real slots (on the side that made it) no longer loads into it, or back."""
+    if (isinstance(cls, type) and "__slots__" in vars(cls) and isinstance(reduced, tuple)
+            and reduced[0] is cloudpickle.cloudpickle._make_skeleton_class):
+        args = list(reduced[1])
+        args[3] = {**args[3], "__slots__": vars(cls)["__slots__"]}  # the class's type_kwargs
+        return (reduced[0], tuple(args), *reduced[2:])
+    return reduced
 
 
 def _module_singleton_method(obj: Any) -> tuple[Any, tuple[Any, str]] | None:
