@@ -72,7 +72,8 @@ class JobResult:
     """Files the code wrote or removed in the worker's working directory (they stay there); None if none."""
     in_place: list[str] = field(default_factory=list)
     """Inputs the code changed in place (``L.sort()``): updated in place here too where the type allows
-    (lists, dicts, sets, arrays of the same shape, random Generators and RandomStates, notebook classes' instances)."""
+    (lists, dicts, sets, arrays of the same shape, pandas DataFrames and Series, random Generators and
+    RandomStates, notebook classes' instances)."""
     notes: list[str] = field(default_factory=list)
     """Where the result differs from a local run, in words (a view that could only come back as a copy)."""
 

@@ -258,10 +258,19 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
         return None if a.equals(b) else f"{where}:\n{_clip(a)}\nlocally, and\n{_clip(b)}\nafter offloading"
     if isinstance(a, float):
         return None if a == b or (math.isnan(a) and math.isnan(b)) else f"{where}: {a!r} vs {b!r}"
-    if isinstance(a, dict):
-        if list(a) != list(b):
+    if isinstance(a, dict):  # keys compared as values too (instances of each run's own notebook class)
+        keys = list(zip(a, b))
+        if len(a) != len(b) or any(difference(x, y, seen=set(seen)) for x, y in keys):
             return f"{where} has keys {_clip(list(a))} locally, {_clip(list(b))} after offloading"
-        return next((d for k in a if (d := difference(a[k], b[k], f"{where}[{k!r}]", seen))), None)
+        return next((d for x, y in keys if (d := difference(a[x], b[y], f"{where}[{x!r}]", seen))), None)
+    if isinstance(a, (set, frozenset)) and not a == b:  # its items may be instances of each run's own class
+        unmatched = list(b)
+        for x in a:
+            match = next((i for i, y in enumerate(unmatched) if difference(x, y, seen=set(seen)) is None), None)
+            if match is None:
+                return f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
+            del unmatched[match]
+        return None if not unmatched else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return f"{where} has {len(a)} items locally, {len(b)} after offloading"

@@ -136,15 +136,29 @@ def test_names_that_shared_an_object_or_memory_still_do_after_the_cell(ip: Inter
     assert ns["seen"] == [1, 2, 3] and ns["through"] == 7.0 and ns["b"] is ns["a"]
 
 
+def test_a_dataframe_changed_in_place_is_changed_in_place_here(ip: InteractiveShell) -> None:
+    """`inplace=True`, a new column, a renamed Series: every name and container holding the frame sees it."""
+    ip.reset(new_session=False)
+    run(ip, "import pandas as pd\ndf = pd.DataFrame({'a': [3, 1], 'b': [5, 6]})\nalias = df\nframes = {'main': df}\n"
+            "s = df['a'].copy()\nsame_s = s")
+    result, out = run(ip, "%%offload\ndf.drop(columns=['b'], inplace=True)\ndf['c'] = df['a'] * 2\n"
+                          "df.sort_values('a', inplace=True)\ns.rename('renamed', inplace=True)")
+    assert result.success, result.error_in_exec
+    ns = ip.user_ns
+    assert ns["alias"] is ns["df"] and ns["frames"]["main"] is ns["df"] and ns["same_s"] is ns["s"]
+    assert list(ns["df"].columns) == ["a", "c"] and list(ns["df"].index) == [1, 0] and ns["s"].name == "renamed"
+    assert "came back as a new object" not in out.stderr
+
+
 def test_an_object_changed_in_place_that_cant_be_updated_here_says_which_names_kept_the_old_one(
         ip: InteractiveShell) -> None:
     ip.reset(new_session=False)
-    run(ip, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2], 'b': [3, 4]})\nalias = df")
-    result, out = run(ip, "%%offload\ndf.drop(columns=['b'], inplace=True)")
+    run(ip, "import numpy as np\nx = np.arange(6.0)\nalias = x")
+    result, out = run(ip, "%%offload\nx.shape = (2, 3)")
     assert result.success, result.error_in_exec
-    assert list(ip.user_ns["df"].columns) == ["a"] and list(ip.user_ns["alias"].columns) == ["a", "b"]
-    assert ("`df` was changed in place on the worker and came back as a new object (a DataFrame can't be updated "
-            "in place here): `alias`, which shared it here, still hold the old value") in out.stderr
+    assert ip.user_ns["x"].shape == (2, 3) and ip.user_ns["alias"].shape == (6,)
+    assert ("`x` was changed in place on the worker and came back as a new object (an array whose shape, dtype "
+            "or memory changed can't be updated in place here): `alias`, which shared it here, still hold the old value") in out.stderr
 
 
 def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:

@@ -545,9 +545,11 @@ def _apply(result: JobResult, namespace: dict[str, Any], inputs: dict[str, Any])
         others = [f"`{other}`" for other, value in namespace.items()
                   if (value is old or _views(value, old)) and other != name and not other.startswith("_")]
         if others:
-            _notice(f"`{name}` was changed in place on the worker and came back as a new object (a "
-                    f"{type(old).__name__} can't be updated in place here): {', '.join(others)}, which shared "
-                    "it here, still hold the old value")
+            numpy = sys.modules.get("numpy")
+            why = ("an array whose shape, dtype or memory changed" if numpy is not None and
+                   isinstance(old, numpy.ndarray) else f"a {type(old).__name__}")
+            _notice(f"`{name}` was changed in place on the worker and came back as a new object ({why} can't be "
+                    f"updated in place here): {', '.join(others)}, which shared it here, still hold the old value")
     for note in result.notes:
         _notice(note)
 

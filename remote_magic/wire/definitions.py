@@ -12,9 +12,12 @@ it first gets its own object back (identity holds: ``isinstance(m, Model)`` stay
 
 from __future__ import annotations
 
+import __future__
 import ast
 import contextlib
+import functools
 import linecache
+import operator
 import os
 import sys
 import types
@@ -34,19 +37,20 @@ class SourceDefinition:
     filename: str   # the notebook cell (or script) it came from, for tracebacks
     lineno: int     # its first line (the first decorator's) in that file
     source: str     # the definition's own lines; for a lambda, the lambda expression
+    flags: int = 0  # the __future__ features it was compiled with (`from __future__ import annotations`)
 
     def code(self) -> types.CodeType:
         """Compile the definition with the line numbers it has in its cell."""
         padding = "\n" * (self.lineno - 1)
         if self.kind == "lambda":
-            return compile(f"{padding}({self.source})", self.filename, "eval", dont_inherit=True)
+            return compile(f"{padding}({self.source})", self.filename, "eval", self.flags, dont_inherit=True)
         tree = ast.parse(padding + self.source)
         node = tree.body[0]
         if self.kind == "function" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list:
             # The object that travels is the function its decorators were given (what a wrapper holds, or
             # what a decorator that registers it returned): compiled without them, on its first line still.
             node.lineno, node.decorator_list = self.lineno, []
-        return compile(tree, self.filename, "exec", dont_inherit=True)
+        return compile(tree, self.filename, "exec", self.flags, dont_inherit=True)
 
     def names_read(self) -> set[str]:
         """The global names the definition reads: the values it needs beside it."""
@@ -188,19 +192,25 @@ def _from_cell(obj: Any, kind: str, filename: str, lines: set[int],
     except SyntaxError:
         return None
     candidates = []
+    code = obj.__code__ if kind != "class" else methods[0] if methods else None
+    flags = code.co_flags & _FUTURE_FLAGS if code is not None else 0
     for node in ast.walk(tree) if kind == "lambda" else tree.body:
-        definition = _definition_at(node, text, kind, obj.__name__, filename, lines)
+        definition = _definition_at(node, text, kind, obj.__name__, filename, lines, flags)
         if definition is not None and _matches(obj, definition, methods):
             candidates.append(definition)
     return candidates[0] if len({c.source for c in candidates}) == 1 else None
 
 
+_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, feature).compiler_flag
+                                                 for feature in __future__.all_feature_names))
+
+
 def _definition_at(node: ast.AST, text: str, kind: str, name: str, filename: str,
-                   lines: set[int]) -> SourceDefinition | None:
+                   lines: set[int], flags: int) -> SourceDefinition | None:
     if kind == "lambda":
         if isinstance(node, ast.Lambda) and node.lineno in lines:
             segment = ast.get_source_segment(text, node)
-            return SourceDefinition(kind, name, filename, node.lineno, segment) if segment else None
+            return SourceDefinition(kind, name, filename, node.lineno, segment, flags) if segment else None
         return None
     types_ = (ast.ClassDef,) if kind == "class" else (ast.FunctionDef, ast.AsyncFunctionDef)
     if not isinstance(node, types_) or node.name != name or node.end_lineno is None:
@@ -212,7 +222,7 @@ def _definition_at(node: ast.AST, text: str, kind: str, name: str, filename: str
     if kind == "class" and not any(line in span for line in lines):
         return None
     source = "".join(text.splitlines(True)[first - 1:node.end_lineno])
-    return SourceDefinition(kind, name, filename, first, source)
+    return SourceDefinition(kind, name, filename, first, source, flags)
 
 
 def _matches(obj: Any, definition: SourceDefinition, methods: list[types.CodeType] | None) -> bool:

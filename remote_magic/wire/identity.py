@@ -203,6 +203,11 @@ def update_in_place(old: Any, new: Any) -> bool:
         old.bit_generator.state = new.bit_generator.state
     elif numpy is not None and isinstance(old, numpy.random.RandomState):
         old.set_state(new.get_state())
+    elif _pandas_data(old):
+        old._update_inplace(new)  # what pandas' own `inplace=True` does: the new data, in this object
+        for name in old._metadata:  # a Series' name; a subclass's own fields
+            object.__setattr__(old, name, getattr(new, name, None))
+        old.attrs = new.attrs
     elif (type(old).__module__ == "__main__" and hasattr(old, "__dict__") and not hasattr(type(old), "__slots__")
           and not isinstance(old, type)):  # a class's own attributes come back with it (definitions.py)
         old.__dict__.clear()  # an instance of a notebook class: its attributes are its state
@@ -271,10 +276,16 @@ _OWN_PICKLING = {"__slots__", "__reduce__", "__reduce_ex__", "__getstate__", "__
 """A class that defines any of these may pickle as something other than its ``__dict__``."""
 
 
+def _pandas_data(value: Any) -> bool:
+    """A pandas DataFrame or Series (or a subclass)."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(value, (pandas.DataFrame, pandas.Series))
+
+
 def _updatable(value: Any) -> bool:
     """Can ``update_in_place`` make this object hold another of its kind's state?"""
     kind = type(value)
-    if kind in (list, dict, set, bytearray) or _plain_notebook_instance(value):
+    if kind in (list, dict, set, bytearray) or _plain_notebook_instance(value) or _pandas_data(value):
         return True
     numpy = sys.modules.get("numpy")
     return numpy is not None and (kind is numpy.ndarray
