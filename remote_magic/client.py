@@ -161,7 +161,7 @@ class Client:
                 on_stream: Callable[[Mapping[str, Any]], None] = write_stream,
                 on_display: Callable[[Mapping[str, Any]], None] = show_display,
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
-                figure_formats: Iterable[str] = ("png",),
+                figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
                 on_files: Callable[[FileChanges], None] | None = None,
                 retries: int = 0, on_retry: Callable[[str], None] | None = None,
                 require: Iterable[str] | str | None = None, prefer: str | None = None,
@@ -170,6 +170,9 @@ class Client:
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
         Matplotlib figures come back as images in ``figure_formats`` (png, retina, jpeg, svg, pdf).
+        ``text_format``: how the notebook shows values as text (IPython's PlainTextFormatter settings
+        ``pprint``, ``float_precision``, ``max_width``, ``max_seq_length``; ``%precision``, ``%pprint``),
+        for the worker to render the value alike.
         ``on_files`` is called with the files the code wrote or removed in the worker's working
         directory, when there are any, also when the code then raised.
 
@@ -183,7 +186,8 @@ class Client:
         ``kept_on_worker`` holds a handle for each (later code there uses it in place; ``gather`` brings
         values back).
         """
-        header = {**_code_header(code, outputs, gpu, kernels, figure_formats), **placement_header(require, prefer)}
+        header = {**_code_header(code, outputs, gpu, kernels, figure_formats, text_format),
+                  **placement_header(require, prefer)}
         if keep:
             header["keep"] = list(keep)
         attempts = fleet_jobs.Attempts(retries, "the code", on_retry)
@@ -201,7 +205,7 @@ class Client:
                     gpu: bool | list[str] | None = None, kernels: Mapping[str, str] | None = None,
                     on_stream: OnWorkerOutput | None = None, on_display: OnWorkerOutput | None = None,
                     on_module_error: Callable[[str, Any, Exception], None] | None = None,
-                    figure_formats: Iterable[str] = ("png",),
+                    figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
                     inputs_for: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, JobResult]:
         """Run ``code`` on several workers at once, each in this client's session there; ``{worker: JobResult}``.
 
@@ -220,7 +224,7 @@ class Client:
                                       "then run this again")
         labelled = fleet_jobs.LabelledOutput(write_stream, show_display)
         stream, display = on_stream or labelled.stream, on_display or labelled.display
-        header = _code_header(code, outputs, gpu, kernels, figure_formats)
+        header = _code_header(code, outputs, gpu, kernels, figure_formats, text_format)
         events: queue.SimpleQueue[Message] = queue.SimpleQueue()
         waits: dict[str, tuple[_Job, OnStream, OnStream]] = {}
         targets: dict[str, str] = {}
@@ -247,7 +251,8 @@ class Client:
               kernels: Mapping[str, str] | None = None, on_stream: OnWorkerOutput | None = None,
               on_display: OnWorkerOutput | None = None,
               on_module_error: Callable[[str, Any, Exception], None] | None = None,
-              figure_formats: Iterable[str] = ("png",)) -> SplitResult:
+              figure_formats: Iterable[str] = ("png",),
+              text_format: Mapping[str, Any] | None = None) -> SplitResult:
         """Run ``code`` on pieces of the ``split`` inputs, one piece per worker at once; concatenate ``gather``.
 
         Each input named in ``split`` (numpy arrays, lists, tuples, pandas DataFrames and Series, all of one
@@ -264,7 +269,8 @@ class Client:
         """
         return split_gather.run(self, code, inputs, split, gather, workers, outputs, timeout=timeout, gpu=gpu,
                                 kernels=kernels, on_stream=on_stream, on_display=on_display,
-                                on_module_error=on_module_error, figure_formats=figure_formats)
+                                on_module_error=on_module_error, figure_formats=figure_formats,
+                                text_format=text_format)
 
     def _submit_code(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
                      timeout: float | None, events: "queue.SimpleQueue[Message] | None" = None,
@@ -776,10 +782,13 @@ class Client:
 
 
 def _code_header(code: str, outputs: Iterable[str] | None, gpu: bool | list[str] | None,
-                 kernels: Mapping[str, str] | None, figure_formats: Iterable[str]) -> dict[str, Any]:
+                 kernels: Mapping[str, str] | None, figure_formats: Iterable[str],
+                 text_format: Mapping[str, Any] | None) -> dict[str, Any]:
     """What a cell's SUBMIT says, before the inputs are packed."""
     header: dict[str, Any] = {"kind": "code", "code": code, "figure_formats": list(figure_formats),
                               "outputs": None if outputs is None else list(outputs)}
+    if text_format:
+        header["text_format"] = dict(text_format)
     if gpu:
         header["gpu"] = True if gpu is True else list(gpu)
     if kernels:

@@ -82,7 +82,8 @@ class DaskClient:
                 kernels: Mapping[str, str] | None = None, on_stream: OnStream = write_stream,
                 on_display: OnStream = show_display,
                 on_module_error: Callable[[str, Any, Exception], None] | None = None,
-                figure_formats: Iterable[str] = ("png",), on_files: Callable[[FileChanges], None] | None = None,
+                figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
+                on_files: Callable[[FileChanges], None] | None = None,
                 retries: int = 0, on_retry: Callable[[str], None] | None = None,
                 require: Iterable[str] | str | None = None, prefer: str | None = None,
                 keep: Iterable[str] | None = None) -> JobResult:
@@ -93,7 +94,7 @@ class DaskClient:
         need a remote-worker: DaskError. Files the code writes stay on the Dask worker, unlisted
         (``on_files`` is never called)."""
         _refuse(gpu=gpu or kernels, retries=retries, require=require, prefer=prefer, keep=keep)
-        header = _code_header(code, outputs, figure_formats)
+        header = _code_header(code, outputs, figure_formats, text_format)
         addresses = None if worker is None else self._addresses([worker])
         job = self._jobs.submit(header, inputs, worker, addresses, queue.SimpleQueue(), on_stream, on_display)
         ended = self._jobs.wait({job.id: job}, timeout)[job.id]
@@ -104,7 +105,7 @@ class DaskClient:
                     gpu: bool | list[str] | None = None, kernels: Mapping[str, str] | None = None,
                     on_stream: OnWorkerOutput | None = None, on_display: OnWorkerOutput | None = None,
                     on_module_error: Callable[[str, Any, Exception], None] | None = None,
-                    figure_formats: Iterable[str] = ("png",),
+                    figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
                     inputs_for: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, JobResult]:
         """Run ``code`` on each of ``workers`` (default: every Dask worker) at once; ``{worker: JobResult}``,
         with labelled output and FleetError as ``Client.execute_all``."""
@@ -114,7 +115,7 @@ class DaskClient:
             raise NoSuchWorker(f"the Dask cluster at {self.address} has no workers: start some, then run this again")
         labelled = fleet_jobs.LabelledOutput(write_stream, show_display)
         stream, display = on_stream or labelled.stream, on_display or labelled.display
-        header = _code_header(code, outputs, figure_formats)
+        header = _code_header(code, outputs, figure_formats, text_format)
         jobs: dict[str, Job] = {}
         asked: dict[str, str] = {}  # job id -> the name it was asked for (results are keyed by it)
         events: Events = queue.SimpleQueue()
@@ -139,12 +140,14 @@ class DaskClient:
               kernels: Mapping[str, str] | None = None, on_stream: OnWorkerOutput | None = None,
               on_display: OnWorkerOutput | None = None,
               on_module_error: Callable[[str, Any, Exception], None] | None = None,
-              figure_formats: Iterable[str] = ("png",)) -> SplitResult:
+              figure_formats: Iterable[str] = ("png",),
+              text_format: Mapping[str, Any] | None = None) -> SplitResult:
         """``Client.split`` on the Dask workers: one piece per worker (equal pieces: Dask workers report no
         measured speed), run at once, ``gather`` concatenated in order."""
         return split_gather.run(self, code, inputs, split, gather, workers, outputs, timeout=timeout, gpu=gpu,
                                 kernels=kernels, on_stream=on_stream, on_display=on_display,
-                                on_module_error=on_module_error, figure_formats=figure_formats)
+                                on_module_error=on_module_error, figure_formats=figure_formats,
+                                text_format=text_format)
 
     def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any], *, chunksize: int | None = None,
             retries: int = 0, workers: Iterable[str] | None = None, timeout: float | None = None,
@@ -269,9 +272,10 @@ def _refuse(**options: Any) -> None:
             raise DaskError(f"{name} (--{name}) is not available on a Dask cluster: {why[name]}")
 
 
-def _code_header(code: str, outputs: Iterable[str] | None, figure_formats: Iterable[str]) -> dict[str, Any]:
+def _code_header(code: str, outputs: Iterable[str] | None, figure_formats: Iterable[str],
+                 text_format: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"kind": "code", "code": code, "figure_formats": list(figure_formats),
-            "outputs": None if outputs is None else list(outputs)}
+            "text_format": dict(text_format or {}), "outputs": None if outputs is None else list(outputs)}
 
 
 def _for_worker(callback: OnWorkerOutput, worker: str) -> OnStream:

@@ -94,8 +94,10 @@ class JobRunner:
         job = str(msg.header["job"])
         started = time.perf_counter()
         self._files_before = self._files_changed = None
+        text_format = msg.header.get("text_format")
         outputs = JobOutputs(job, self.send, [str(f) for f in msg.header.get("figure_formats") or ["png"]],
-                             framed=self.displays_in_frames)
+                             framed=self.displays_in_frames,
+                             text_format=text_format if isinstance(text_format, dict) else None)
         self._outputs = outputs
         try:
             with outputs:

@@ -11,14 +11,19 @@ import builtins
 import contextlib
 import importlib
 import io
+import logging
 import sys
 import threading
 import time
 import types
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from remote_magic.wire.displays import FRAMED, frame_parts
+from traitlets import TraitError
+
+from remote_magic.wire.displays import FRAMED, TEXT_FORMAT, frame_parts
 from remote_magic.wire.protocol import MAX_HEADER_BYTES, MessageType as T, encode_header
+
+log = logging.getLogger(__name__)
 
 
 class Send(Protocol):
@@ -75,8 +80,10 @@ class ForwardedStream(io.TextIOBase):
 class JobOutputs:
     """Redirects a job's streams and display() for as long as the job runs (a context manager)."""
 
-    def __init__(self, job: str, send: Send, figure_formats: Sequence[str] = ("png",), framed: bool = True) -> None:
+    def __init__(self, job: str, send: Send, figure_formats: Sequence[str] = ("png",), framed: bool = True,
+                 text_format: Mapping[str, Any] | None = None) -> None:
         self.job = job
+        _use_text_format(text_format or {})
         self._send = send
         self._framed = framed  # a display too large for a header may send its largest parts as frames
         self.figure_formats = [f for f in figure_formats if f in FIGURE_FORMATS] or ["png"]
@@ -216,6 +223,23 @@ def _render_figures_as(formats: list[str]) -> None:
     shell = types.SimpleNamespace(display_formatter=_formatter())
     select_figure_formats(shell, set(formats))  # type: ignore[no-untyped-call]  # IPython has no hints
     _FIGURE_FORMATS[:] = formats
+
+
+_TEXT_FORMAT: dict[str, Any] = {}  # the notebook's text formatter settings, as last applied here
+
+
+def _use_text_format(settings: Mapping[str, Any]) -> None:
+    """Show values as the notebook's IPython does: its ``%pprint`` and ``%precision`` (which, as there, also
+    sets numpy's print precision). Only what the notebook changed since is applied, so a cell's own
+    ``np.set_printoptions`` holds until the notebook's ``%precision`` changes again, as locally."""
+    plain = _formatter().formatters["text/plain"]
+    for name, value in settings.items():
+        if name in TEXT_FORMAT and _TEXT_FORMAT.get(name, getattr(plain, name)) != value:
+            try:
+                setattr(plain, name, value)
+            except (TraitError, ValueError) as exc:  # a value this IPython doesn't take: shown its own way
+                log.info("the notebook's %s=%r doesn't apply here: %s", name, value, exc)
+            _TEXT_FORMAT[name] = value
 
 
 def _formatter() -> Any:

@@ -39,6 +39,7 @@ from ..results import FileChanges, JobResult
 from ..transfer import Transfer
 from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.cellcode import names_read
+from ..wire.displays import TEXT_FORMAT
 from ..wire.handles import RemoteValue
 from ..wire.keys import HubKeys
 from ..wire.protocol import Role
@@ -281,6 +282,7 @@ class OffloadMagics(Magics):
             result = client.execute(
                 cell, inputs, worker=worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
                 kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
+                text_format=_text_format(self.shell),
                 on_display=self.cell_display.show, on_module_error=on_module_error,
                 on_files=lambda files: _notice(_describe_files(files)), retries=args.retries, on_retry=_notice,
                 require=_unquoted(args.require), prefer=args.prefer, keep=_names(args.keep))
@@ -313,6 +315,7 @@ class OffloadMagics(Magics):
         options: dict[str, Any] = dict(
             workers=several.workers, timeout=args.timeout or self.default_timeout, gpu=gpu,
             kernels=self.kernels or None, figure_formats=_figure_formats(self.shell),
+            text_format=_text_format(self.shell),
             on_stream=labelled.stream, on_display=labelled.display, on_module_error=on_module_error)
         gathered: dict[str, Any] = {}
         try:
@@ -583,12 +586,21 @@ def _unquoted(values: list[str] | None) -> list[str] | None:
 
 
 def _figure_formats(shell: Any) -> list[str]:
-    """The formats this notebook shows figures in (``%config InlineBackend.figure_formats``)."""
+    """The formats this notebook shows figures in (``%config InlineBackend.figure_formats``, or the older
+    ``figure_format``)."""
     inline = sys.modules.get("matplotlib_inline.backend_inline")
     if inline is not None and inline.InlineBackend.initialized():
         return sorted(inline.InlineBackend.instance().figure_formats)
-    configured = shell.config.get("InlineBackend", {}).get("figure_formats")
-    return sorted(configured) if configured else ["png"]
+    configured = shell.config.get("InlineBackend", {})
+    formats = configured.get("figure_formats") or (
+        [configured["figure_format"]] if "figure_format" in configured else [])
+    return sorted(formats) or ["png"]
+
+
+def _text_format(shell: Any) -> dict[str, Any]:
+    """How this notebook shows values as text, for the worker to show the cell's value alike."""
+    plain = shell.display_formatter.formatters["text/plain"]
+    return {name: getattr(plain, name) for name in TEXT_FORMAT}
 
 
 def _describe_files(files: FileChanges) -> str:

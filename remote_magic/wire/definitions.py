@@ -11,8 +11,8 @@ it first gets its own object back (identity holds: ``isinstance(m, Model)`` stay
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import contextlib
 import functools
@@ -42,15 +42,19 @@ class SourceDefinition:
     def code(self) -> types.CodeType:
         """Compile the definition with the line numbers it has in its cell."""
         padding = "\n" * (self.lineno - 1)
+        tree: ast.Module | ast.Expression
         if self.kind == "lambda":
-            return compile(f"{padding}({self.source})", self.filename, "eval", self.flags, dont_inherit=True)
-        tree = ast.parse(padding + self.source)
-        node = tree.body[0]
-        if self.kind == "function" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list:
-            # The object that travels is the function its decorators were given (what a wrapper holds, or
-            # what a decorator that registers it returned): compiled without them, on its first line still.
-            node.lineno, node.decorator_list = self.lineno, []
-        return compile(tree, self.filename, "exec", self.flags, dont_inherit=True)
+            tree = ast.parse(f"{padding}({self.source})", mode="eval")
+        else:
+            tree = ast.parse(padding + self.source)
+            node = tree.body[0]
+            if self.kind == "function" and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                # The object that travels is the function its decorators were given (what a wrapper holds,
+                # or what a decorator that registers it returned): compiled without them, on its line still.
+                node.lineno, node.decorator_list = self.lineno, []
+        code: types.CodeType = compile(tree, self.filename, "eval" if self.kind == "lambda" else "exec", self.flags,
+                                       dont_inherit=True)
+        return code
 
     def names_read(self) -> set[str]:
         """The global names the definition reads: the values it needs beside it."""

@@ -1,10 +1,15 @@
-"""A display output too large for a message's header (a big figure's PNG) travels with its largest
-parts as frames after the header, as the values of a result do; the receiver puts them back."""
+"""How output is shown, on the wire: a display output too large for a message's header (a big
+figure's PNG) travels with its largest parts as frames after the header, as the values of a result
+do, and the receiver puts them back; the notebook's text formatter settings travel with each cell."""
 
 from __future__ import annotations
 
 import base64
 from typing import Any, Sequence
+
+TEXT_FORMAT = ("pprint", "float_precision", "max_width", "max_seq_length")
+"""What of IPython's text formatter decides how a value reads (``%pprint``, ``%precision``): a cell's
+``text_format`` says how the notebook has them, and the worker renders the cell's value alike."""
 
 FRAMED = "framed"
 """The header key listing the parts that travel as frames: ``[[mime type, "base64" | "text"], ...]``."""

@@ -10,9 +10,9 @@ RemoteError's remote type and traceback).
 from __future__ import annotations
 
 import builtins
-import functools
 import importlib
 import sys
+import weakref
 from typing import Any, Mapping
 
 from .. import errors
@@ -79,17 +79,23 @@ def _local_type(remote_type: str, defined: Mapping[str, Any]) -> type[Exception]
     return local
 
 
-@functools.lru_cache(maxsize=256)
+_AS_REMOTE: "weakref.WeakKeyDictionary[type[Exception], type[RemoteError]]" = weakref.WeakKeyDictionary()
+
+
 def _as_remote_error(local: type[Exception]) -> type[RemoteError]:
     """A RemoteError that is also ``local`` (a ZeroDivisionError from the worker is caught by
-    ``except ZeroDivisionError``, and named so). Cached by the class itself: a notebook that defines
-    its exception class again gets the new one."""
-    try:
-        return type(local.__name__, (RemoteError, local), {
-            "__module__": RemoteError.__module__, "__qualname__": local.__qualname__,
-            "__str__": BaseException.__str__, "__doc__": f"{local.__name__} raised on the worker."})
-    except TypeError:  # a layout RemoteError can't share (OSError's, for one)
-        return RemoteError
+    ``except ZeroDivisionError``, and named so). Kept per class: a notebook that defines its
+    exception class again gets the new one."""
+    made = _AS_REMOTE.get(local)
+    if made is None:
+        try:
+            made = type(local.__name__, (RemoteError, local), {
+                "__module__": RemoteError.__module__, "__qualname__": local.__qualname__,
+                "__str__": BaseException.__str__, "__doc__": f"{local.__name__} raised on the worker."})
+        except TypeError:  # a layout RemoteError can't share (OSError's, for one)
+            made = RemoteError
+        _AS_REMOTE[local] = made
+    return made
 
 
 def _module(name: str) -> Any:
