@@ -34,6 +34,7 @@ from .wire.failures import error_from_header, error_header
 from .wire.frame_cache import SentDigests
 from .wire.handles import RemoteValue
 from .wire.lifecycle import JobState, Lifecycle
+from .wire.module_state import NAME as MODULE_STATE
 from .wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_HEADER_BYTES,
@@ -165,7 +166,7 @@ class Client:
                 on_files: Callable[[FileChanges], None] | None = None,
                 retries: int = 0, on_retry: Callable[[str], None] | None = None,
                 require: Iterable[str] | str | None = None, prefer: str | None = None,
-                keep: Iterable[str] | None = None) -> JobResult:
+                keep: Iterable[str] | None = None, module_state: Mapping[str, Any] | None = None) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
         ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
@@ -185,6 +186,10 @@ class Client:
         ``keep``: names whose values stay on the worker when the code binds them: the result's
         ``kept_on_worker`` holds a handle for each (later code there uses it in place; ``gather`` brings
         values back).
+
+        ``module_state``: this process's global random generators, numpy print options and rcParams
+        (``wire.module_state.capture()``), for the code to run with; what it changes of them comes back
+        in ``JobResult.module_state`` (also in a RemoteError's ``partial``), for this process to take.
         """
         header = {**_code_header(code, outputs, gpu, kernels, figure_formats, text_format),
                   **placement_header(require, prefer)}
@@ -192,7 +197,7 @@ class Client:
             header["keep"] = list(keep)
         attempts = fleet_jobs.Attempts(retries, "the code", on_retry)
         while True:
-            job = self._submit_code(header, inputs, worker, timeout)
+            job = self._submit_code(header, inputs, worker, timeout, module_state=module_state)
             msg = self._wait(job, on_stream, on_display)
             try:
                 return self._code_result(job, msg, on_module_error, on_files)
@@ -274,11 +279,13 @@ class Client:
 
     def _submit_code(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
                      timeout: float | None, events: "queue.SimpleQueue[Message] | None" = None,
-                     update_inputs: bool = True) -> _Job:
+                     update_inputs: bool = True, module_state: Mapping[str, Any] | None = None) -> _Job:
         """Send a cell's job (``header`` from ``_code_header``, copied: each attempt is a job of its own).
         ``update_inputs``: what the cell changes in the inputs is changed in place here too."""
         # Names sharing one object, and arrays viewing another's memory, go as references to it.
         sent, refs = identity.references(dict(inputs or {}))
+        if module_state is not None:  # beside the inputs, not one of them (nothing inside it is numbered)
+            sent[MODULE_STATE] = dict(module_state)
         header = {**header, "refs": refs} if refs else dict(header)
         walked = identity.shared_objects(inputs or {}) if update_inputs else None
         if walked is not None and walked[0]:  # the worker refers to objects inside the inputs by these numbers

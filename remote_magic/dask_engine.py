@@ -86,7 +86,7 @@ class DaskClient:
                 on_files: Callable[[FileChanges], None] | None = None,
                 retries: int = 0, on_retry: Callable[[str], None] | None = None,
                 require: Iterable[str] | str | None = None, prefer: str | None = None,
-                keep: Iterable[str] | None = None) -> JobResult:
+                keep: Iterable[str] | None = None, module_state: Mapping[str, Any] | None = None) -> JobResult:
         """Run ``code`` on a Dask worker (the one named by ``worker``, else where Dask puts it), as
         ``Client.execute``: a JobResult, a RemoteError (with ``partial``) when the code raised, output
         streamed while it runs. ``timeout``: stop waiting after that many seconds (JobTimeout; Dask can't
@@ -96,7 +96,8 @@ class DaskClient:
         _refuse(gpu=gpu or kernels, retries=retries, require=require, prefer=prefer, keep=keep)
         header = _code_header(code, outputs, figure_formats, text_format)
         addresses = None if worker is None else self._addresses([worker])
-        job = self._jobs.submit(header, inputs, worker, addresses, queue.SimpleQueue(), on_stream, on_display)
+        job = self._jobs.submit(header, inputs, worker, addresses, queue.SimpleQueue(), on_stream, on_display,
+                                module_state=module_state)
         ended = self._jobs.wait({job.id: job}, timeout)[job.id]
         return finish(ended, job.worker, job.inputs, job.update_inputs, on_module_error)
 

@@ -26,6 +26,7 @@ from .errors import (
 from .results import show_display, write_stream
 from .wire import identity, serialization
 from .wire.failures import error_header
+from .wire.module_state import NAME as MODULE_STATE
 from .wire.protocol import Message, MessageType as T
 
 log = logging.getLogger(__name__)
@@ -92,12 +93,14 @@ class DaskJobs:
 
     def submit(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
                addresses: list[str] | None, events: Events, on_stream: OnStream, on_display: OnStream,
-               update_inputs: bool = True) -> Job:
+               update_inputs: bool = True, module_state: Mapping[str, Any] | None = None) -> Job:
         """Pack a cell's job as a hub would forward it and hand it to Dask as one task; what it sends and
         its end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may
-        run on (None: any), ``worker`` their name."""
+        run on (None: any), ``worker`` their name; ``module_state`` as ``Client.execute``'s."""
         values = dict(inputs or {})
         sent, refs = identity.references(values)  # names sharing an object, and views, go as references
+        if module_state is not None:
+            sent[MODULE_STATE] = dict(module_state)
         job_id, full, frames = self._pack(header, sent, addresses)
         if refs:
             full["refs"] = refs

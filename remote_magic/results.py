@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from . import errors
-from .wire import identity, serialization
+from .wire import identity, module_state, serialization
 from .wire.failures import error_from_header, is_error
 from .wire.handles import RemoteValue, kept_description
 from .wire.protocol import Message, MessageType
@@ -76,6 +76,8 @@ class JobResult:
     RandomStates, notebook classes' instances)."""
     notes: list[str] = field(default_factory=list)
     """Where the result differs from a local run, in words (a view that could only come back as a copy)."""
+    module_state: dict[str, Any] = field(default_factory=dict)
+    """What the code changed of the module state it was given to share (``Client.execute(module_state=)``)."""
 
 
 def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: bool,
@@ -88,6 +90,7 @@ def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inp
                                   sides=("in the notebook", "on the worker"), numbered=shared)
     kept = msg.header.get("kept_on_worker")
     handles = kept_description(kept if isinstance(kept, dict) else {}, worker)
+    shared_state = values.pop(module_state.NAME, None)
     not_updated = _patch(shared, values)
     in_place = [str(name) for name in msg.header.get("in_place") or [] if name in values]
     for name in in_place:  # so every other reference to the object here sees the change, as locally
@@ -103,7 +106,8 @@ def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inp
     return JobResult(values, worker, has_value, value, msg.header.get("stats") or {}, handles,
                      shown if isinstance(shown, dict) else None,
                      [str(name) for name in deleted] if isinstance(deleted, list) else [],
-                     in_place=in_place, notes=notes)
+                     in_place=in_place, notes=notes,
+                     module_state=shared_state if isinstance(shared_state, dict) else {})
 
 
 def _patch(shared: Sequence[Any], values: dict[str, Any]) -> list[str]:

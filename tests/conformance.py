@@ -22,6 +22,7 @@ import os
 import pickle
 import re
 import types
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,8 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
     where = path or "value"
     if _type_name(a) != _type_name(b):
         return f"{where} is a {_type_name(a)} locally, a {_type_name(b)} after offloading"
+    if isinstance(a, weakref.ref):  # (a figure's callbacks hold some) by what they refer to
+        return difference(a(), b(), f"{where}()", seen)
     if isinstance(a, types.ModuleType):
         return None if a.__name__ == b.__name__ else f"{where}: module {a.__name__} vs {b.__name__}"
     if isinstance(a, type) or callable(a) and hasattr(a, "__qualname__"):
@@ -254,6 +257,9 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
                 a == b or (a != a and b != b))
             return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
         # numpy's other objects (np.c_, np.vectorize(f)) compare as any object below
+    if module == "matplotlib":  # figures, axes, artists: their internals hold ids and callbacks; by what they show
+        equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
+        return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
     if module == "pandas" and hasattr(a, "equals"):
         return None if a.equals(b) else f"{where}:\n{_clip(a)}\nlocally, and\n{_clip(b)}\nafter offloading"
     if isinstance(a, float):

@@ -286,7 +286,7 @@ def test_the_oldest_supported_notebook_side_offloads_cells(
     assert re.search(r"lacks (psutil, )?(xxhash, )?wgpu, which a worker needs", alone.stderr), alone.stderr
     assert 'pip install "remote-magic[worker]"' in alone.stderr
     assert report["ipython"] == "7.34.0"
-    assert report["success"], report["stderr"]
+    assert report["success"], report["stderr"] + report["stdout"]
     assert (report["value"], report["total"], report["same_class"]) == (60, 6, True)
     assert "on the worker 2" in report["stdout"]
 
@@ -326,6 +326,6 @@ def test_the_dask_extra_keeps_colabs_dask_and_runs_a_cell_on_a_dask_cluster(
     run_command(python, "-m", "pip", "check", cwd=tmp_path)
     report = json.loads(run_command(python, "-c", DASK_SHELL, cwd=tmp_path, env={"PYTHONPATH": ""},
                                     timeout=300).stdout.strip().splitlines()[-1])
-    assert report["success"], report["stderr"]
+    assert report["success"], report["stderr"] + report["stdout"]
     assert (report["value"], report["L"]) == (3, [1, 2, 3])
     assert "Connected to dask://127.0.0.1:" in report["stdout"] and "sorted on dask" in report["stdout"]

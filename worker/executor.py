@@ -36,7 +36,7 @@ from remote_magic.errors import (
     RemoteError,
     SerializationError,
 )
-from remote_magic.wire import definitions, identity, serialization
+from remote_magic.wire import definitions, identity, module_state, serialization
 from remote_magic.wire.cellcode import split_last_expression
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.handles import RemoteValue, summarize
@@ -77,6 +77,7 @@ class JobRunner:
         self._last_scan: workdir.Snapshot | None = None
         self._files_changed: dict[str, Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # for cells that await at the top level
+        self._module_state = module_state.Synced()  # as this session and its notebook last agreed on it
         self.gpu, self.no_gpu = gpu, no_gpu
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
@@ -183,6 +184,9 @@ class JobRunner:
         with definitions.defining_into(namespace):
             inputs = serialization.unpack(header, msg.buffers, InputError,
                                           sides=("on the worker", "in the notebook"))
+        shared_state = inputs.pop(module_state.NAME, None)  # the notebook's random seeds, rcParams...
+        if isinstance(shared_state, dict):
+            self._module_state.take(shared_state, load=True)
         inputs, _ = identity.resolve(inputs, header.get("refs") or {})
         # Numbered before handles become their values: the notebook numbered the handles themselves.
         walked = identity.shared_objects(inputs) if header.get("shared") and not header.get("gpu") else None
@@ -233,9 +237,11 @@ class JobRunner:
         except Exception as exc:  # as locally, what the cell did before it raised stays done
             changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=False)
             changes.shared = shared
+            self._share_module_state(changes, shared_state)
             raise _CellFailed(exc, self._to_host(changes, gpu_choice)) from None
         changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=True)
         changes.shared = shared
+        self._share_module_state(changes, shared_state)
         if value is not None:
             changes.values["__value__"] = value
         return self._to_host(changes, gpu_choice)
@@ -249,6 +255,13 @@ class JobRunner:
                 self._loop = asyncio.new_event_loop()
             result = self._loop.run_until_complete(result)
         return result
+
+    def _share_module_state(self, changes: CellChanges, shared_state: Any) -> None:
+        """What the cell changed of the module state the notebook shares goes back with its values."""
+        if isinstance(shared_state, dict):  # only the kinds the notebook has loaded: it can take only those
+            changed = {name: value for name, value in self._module_state.changes().items() if name in shared_state}
+            if changed:
+                changes.values[module_state.NAME] = changed
 
     def _to_host(self, changes: CellChanges, gpu_choice: Any) -> CellChanges:
         if self.gpu is not None and gpu_choice:
@@ -540,5 +553,5 @@ def _largest_over(packed: serialization.Packed, budget: int) -> str | None:
         return None
     sizes = {name: serialization.nbytes(frames)
              for name, frames in serialization.per_name(packed.names, packed.counts, packed.frames)
-             if name != "__value__"}
+             if not is_dunder(name)}  # the cell's value and shared module state have no name to keep them under
     return max(sizes, key=lambda name: sizes[name]) if sizes else None

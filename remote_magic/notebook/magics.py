@@ -46,6 +46,7 @@ from ..wire.protocol import Role
 from ..wire.sizes import human_size, parse_size
 from . import on_several
 from .cell_display import CellDisplay
+from .shared_state import SharedState
 from .tables import WorkersTable
 
 # IPython 8.13 lets `%%offload` end with `;` to hide the cell's value; 7.34 (Colab's) has no such decorator.
@@ -76,6 +77,7 @@ class OffloadMagics(Magics):
         self.kernels: dict[str, str] = {}
         self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)
         self.cell_display = CellDisplay(shell)
+        self.shared_state = SharedState(shell)
 
     # -- connection ------------------------------------------------------------------------
 
@@ -278,6 +280,7 @@ class OffloadMagics(Magics):
             return self._offload_on_several(client, cell, inputs, several, args, gpu, on_module_error, split)
         worker = _worker_holding(inputs, args.worker)
         crossed = _crossed(client)
+        # Random seeds, print options and rcParams are one process's locally: the cell takes the notebook's.
         try:
             result = client.execute(
                 cell, inputs, worker=worker, timeout=args.timeout or self.default_timeout, gpu=gpu,
@@ -285,13 +288,16 @@ class OffloadMagics(Magics):
                 text_format=_text_format(self.shell),
                 on_display=self.cell_display.show, on_module_error=on_module_error,
                 on_files=lambda files: _notice(_describe_files(files)), retries=args.retries, on_retry=_notice,
-                require=_unquoted(args.require), prefer=args.prefer, keep=_names(args.keep))
+                require=_unquoted(args.require), prefer=args.prefer, keep=_names(args.keep),
+                module_state=self.shared_state.for_cell())
         except (RequirementError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
+                self.shared_state.take(error.partial.module_state)
                 _apply(error.partial, namespace, inputs)
             raise
+        self.shared_state.take(result.module_state)
         _apply(result, namespace, inputs)
         if args.stats:
             sent, received = (after - before for after, before in zip(_crossed(client), crossed))

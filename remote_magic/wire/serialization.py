@@ -133,7 +133,7 @@ def _with_slots(cls: Any, reduced: Any) -> Any:
     """cloudpickle's reduction of a class by value, rebuilding its ``__slots__`` as slots: cloudpickle makes
     the class without them (only the attribute), so its instances get a ``__dict__``, and an instance from
     the class with real slots (on the side that made it) no longer loads into it, or back."""
-    if (isinstance(cls, type) and "__slots__" in vars(cls) and isinstance(reduced, tuple)
+    if (isinstance(cls, type) and vars(cls).get("__slots__") and isinstance(reduced, tuple)
             and reduced[0] is cloudpickle.cloudpickle._make_skeleton_class):
         args = list(reduced[1])
         args[3] = {**args[3], "__slots__": vars(cls)["__slots__"]}  # the class's type_kwargs

@@ -1,0 +1,32 @@
+"""The notebook's side of the module state it shares with its offloaded cells (``wire/module_state.py``):
+what each cell takes along, and taking what the cell changed of it."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..wire import module_state
+
+
+class SharedState:
+    """The notebook's global random generators, numpy print options and rcParams, as offloaded cells see them."""
+
+    def __init__(self, shell: Any) -> None:
+        self._shell = shell
+        self._state: dict[str, Any] | None = None  # as the last offloaded cell left it
+        self._at: int | None = None  # that cell's execution count
+
+    def for_cell(self) -> dict[str, Any]:
+        """The state this cell takes along: read again unless the cell before it was the last offloaded one
+        (only a local cell could have changed it since)."""
+        count = self._shell.execution_count
+        if self._state is None or not isinstance(count, int) or self._at != count - 1:
+            self._state = module_state.capture()
+        self._at = count
+        return self._state
+
+    def take(self, changed: Mapping[str, Any]) -> None:
+        """Take what the offloaded cell changed of it, here too."""
+        taken = module_state.apply(changed)
+        if self._state is not None:
+            self._state.update(taken)

@@ -1,0 +1,147 @@
+"""The module state an offloaded cell shares with the notebook's own process: the global random
+generators (the ``random`` module's and numpy's legacy one), numpy's print options and matplotlib's
+rcParams.
+
+Locally every cell runs in one process, so ``np.random.seed(0)`` in a local cell decides what the
+next cell draws, and ``plt.rcParams["figure.figsize"] = ...`` how it plots, wherever that cell runs.
+So each offloaded cell takes the notebook's current state of these along (``capture``), the worker
+runs the cell with it (``apply``), and what the cell changed of it comes back (``changed``) and is
+applied in the notebook: local and offloaded cells share them as one process would.
+
+Only the kinds whose module both sides have loaded travel; the receiver takes the keys it knows.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pickle
+import sys
+from typing import Any, Callable, Mapping, NamedTuple
+
+log = logging.getLogger(__name__)
+
+NAME = "__module_state__"
+"""The name the state travels under, beside a cell's inputs and in its results."""
+
+
+class _Kind(NamedTuple):
+    module: str
+    get: Callable[[Any], Any]
+    set: Callable[[Any, Any], None]
+
+
+def _numpy_rng_state(numpy: Any) -> tuple[Any, ...]:
+    """numpy's legacy global generator's state, in plain Python types: a pickled array wouldn't load
+    under another major numpy version."""
+    name, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
+    return str(name), keys.astype("<u4").tobytes(), int(position), int(has_gauss), float(gauss)
+
+
+def _set_numpy_rng(numpy: Any, state: tuple[Any, ...]) -> None:
+    name, keys, position, has_gauss, gauss = state
+    numpy.random.set_state((name, numpy.frombuffer(keys, "<u4"), position, has_gauss, gauss))
+
+
+def _numpy_print_options(numpy: Any, options: Mapping[str, Any]) -> None:
+    known = numpy.get_printoptions()
+    numpy.set_printoptions(**{key: value for key, value in options.items() if key in known})
+
+
+_NOT_SHARED_RC = ("backend", "interactive", "webagg.")
+"""rcParams each side keeps its own: how figures are drawn and shown there."""
+
+
+def _rc_changes(matplotlib: Any) -> dict[str, Any]:
+    """The rcParams that differ from matplotlib's defaults (a style, a figure size), by key."""
+    defaults = matplotlib.rcParamsDefault
+    # Read as a dict: reading rcParams["backend"] through RcParams may pick a backend, importing pyplot.
+    # A property cycle goes as the text rcParams takes for it: a pickled Cycler needs the cycler package.
+    return {key: value if isinstance(value, _PLAIN) else repr(value) for key, value in dict.items(matplotlib.rcParams)
+            if not key.startswith(_NOT_SHARED_RC) and key in defaults and value != dict.__getitem__(defaults, key)}
+
+
+_PLAIN = (str, int, float, bool, type(None), list, tuple)
+
+
+def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
+    params, defaults = matplotlib.rcParams, matplotlib.rcParamsDefault
+    wanted = {key: value for key, value in changes.items() if key in defaults}
+    # What the other side has at its default is at the default here too (a style reset there).
+    back = {key: dict.__getitem__(defaults, key) for key in _rc_changes(matplotlib) if key not in wanted}
+    for key, value in {**back, **wanted}.items():
+        try:
+            if repr(dict.get(params, key)) != repr(value):
+                params[key] = value
+        except (KeyError, ValueError, TypeError) as exc:  # a key or value this matplotlib doesn't take
+            log.info("rcParams[%r] from the other side doesn't apply here: %s", key, exc)
+
+
+KINDS: dict[str, _Kind] = {
+    "random": _Kind("random", lambda random: random.getstate(), lambda random, state: random.setstate(state)),
+    "numpy.random": _Kind("numpy", _numpy_rng_state, _set_numpy_rng),
+    "numpy.printoptions": _Kind("numpy", lambda numpy: numpy.get_printoptions(), _numpy_print_options),
+    "matplotlib.rcParams": _Kind("matplotlib", _rc_changes, _set_rc),
+}
+
+
+def capture() -> dict[str, Any]:
+    """This process's state of each kind whose module is loaded."""
+    state = {}
+    for name, kind in KINDS.items():
+        module = sys.modules.get(kind.module)
+        if module is not None:
+            try:
+                state[name] = kind.get(module)
+            except Exception as exc:  # a version whose API differs: that kind stays each side's own
+                log.debug("%s isn't shared: %s", name, exc)
+    return state
+
+
+def apply(state: Mapping[str, Any], load: bool = False) -> dict[str, Any]:
+    """Take the other side's state, for the kinds whose module is loaded here (``load``: importing it if
+    it isn't, so a cell that imports it later starts from that state); returns the kinds taken."""
+    taken = {}
+    for name, value in state.items():
+        kind = KINDS.get(name)
+        if kind is None:
+            continue
+        module = sys.modules.get(kind.module)
+        try:
+            if module is None and load:
+                module = importlib.import_module(kind.module)
+            if module is not None:
+                kind.set(module, value)
+                taken[name] = value
+        except Exception as exc:  # not installed here, or a state this version can't take: each side's own
+            log.info("%s from the other side doesn't apply here: %s", name, exc)
+    return taken
+
+
+class Synced:
+    """What one side last agreed with the other on, by kind, as pickles; tells what changed since."""
+
+    def __init__(self) -> None:
+        self._pickles: dict[str, bytes | None] = {}
+
+    def differs(self, name: str, value: Any) -> bool:
+        """Does ``value`` differ from what was agreed on for ``name``? It is what is agreed on from now."""
+        pickled = _pickled(value)
+        same = name in self._pickles and self._pickles[name] == pickled
+        self._pickles[name] = pickled
+        return not same
+
+    def take(self, state: Mapping[str, Any], load: bool = False) -> None:
+        """Take the other side's state where it differs from what was agreed on (unchanged kinds cost a pickle)."""
+        apply({name: value for name, value in state.items() if self.differs(name, value)}, load)
+
+    def changes(self) -> dict[str, Any]:
+        """The kinds whose state here changed since it was agreed on."""
+        return {name: value for name, value in capture().items() if self.differs(name, value)}
+
+
+def _pickled(value: Any) -> bytes | None:
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception:  # a state that doesn't pickle doesn't travel either
+        return None
