@@ -162,6 +162,38 @@ def test_an_object_changed_in_place_that_cant_be_updated_here_says_which_names_k
             "value") in out.stderr
 
 
+_ONE_PROCESS = [
+    "import random\nimport numpy as np\nimport matplotlib\nnp.random.seed(0)\nrandom.seed(1)\n"
+    "matplotlib.rcParams['lines.linewidth'] = 3.5",
+    "a = np.random.rand(2).tolist()\nr = random.random()\nwidth = matplotlib.rcParams['lines.linewidth']\n"
+    "np.random.seed(7)\nmatplotlib.rcParams['figure.figsize'] = [3.0, 2.0]\nnp.set_printoptions(precision=2)",
+    "b = np.random.rand(1).tolist()\nr2 = random.random()\nsize = list(matplotlib.rcParams['figure.figsize'])\n"
+    "shown = repr(np.array([1 / 3]))",
+]
+
+
+def test_random_seeds_print_options_and_rc_params_are_one_processs_for_local_and_offloaded_cells(
+        ip: InteractiveShell) -> None:
+    """A local cell's seed decides what the next offloaded cell draws, and an offloaded cell's seed, print
+    options and rcParams hold in the local cells after it, as when every cell runs locally."""
+    import matplotlib
+
+    names = ("a", "r", "width", "b", "r2", "size", "shown")
+    try:
+        runs = []
+        for offloaded in (set(), {1}):  # all local; then the middle cell offloaded
+            ip.reset(new_session=False)
+            for index, cell in enumerate(_ONE_PROCESS):
+                result, out = run(ip, f"%%offload\n{cell}" if index in offloaded else cell)
+                assert result.success, f"{result.error_in_exec}\n{out.stderr}"
+            runs.append({name: ip.user_ns[name] for name in names})
+        assert runs[1] == runs[0]
+        assert runs[0]["width"] == 3.5 and runs[0]["size"] == [3.0, 2.0] and runs[0]["shown"] == "array([0.33])"
+    finally:
+        matplotlib.rcdefaults()
+        np.set_printoptions(precision=8)
+
+
 def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:
     """Item 2, inside values: an object a container, an attribute and a name share is one object on the
     worker too, and what the cell does to it reaches every holder here."""
