@@ -242,3 +242,26 @@ def test_a_display_too_large_for_a_header_arrives_whole(ip: InteractiveShell) ->
     images = [o.data["image/png"] for o in out.outputs if "image/png" in o.data]
     assert len(images) == 1 and base64.b64decode(images[0]) == bytes(range(256)) * 8192
     assert "left out" not in out.stderr and out.stdout == "after\n"
+
+
+def test_a_module_beside_the_notebook_that_the_worker_lacks_is_named_with_how_to_copy_it(
+        ip: InteractiveShell, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "helpers_beside.py").write_text("def double(x):\n    return 2 * x\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result, out = run(ip, "%%offload\nimport helpers_beside\ny = helpers_beside.double(2)")
+    assert isinstance(result.error_in_exec, ModuleNotFoundError)
+    assert ("`helpers_beside` is helpers_beside.py here, next to the notebook, not a package installed on the "
+            "worker: `%offload_put helpers_beside.py` copies it into the worker's working directory") in out.stderr
+    result, out = run(ip, "%offload_put helpers_beside.py --force")
+    assert result.success, out.stderr
+    result, out = run(ip, "%%offload\nimport helpers_beside\ny = helpers_beside.double(2)")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["y"] == 4
+
+
+def test_input_in_an_offloaded_cell_says_nobody_can_answer_it_there(ip: InteractiveShell) -> None:
+    result, _ = run(ip, "%%offload\ntry:\n    input('name? ')\nexcept EOFError as e:\n    said = str(e)")
+    assert result.success, result.error_in_exec
+    assert ip.user_ns["said"].startswith("input('name? ') asks the notebook's user, and an offloaded cell runs on "
+                                         "the worker, where nobody can answer")

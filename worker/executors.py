@@ -80,8 +80,9 @@ class ExecutorProcess:
         # Vulkan loaders complain on headless machines without it; a private one is enough.
         env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR") or link.folder}
         self.spawned_at = time.monotonic()
-        # Its own session: a Ctrl-C in the worker's terminal is the worker's, not the job's.
-        self.process = subprocess.Popen(command, start_new_session=True, env=env)
+        # Its own session: a Ctrl-C in the worker's terminal is the worker's, not the job's; and no stdin: a
+        # cell's input() can't read the worker's terminal (outputs.JobOutputs says why it can't ask).
+        self.process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.DEVNULL)
         log.info("started executor %d (pid %d)", number, self.process.pid)
 
     def send(self, frames: list[Any]) -> None:

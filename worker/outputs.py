@@ -92,13 +92,14 @@ class JobOutputs:
         self._flush_lock = threading.Lock()
 
     def __enter__(self) -> "JobOutputs":
-        self._saved = sys.stdout, sys.stderr
+        self._saved = sys.stdout, sys.stderr, builtins.input
         sys.stdout, sys.stderr = self.stdout, self.stderr
+        builtins.input = _no_input
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.flush()
-        sys.stdout, sys.stderr = self._saved
+        sys.stdout, sys.stderr, builtins.input = self._saved
 
     def flush(self) -> None:
         # One flush at a time, so text a periodic flush took is sent before a later flush returns.
@@ -184,6 +185,13 @@ class JobOutputs:
             self.display(*(plt.figure(number) for number in plt.get_fignums()), after_cell=after_cell)
         finally:
             plt.close("all")
+
+
+def _no_input(prompt: object = "") -> str:
+    """A job's input(): nobody can answer it on the worker. An EOFError, as input() raises with no input to
+    read, so code that handles that goes on; its message says what to do."""
+    raise EOFError(f"input({str(prompt)!r}) asks the notebook's user, and an offloaded cell runs on the worker, "
+                   "where nobody can answer: ask in a local cell and use the answer's variable in this one")
 
 
 _current: Callable[[], JobOutputs | None] = lambda: None  # noqa: E731  (the running job's, once installed)

@@ -7,10 +7,12 @@ Each magic parses its line, calls the client API and shows the result; the work 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from IPython.core import magic as ipython_magic
@@ -26,6 +28,7 @@ from ..errors import (
     FileTransferError,
     FleetError,
     GatherError,
+    InputError,
     NoSuchJob,
     NoSuchWorker,
     OutputError,
@@ -296,6 +299,10 @@ class OffloadMagics(Magics):
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
                 self.shared_state.take(error.partial.module_state)
                 _apply(error.partial, namespace, inputs)
+            _say_if_a_local_module(str(error))
+            raise
+        except InputError as error:
+            _say_if_a_local_module(str(error))
             raise
         self.shared_state.take(result.module_state)
         _apply(result, namespace, inputs)
@@ -561,6 +568,36 @@ def _apply(result: JobResult, namespace: dict[str, Any], inputs: dict[str, Any])
                     f"updated in place here): {', '.join(others)}, which shared it here, still hold the old value")
     for note in result.notes:
         _notice(note)
+
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def _say_if_a_local_module(error: str) -> None:
+    """When the worker lacks a module that is a file or folder beside the notebook (not an installed
+    package), say so, and how to copy it there."""
+    missing = _NO_MODULE.search(error)
+    if missing is None:
+        return
+    top = missing[1].partition(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return
+    origin = spec.origin if spec is not None else None
+    if not origin or origin in ("built-in", "frozen") or origin.startswith(_INSTALLED):
+        return
+    path = Path(origin).parent if spec is not None and spec.submodule_search_locations else Path(origin)
+    try:
+        shown = str(path.relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(path)
+    _notice(f"`{top}` is {shown} here, next to the notebook, not a package installed on the worker: "
+            f"`%offload_put {shown}` copies it into the worker's working directory, where offloaded cells import from")
+
+
+_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+"""Where the standard library and installed packages live."""
 
 
 def _views(value: Any, array: Any) -> bool:
