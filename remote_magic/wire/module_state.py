@@ -5,8 +5,8 @@ rcParams.
 Locally every cell runs in one process, so ``np.random.seed(0)`` in a local cell decides what the
 next cell draws, and ``plt.rcParams["figure.figsize"] = ...`` how it plots, wherever that cell runs.
 So each offloaded cell takes the notebook's current state of these along (``capture``), the worker
-runs the cell with it (``apply``), and what the cell changed of it comes back (``changed``) and is
-applied in the notebook: local and offloaded cells share them as one process would.
+runs the cell with it (``apply``), and what the cell changed of it comes back (``Synced`` tells) and
+is applied in the notebook: local and offloaded cells share them as one process would.
 
 Only the kinds whose module both sides have loaded travel; the receiver takes the keys it knows.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import pickle
 import sys
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -57,11 +56,15 @@ def _rc_changes(matplotlib: Any) -> dict[str, Any]:
     defaults = matplotlib.rcParamsDefault
     # Read as a dict: reading rcParams["backend"] through RcParams may pick a backend, importing pyplot.
     # A property cycle goes as the text rcParams takes for it: a pickled Cycler needs the cycler package.
-    return {key: value if isinstance(value, _PLAIN) else repr(value) for key, value in dict.items(matplotlib.rcParams)
+    return {key: _plain(value) for key, value in dict.items(matplotlib.rcParams)
             if not key.startswith(_NOT_SHARED_RC) and key in defaults and value != dict.__getitem__(defaults, key)}
 
 
-_PLAIN = (str, int, float, bool, type(None), list, tuple)
+def _plain(value: Any) -> Any:
+    """A copy (a list rcParams holds may change in place later) or, for a Cycler, its text."""
+    if isinstance(value, list):
+        return list(value)
+    return value if isinstance(value, (str, int, float, bool, type(None), tuple)) else repr(value)
 
 
 def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
@@ -71,7 +74,7 @@ def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
     back = {key: dict.__getitem__(defaults, key) for key in _rc_changes(matplotlib) if key not in wanted}
     for key, value in {**back, **wanted}.items():
         try:
-            if repr(dict.get(params, key)) != repr(value):
+            if _plain(dict.get(params, key)) != value:
                 params[key] = value
         except (KeyError, ValueError, TypeError) as exc:  # a key or value this matplotlib doesn't take
             log.info("rcParams[%r] from the other side doesn't apply here: %s", key, exc)
@@ -119,29 +122,24 @@ def apply(state: Mapping[str, Any], load: bool = False) -> dict[str, Any]:
 
 
 class Synced:
-    """What one side last agreed with the other on, by kind, as pickles; tells what changed since."""
+    """What one side last agreed with the other on, by kind; tells what changed since."""
 
     def __init__(self) -> None:
-        self._pickles: dict[str, bytes | None] = {}
+        self._agreed: dict[str, Any] = {}
 
     def differs(self, name: str, value: Any) -> bool:
         """Does ``value`` differ from what was agreed on for ``name``? It is what is agreed on from now."""
-        pickled = _pickled(value)
-        same = name in self._pickles and self._pickles[name] == pickled
-        self._pickles[name] = pickled
-        return not same
+        missing = object()
+        agreed, self._agreed[name] = self._agreed.get(name, missing), value
+        try:
+            return bool(agreed != value)  # states are plain values: tuples, bytes, dicts of them
+        except Exception:  # a comparison that refuses: taken as changed
+            return True
 
     def take(self, state: Mapping[str, Any], load: bool = False) -> None:
-        """Take the other side's state where it differs from what was agreed on (unchanged kinds cost a pickle)."""
+        """Take the other side's state where it differs from what was agreed on."""
         apply({name: value for name, value in state.items() if self.differs(name, value)}, load)
 
     def changes(self) -> dict[str, Any]:
         """The kinds whose state here changed since it was agreed on."""
         return {name: value for name, value in capture().items() if self.differs(name, value)}
-
-
-def _pickled(value: Any) -> bytes | None:
-    try:
-        return pickle.dumps(value, protocol=5)
-    except Exception:  # a state that doesn't pickle doesn't travel either
-        return None
