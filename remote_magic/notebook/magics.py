@@ -694,6 +694,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is not None:
         magics.disconnect()
         magics.cell_display.close()
+        magics.shared_state.close()
         for kind, names in OffloadMagics.magics.items():  # every magic the class registered
             for name in names:
                 ipython.magics_manager.magics[kind].pop(name, None)

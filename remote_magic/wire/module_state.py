@@ -13,6 +13,7 @@ Only the kinds whose module both sides have loaded travel; the receiver takes th
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import logging
 import sys
@@ -28,6 +29,8 @@ class _Kind(NamedTuple):
     module: str
     get: Callable[[Any], Any]
     set: Callable[[Any, Any], None]
+    token: Callable[[Any], Any] | None = None
+    """Something cheap to read that changes whenever the state does (reading the state may cost more)."""
 
 
 def _numpy_rng_state(numpy: Any) -> tuple[Any, ...]:
@@ -35,6 +38,18 @@ def _numpy_rng_state(numpy: Any) -> tuple[Any, ...]:
     under another major numpy version."""
     name, keys, position, has_gauss, gauss = numpy.random.get_state(legacy=True)
     return str(name), keys.astype("<u4").tobytes(), int(position), int(has_gauss), float(gauss)
+
+
+def _numpy_rng_token(numpy: Any) -> bytes | None:
+    """The legacy global generator's MT19937 words and position, read in place (``get_state`` copies them
+    into new arrays): any draw changes them."""
+    generator = getattr(numpy.random.mtrand, "_rand", None)
+    if generator is None:
+        return None
+    return ctypes.string_at(generator._bit_generator.ctypes.state_address, _MT19937_BYTES)
+
+
+_MT19937_BYTES = 624 * 4 + 4  # numpy's mt19937_state: uint32 key[624], int pos
 
 
 def _set_numpy_rng(numpy: Any, state: tuple[Any, ...]) -> None:
@@ -82,7 +97,7 @@ def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
 
 KINDS: dict[str, _Kind] = {
     "random": _Kind("random", lambda random: random.getstate(), lambda random, state: random.setstate(state)),
-    "numpy.random": _Kind("numpy", _numpy_rng_state, _set_numpy_rng),
+    "numpy.random": _Kind("numpy", _numpy_rng_state, _set_numpy_rng, _numpy_rng_token),
     "numpy.printoptions": _Kind("numpy", lambda numpy: numpy.get_printoptions(), _numpy_print_options),
     "matplotlib.rcParams": _Kind("matplotlib", _rc_changes, _set_rc),
 }
@@ -125,21 +140,59 @@ class Synced:
     """What one side last agreed with the other on, by kind; tells what changed since."""
 
     def __init__(self) -> None:
-        self._agreed: dict[str, Any] = {}
-
-    def differs(self, name: str, value: Any) -> bool:
-        """Does ``value`` differ from what was agreed on for ``name``? It is what is agreed on from now."""
-        missing = object()
-        agreed, self._agreed[name] = self._agreed.get(name, missing), value
-        try:
-            return bool(agreed != value)  # states are plain values: tuples, bytes, dicts of them
-        except Exception:  # a comparison that refuses: taken as changed
-            return True
+        self._agreed: dict[str, tuple[Any, Any]] = {}  # kind -> (its state, its token then)
 
     def take(self, state: Mapping[str, Any], load: bool = False) -> None:
-        """Take the other side's state where it differs from what was agreed on."""
-        apply({name: value for name, value in state.items() if self.differs(name, value)}, load)
+        """Take the other side's state, unless both it and the state here are as agreed on (told by a kind's
+        token: without one, it is taken again)."""
+        wanted = {}
+        for name, value in state.items():
+            agreed, token = self._agreed.get(name, (_NOTHING, None))
+            if token is None or _token(name) != token or not _same(agreed, value):
+                wanted[name] = value
+        taken = apply(wanted, load)
+        for name, value in state.items():
+            if name in taken or name not in wanted:
+                self._agreed[name] = (value, _token(name))
 
     def changes(self) -> dict[str, Any]:
         """The kinds whose state here changed since it was agreed on."""
-        return {name: value for name, value in capture().items() if self.differs(name, value)}
+        changed = {}
+        for name, kind in KINDS.items():
+            module = sys.modules.get(kind.module)
+            if module is None:
+                continue
+            agreed, token = self._agreed.get(name, (_NOTHING, None))
+            now = _token(name)
+            if now is not None and now == token:
+                continue  # not even read: nothing changed it
+            try:
+                value = kind.get(module)
+            except Exception as exc:  # a version whose API differs: that kind stays each side's own
+                log.debug("%s isn't shared: %s", name, exc)
+                continue
+            self._agreed[name] = (value, now)
+            if not _same(agreed, value):
+                changed[name] = value
+        return changed
+
+
+_NOTHING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)  # states are plain values: tuples, bytes, dicts of them
+    except Exception:  # a comparison that refuses: taken as changed
+        return False
+
+
+def _token(name: str) -> Any:
+    kind = KINDS[name]
+    module = sys.modules.get(kind.module)
+    if kind.token is None or module is None:
+        return None
+    try:
+        return kind.token(module)
+    except Exception:  # read the state itself instead
+        return None
