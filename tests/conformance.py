@@ -241,7 +241,11 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
     if isinstance(a, types.ModuleType):
         return None if a.__name__ == b.__name__ else f"{where}: module {a.__name__} vs {b.__name__}"
     if isinstance(a, type) or callable(a) and hasattr(a, "__qualname__"):
-        return None if a.__qualname__ == b.__qualname__ else f"{where}: {a.__qualname__} vs {b.__qualname__}"
+        if a.__qualname__ != b.__qualname__:
+            return f"{where}: {a.__qualname__} vs {b.__qualname__}"
+        if isinstance(a, type) and a.__module__ == "__main__":  # a notebook class: its data attributes too
+            return difference(_class_data(a), _class_data(b), f"{where}'s attributes", seen)
+        return None
     module = str(type(a).__module__).partition(".")[0]
     if module == "numpy":
         import numpy as np
@@ -297,6 +301,12 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
         except Exception:
             equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
     return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
+
+
+def _class_data(cls: type) -> dict[str, Any]:
+    """A class's own data attributes (`registry = []`), not its methods, properties or members."""
+    return {name: value for name, value in vars(cls).items() if not (name.startswith("__") and name.endswith("__"))
+            and not callable(value) and not hasattr(type(value), "__get__") and not isinstance(value, cls)}
 
 
 def _clip(value: Any) -> str:

@@ -314,9 +314,10 @@ class JobRunner:
         limit = budget if every_name and isinstance(budget, int) else None
         portable_pandas = notebook.get("pandas") != local_versions().get("pandas")
         while True:
-            packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
-                                        portable_pandas=portable_pandas, keep_unpicklable=every_name, one_memo=True,
-                                        shared=changes.shared, patch=inside.values())
+            with definitions.defining_into(dict(changes.namespace)):  # (a copy: nothing is bound there)
+                packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
+                                            portable_pandas=portable_pandas, keep_unpicklable=every_name,
+                                            one_memo=True, shared=changes.shared, patch=inside.values())
             over = _largest_over(packed, limit) if limit is not None else None
             if over is None or limit is None:
                 break

@@ -90,6 +90,8 @@ class CellChanges:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     shared: list[Any] = field(default_factory=list)
     """The objects inside the inputs, numbered as the notebook numbered its own (``identity.shared_objects``)."""
+    namespace: Mapping[str, Any] = field(default_factory=dict)
+    """The globals the code ran in: where the classes it defined find the names their definitions read."""
 
 
 def cell_changes(code: str, wanted: list[str] | None, inputs: Mapping[str, Any], namespace: Mapping[str, Any],
@@ -116,4 +118,4 @@ def cell_changes(code: str, wanted: list[str] | None, inputs: Mapping[str, Any],
     values = {name: namespace[name] for name in names
               if name in namespace and name not in untouched and not any(namespace[name] is obj for obj in provided)}
     unchanged = {name: value for name, value in inputs.items() if name not in values and namespace.get(name) is value}
-    return CellChanges(values, deleted_names(before, namespace), in_place, unchanged, inputs)
+    return CellChanges(values, deleted_names(before, namespace), in_place, unchanged, inputs, namespace=namespace)

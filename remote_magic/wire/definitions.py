@@ -22,8 +22,8 @@ import os
 import sys
 import types
 import weakref
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
 
 from .cellcode import names_read
 
@@ -292,10 +292,10 @@ def globals_of(obj: Any, definition: SourceDefinition) -> dict[str, Any]:
     """
     if isinstance(obj, types.FunctionType):
         namespace = obj.__globals__
-    else:  # a class: where its methods were defined (a job's globals, on a worker), else its module
-        method = next(_functions_in(obj), None)
-        namespace = (method.__globals__ if method is not None else
-                     vars(sys.modules[obj.__module__]) if obj.__module__ in sys.modules else {})
+    else:  # a class: where its methods, or its notebook bases', were defined (a job's globals, on a worker),
+        # else where definitions are made now (that job's, or the notebook's)
+        method = next((f for cls in obj.__mro__ if cls.__module__ == "__main__" for f in _functions_in(cls)), None)
+        namespace = method.__globals__ if method is not None else _target()
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     hidden = shell.user_ns_hidden if shell is not None else {}
@@ -349,16 +349,57 @@ def load(definition: SourceDefinition, needed: dict[str, Any] | None = None) -> 
     if definition.kind == "lambda":
         obj = eval(code, namespace)
     else:
-        missing = object()
-        previous = namespace.get(definition.name, missing)
+        previous = namespace.get(definition.name, _UNBOUND)
         exec(code, namespace)
         obj = namespace[definition.name]
-        if previous is missing:  # the name is bound by whoever asked for the value, not as a side effect
-            del namespace[definition.name]
+        # The name is bound by whoever asked for the value, not as a side effect; but only once the whole
+        # message is loaded: until then other definitions may need it (a subclass's __init_subclass__).
+        if _loaded is not None:
+            _loaded.rebinds.append((namespace, definition.name, previous))
         else:
-            namespace[definition.name] = previous
+            _rebind(namespace, definition.name, previous)
     _made_here[obj] = definition
     return obj
+
+
+_UNBOUND = object()
+
+
+@dataclass
+class _Loading:
+    """What waits for one message to be loaded whole."""
+
+    rebinds: list[tuple[dict[str, Any], str, Any]] = field(default_factory=list)  # namespace, name, previous
+    class_data: list[tuple[Any, Mapping[str, Any]]] = field(default_factory=list)
+    globals: set[str] = field(default_factory=set)  # names bound as the globals a definition reads: they stay
+
+
+_loaded: _Loading | None = None
+
+
+def _rebind(namespace: dict[str, Any], name: str, previous: Any) -> None:
+    if previous is _UNBOUND:
+        namespace.pop(name, None)
+    else:
+        namespace[name] = previous
+
+
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """While one message loads, the definitions it holds stay bound under their names, so later ones in it
+    find them; once it is loaded, classes take the data attributes they came with and each name is as
+    before."""
+    global _loaded
+    saved, _loaded = _loaded, _Loading()
+    try:
+        yield
+    finally:
+        done, _loaded = _loaded, saved
+        for cls, data in done.class_data:
+            _set_class_data(cls, data)
+        for namespace, name, previous in reversed(done.rebinds):
+            if name not in done.globals:
+                _rebind(namespace, name, previous)
 
 
 def class_data(cls: type) -> dict[str, Any]:
@@ -373,11 +414,11 @@ def restore_state(obj: Any, state: dict[str, Any]) -> None:
     attributes, a class its data attributes, also back on the side that sent it (a cell may have changed
     them: a default list appended to, ``Registry.items.append(x)``); and one compiled here the globals
     it reads."""
-    for name, value in (state.get("class_data") or {}).items():
-        try:
-            setattr(obj, name, value)
-        except (AttributeError, TypeError):  # a class that guards its attributes (an Enum's members)
-            continue
+    data = state.get("class_data") or {}
+    if _loaded is not None:  # once the message is loaded: classes made after it (a subclass whose
+        _loaded.class_data.append((obj, data))  # __init_subclass__ appends to a registry) change it again
+    else:
+        _set_class_data(obj, data)
     if isinstance(obj, types.FunctionType):
         obj.__defaults__ = state.get("defaults")
         obj.__kwdefaults__ = state.get("kwdefaults")
@@ -387,6 +428,16 @@ def restore_state(obj: Any, state: dict[str, Any]) -> None:
     namespace = _target()
     for name, value in state.get("globals", {}).items():
         namespace.setdefault(name, value)
+        if _loaded is not None:
+            _loaded.globals.add(name)
+
+
+def _set_class_data(cls: Any, data: Mapping[str, Any]) -> None:
+    for name, value in data.items():
+        try:
+            setattr(cls, name, value)
+        except (AttributeError, TypeError):  # a class that guards its attributes (an Enum's members)
+            continue
 
 
 def _remember_lines(definition: SourceDefinition) -> None:

@@ -353,25 +353,26 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
     about = about if isinstance(about, dict) else {}
     sender = sender if isinstance(sender, dict) else {}
     values: dict[str, Any] = {}
-    for name, load in _loaders(header, frames, numbered):
-        entry = about.get(name)
-        recorded: dict[str, Any] = entry if isinstance(entry, dict) else {}
-        if not bytecode_loads_here(recorded, sender):
-            raise error(explain_load_failure(name, None, recorded, sender, *sides), name)
-        try:
-            value = load()
-        except Exception as exc:  # unpickling runs arbitrary code; any failure names the variable
-            raise error(explain_load_failure(name, exc, recorded, sender, *sides), name) from exc
-        if isinstance(value, ModuleRef):
+    with definitions.loading():  # a definition the message holds is found by those after it
+        for name, load in _loaders(header, frames, numbered):
+            entry = about.get(name)
+            recorded: dict[str, Any] = entry if isinstance(entry, dict) else {}
+            if not bytecode_loads_here(recorded, sender):
+                raise error(explain_load_failure(name, None, recorded, sender, *sides), name)
             try:
-                value = _load_module(value)
-            except ImportError as exc:
-                if on_module_error is None:
-                    raise error(f"`{name}` is the module {value.name!r}, which can't be imported {sides[0]}: {exc}",
-                                name) from exc
-                on_module_error(name, value, exc)
-                continue
-        values[name] = value
+                value = load()
+            except Exception as exc:  # unpickling runs arbitrary code; any failure names the variable
+                raise error(explain_load_failure(name, exc, recorded, sender, *sides), name) from exc
+            if isinstance(value, ModuleRef):
+                try:
+                    value = _load_module(value)
+                except ImportError as exc:
+                    if on_module_error is None:
+                        raise error(f"`{name}` is the module {value.name!r}, which can't be imported {sides[0]}: "
+                                    f"{exc}", name) from exc
+                    on_module_error(name, value, exc)
+                    continue
+            values[name] = value
     return values
 
 
