@@ -3,6 +3,8 @@ reads but doesn't change, against sending that array on loopback; and the empty 
 
     python benchmarks/bench_tracking.py               # 100 MB × 10, 1000 empty cells; about a minute
     python benchmarks/bench_tracking.py --size-mb 10 --iterations 200 --no-write   # quick check
+    python benchmarks/bench_tracking.py --baseline /tmp/old/.venv/bin/python /tmp/old   # the empty cell
+        # against another checkout (installed in that interpreter), alternating, in the same run
 
 A cell that reads ``a`` and doesn't assign it is run twice over: with ``outputs`` left to the worker
 (so it fingerprints every input before and after the cell, to find what changed in place), and with
@@ -15,7 +17,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -48,12 +53,39 @@ def bench_reading_cell(token: str, array: np.ndarray, repeats: int) -> tuple[Sam
     return tracked, untracked
 
 
+# Run by each interpreter, in its own checkout: the median empty cell, in seconds, on stdout.
+_EMPTY_CELL_SCRIPT = """
+import os, statistics, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks"))
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+from bench_roundtrip import bench_offload_cell, remote_worker
+with remote_worker() as token:
+    offload, _ = bench_offload_cell(token, 30, int(sys.argv[2]))
+print(statistics.median(offload.seconds))
+"""
+
+
+def bench_against(baseline: tuple[str, str], iterations: int, rounds: int = 3) -> tuple[list[float], list[float]]:
+    """The empty cell's median in this checkout and in ``baseline`` (its Python, its checkout), each run in
+    a fresh process with its own worker, alternating ``rounds`` times."""
+    here = (sys.executable, str(Path(__file__).resolve().parent.parent))
+    medians: dict[tuple[str, str], list[float]] = {here: [], baseline: []}
+    for _ in range(rounds):
+        for python, repo in (here, baseline):
+            done = subprocess.run([python, "-c", _EMPTY_CELL_SCRIPT, repo, str(iterations)], capture_output=True,
+                                  text=True, check=True, cwd=tempfile.gettempdir())  # not this checkout's package
+            medians[(python, repo)].append(float(done.stdout.split()[-1]))
+    return medians[here], medians[baseline]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mb", type=float, default=100.0, help="the array's size (default 100)")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls with the array (default 10)")
     parser.add_argument("--iterations", type=int, default=1000, help="timed empty cells (default 1000)")
     parser.add_argument("--no-write", action="store_true", help="print the table only; leave results.md alone")
+    parser.add_argument("--baseline", nargs=2, metavar=("PYTHON", "CHECKOUT"),
+                        help="also time the empty cell in another checkout, installed in PYTHON, alternating")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     load_before = os.getloadavg()
@@ -83,6 +115,13 @@ def main(argv: Sequence[str] | None = None) -> int:
          f"| raw pyzmq DEALER/ROUTER, tiny message (context: this machine's speed in this run) "
          f"| {ms(raw.median)} | — | — |"),
     ]
+    if args.baseline:
+        ours, theirs = bench_against((args.baseline[0], args.baseline[1]), args.iterations // 2)
+        commit = subprocess.run(["git", "-C", args.baseline[1], "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or args.baseline[1]
+        rows.append((f"| empty cell, this checkout, in turn with the one below (medians of {len(ours)} runs) "
+                     f"| {', '.join(ms(s) for s in ours)} | — | — |",
+                     f"| empty cell, commit {commit} | {', '.join(ms(s) for s in theirs)} | — | — |"))
     table = "\n".join(line for group in rows for line in group)
     print(table)
     if not args.no_write:

@@ -13,6 +13,7 @@ Only the kinds whose module both sides have loaded travel; the receiver takes th
 
 from __future__ import annotations
 
+import array
 import ctypes
 import importlib
 import logging
@@ -31,6 +32,27 @@ class _Kind(NamedTuple):
     set: Callable[[Any, Any], None]
     token: Callable[[Any], Any] | None = None
     """Something cheap to read that changes whenever the state does (reading the state may cost more)."""
+
+
+def _random_state(random: Any) -> tuple[Any, ...]:
+    """The random module's generator's state, its 625 words as bytes: cheap to compare, pickle and send."""
+    version, words, gauss = random.getstate()
+    packed = array.array(_WORD, words)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return version, packed.tobytes(), gauss
+
+
+def _set_random(random: Any, state: tuple[Any, ...]) -> None:
+    version, words, gauss = state
+    unpacked = array.array(_WORD, words)
+    if sys.byteorder == "big":
+        unpacked.byteswap()
+    random.setstate((version, tuple(unpacked), gauss))
+
+
+_WORD = next(code for code in "IL" if array.array(code).itemsize == 4)
+"""The array type code of 4-byte unsigned words here (little-endian on the wire)."""
 
 
 def _numpy_rng_state(numpy: Any) -> tuple[Any, ...]:
@@ -96,7 +118,7 @@ def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
 
 
 KINDS: dict[str, _Kind] = {
-    "random": _Kind("random", lambda random: random.getstate(), lambda random, state: random.setstate(state)),
+    "random": _Kind("random", _random_state, _set_random),
     "numpy.random": _Kind("numpy", _numpy_rng_state, _set_numpy_rng, _numpy_rng_token),
     "numpy.printoptions": _Kind("numpy", lambda numpy: numpy.get_printoptions(), _numpy_print_options),
     "matplotlib.rcParams": _Kind("matplotlib", _rc_changes, _set_rc),
@@ -141,15 +163,18 @@ class Synced:
 
     def __init__(self) -> None:
         self._agreed: dict[str, tuple[Any, Any]] = {}  # kind -> (its state, its token then)
+        self._unsettled = False  # taken, and not yet looked at again (a cell cut short may have changed it)
 
     def take(self, state: Mapping[str, Any], load: bool = False) -> None:
         """Take the other side's state, unless both it and the state here are as agreed on (told by a kind's
-        token: without one, it is taken again)."""
+        token, or, without one, by ``changes`` having looked since the last take)."""
         wanted = {}
         for name, value in state.items():
             agreed, token = self._agreed.get(name, (_NOTHING, None))
-            if token is None or _token(name) != token or not _same(agreed, value):
+            changed_here = self._unsettled or (token is not None and _token(name) != token)
+            if changed_here or not _same(agreed, value):
                 wanted[name] = value
+        self._unsettled = True
         taken = apply(wanted, load)
         for name, value in state.items():
             if name in taken or name not in wanted:
@@ -157,6 +182,7 @@ class Synced:
 
     def changes(self) -> dict[str, Any]:
         """The kinds whose state here changed since it was agreed on."""
+        self._unsettled = False
         changed = {}
         for name, kind in KINDS.items():
             module = sys.modules.get(kind.module)
