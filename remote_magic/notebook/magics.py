@@ -42,6 +42,7 @@ from ..results import FileChanges, JobResult
 from ..transfer import Transfer
 from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.cellcode import names_read
+from ..wire.definitions import INSTALLED
 from ..wire.displays import TEXT_FORMAT
 from ..wire.handles import RemoteValue
 from ..wire.keys import HubKeys
@@ -585,7 +586,7 @@ def _say_if_a_local_module(error: str) -> None:
     except (ImportError, ValueError):
         return
     origin = spec.origin if spec is not None else None
-    if not origin or origin in ("built-in", "frozen") or origin.startswith(_INSTALLED):
+    if not origin or origin in ("built-in", "frozen") or origin.startswith(INSTALLED):
         return
     path = Path(origin).parent if spec is not None and spec.submodule_search_locations else Path(origin)
     try:
@@ -594,10 +595,6 @@ def _say_if_a_local_module(error: str) -> None:
         shown = str(path)
     _notice(f"`{top}` is {shown} here, next to the notebook, not a package installed on the worker: "
             f"`%offload_put {shown}` copies it into the worker's working directory, where offloaded cells import from")
-
-
-_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
-"""Where the standard library and installed packages live."""
 
 
 def _views(value: Any, array: Any) -> bool:

@@ -97,7 +97,7 @@ _sent: "weakref.WeakValueDictionary[SourceDefinition, Any]" = weakref.WeakValueD
 _originals: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _found: "weakref.WeakKeyDictionary[Any, SourceDefinition | None]" = weakref.WeakKeyDictionary()
 _namespace: dict[str, Any] | None = None
-_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
 """Where the standard library and installed packages live: no notebook code comes from there."""
 
 
@@ -166,7 +166,7 @@ def _methods_of(cls: type) -> list[types.CodeType] | None:
     methods = []
     for function in _functions_in(cls):
         code = function.__code__
-        if code.co_filename == "<string>" or code.co_filename.startswith(_INSTALLED):
+        if code.co_filename == "<string>" or code.co_filename.startswith(INSTALLED):
             continue
         if not function.__qualname__.startswith(f"{cls.__qualname__}."):
             return None
@@ -371,7 +371,7 @@ class _Loading:
 
     rebinds: list[tuple[dict[str, Any], str, Any]] = field(default_factory=list)  # namespace, name, previous
     class_data: list[tuple[Any, Mapping[str, Any]]] = field(default_factory=list)
-    globals: set[str] = field(default_factory=set)  # names bound as the globals a definition reads: they stay
+    kept: set[str] = field(default_factory=set)  # names bound as the globals a definition reads: they stay
 
 
 _loaded: _Loading | None = None
@@ -398,7 +398,7 @@ def loading() -> Iterator[None]:
         for cls, data in done.class_data:
             _set_class_data(cls, data)
         for namespace, name, previous in reversed(done.rebinds):
-            if name not in done.globals:
+            if name not in done.kept:
                 _rebind(namespace, name, previous)
 
 
@@ -429,7 +429,7 @@ def restore_state(obj: Any, state: dict[str, Any]) -> None:
     for name, value in state.get("globals", {}).items():
         namespace.setdefault(name, value)
         if _loaded is not None:
-            _loaded.globals.add(name)
+            _loaded.kept.add(name)
 
 
 def _set_class_data(cls: Any, data: Mapping[str, Any]) -> None:
