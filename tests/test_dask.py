@@ -218,3 +218,16 @@ def test_a_cell_fails_with_connection_failed_once_the_scheduler_is_gone() -> Non
         cluster.close()
         with pytest.raises(remote_magic.ConnectionFailed, match=f"the Dask scheduler at {address} was lost"):
             client.run("y = 1")
+
+
+def test_a_local_seed_decides_what_a_cell_on_dask_draws_and_its_seed_comes_back(dask_shell: InteractiveShell) -> None:
+    """The notebook's global random generator is shared with cells on Dask too, both ways."""
+    np.random.seed(3)
+    expected = np.random.rand(2).tolist()
+    np.random.seed(3)
+    result, _ = run(dask_shell, "%%offload\nimport numpy as np\ndrawn = np.random.rand(2).tolist()\nnp.random.seed(9)")
+    assert result.success, result.error_in_exec
+    assert dask_shell.user_ns["drawn"] == expected
+    after = np.random.rand(1).tolist()
+    np.random.seed(9)
+    assert after == np.random.rand(1).tolist()  # the cell's seed holds here after it
