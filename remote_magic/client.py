@@ -187,9 +187,10 @@ class Client:
         ``kept_on_worker`` holds a handle for each (later code there uses it in place; ``gather`` brings
         values back).
 
-        ``module_state``: this process's global random generators, numpy print options and rcParams
-        (``wire.module_state.capture()``), for the code to run with; what it changes of them comes back
-        in ``JobResult.module_state`` (also in a RemoteError's ``partial``), for this process to take.
+        ``module_state``: this process's global random generators, numpy print options, rcParams and
+        pandas display options (``wire.module_state.capture()``), for the code to run with; what it
+        changes of them comes back in ``JobResult.module_state`` (also in a RemoteError's ``partial``),
+        for this process to take.
         """
         header = {**_code_header(code, outputs, gpu, kernels, figure_formats, text_format),
                   **placement_header(require, prefer)}

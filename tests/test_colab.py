@@ -218,6 +218,7 @@ OLDEST_SHELL = textwrap.dedent("""
 
 # Run by Colab's Python: a whole kernel on the worker through the provisioner, with Colab's jupyter_client.
 _REMOTE_KERNEL_SCRIPT = textwrap.dedent("""
+    import queue
     import time
     import jupyter_client
     from jupyter_client import KernelManager
@@ -235,10 +236,18 @@ _REMOTE_KERNEL_SCRIPT = textwrap.dedent("""
     while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "execute_input")(
             kc.get_iopub_msg(timeout=60)):
         pass
-    pressed = time.monotonic()
-    km.interrupt_kernel()
-    reply = kc.get_shell_msg(timeout=60)
-    print("interrupted", reply["content"].get("ename"), "in", round(time.monotonic() - pressed, 3), "s")
+    # Pressed again, as a user would, when the first press landed before the loop ran (seen once, on a
+    # loaded machine); the time is from the press that stopped it.
+    reply, presses, deadline = None, 0, time.monotonic() + 60
+    while reply is None and time.monotonic() < deadline:
+        pressed, presses = time.monotonic(), presses + 1
+        km.interrupt_kernel()
+        try:
+            reply = kc.get_shell_msg(timeout=5)
+        except queue.Empty:
+            pass
+    print("interrupted", reply["content"].get("ename"), "in", round(time.monotonic() - pressed, 3), "s",
+          "after", presses, "presses")
     km.restart_kernel()
     kc.wait_for_ready(timeout=60)
     kc.execute_interactive("print('after restart', os.getppid() if 'os' in dir() else 'fresh')", timeout=60,

@@ -163,22 +163,24 @@ def test_an_object_changed_in_place_that_cant_be_updated_here_says_which_names_k
 
 
 _ONE_PROCESS = [
-    "import random\nimport numpy as np\nimport matplotlib\nnp.random.seed(0)\nrandom.seed(1)\n"
-    "matplotlib.rcParams['lines.linewidth'] = 3.5",
+    "import random\nimport numpy as np\nimport pandas as pd\nimport matplotlib\nnp.random.seed(0)\nrandom.seed(1)\n"
+    "matplotlib.rcParams['lines.linewidth'] = 3.5\npd.set_option('display.max_rows', 7)",
     "a = np.random.rand(2).tolist()\nr = random.random()\nwidth = matplotlib.rcParams['lines.linewidth']\n"
-    "np.random.seed(7)\nmatplotlib.rcParams['figure.figsize'] = [3.0, 2.0]\nnp.set_printoptions(precision=2)",
+    "np.random.seed(7)\nmatplotlib.rcParams['figure.figsize'] = [3.0, 2.0]\nnp.set_printoptions(precision=2)\n"
+    "rows = pd.get_option('display.max_rows')\npd.set_option('display.precision', 3)",
     "b = np.random.rand(1).tolist()\nr2 = random.random()\nsize = list(matplotlib.rcParams['figure.figsize'])\n"
-    "shown = repr(np.array([1 / 3]))",
+    "shown = repr(np.array([1 / 3]))\nframe = repr(pd.DataFrame({'x': [1 / 3]}))",
 ]
 
 
-def test_random_seeds_print_options_and_rc_params_are_one_processs_for_local_and_offloaded_cells(
+def test_random_seeds_print_and_display_options_and_rc_params_are_one_processs_for_local_and_offloaded_cells(
         ip: InteractiveShell) -> None:
     """A local cell's seed decides what the next offloaded cell draws, and an offloaded cell's seed, print
-    options and rcParams hold in the local cells after it, as when every cell runs locally."""
+    and display options and rcParams hold in the local cells after it, as when every cell runs locally."""
     import matplotlib
+    import pandas as pd
 
-    names = ("a", "r", "width", "b", "r2", "size", "shown")
+    names = ("a", "r", "width", "b", "r2", "size", "shown", "rows", "frame")
     try:
         runs = []
         for offloaded in (set(), {1}):  # all local; then the middle cell offloaded
@@ -189,9 +191,12 @@ def test_random_seeds_print_options_and_rc_params_are_one_processs_for_local_and
             runs.append({name: ip.user_ns[name] for name in names})
         assert runs[1] == runs[0]
         assert runs[0]["width"] == 3.5 and runs[0]["size"] == [3.0, 2.0] and runs[0]["shown"] == "array([0.33])"
+        assert runs[0]["rows"] == 7 and runs[0]["frame"].endswith("0.333")
     finally:
         matplotlib.rcdefaults()
         np.set_printoptions(precision=8)
+        pd.reset_option("display.max_rows")
+        pd.reset_option("display.precision")
 
 
 def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:

@@ -284,7 +284,7 @@ class OffloadMagics(Magics):
             return self._offload_on_several(client, cell, inputs, several, args, gpu, on_module_error, split)
         worker = _worker_holding(inputs, args.worker)
         crossed = _crossed(client)
-        # Random seeds, print options and rcParams are one process's locally: the cell takes the notebook's.
+        # Random seeds, print and display options, rcParams: one process's locally. The cell takes the notebook's.
         try:
             result = client.execute(
                 cell, inputs, worker=worker, timeout=args.timeout or self.default_timeout, gpu=gpu,

@@ -9,7 +9,7 @@ from ..wire import module_state
 
 
 class SharedState:
-    """The notebook's global random generators, numpy print options and rcParams, as offloaded cells see them."""
+    """The notebook's random generators, print and display options and rcParams, as offloaded cells see them."""
 
     def __init__(self, shell: Any) -> None:
         self._shell = shell

@@ -1,6 +1,6 @@
 """The module state an offloaded cell shares with the notebook's own process: the global random
-generators (the ``random`` module's and numpy's legacy one), numpy's print options and matplotlib's
-rcParams.
+generators (the ``random`` module's and numpy's legacy one), numpy's print options, matplotlib's
+rcParams and pandas' display options.
 
 Locally every cell runs in one process, so ``np.random.seed(0)`` in a local cell decides what the
 next cell draws, and ``plt.rcParams["figure.figsize"] = ...`` how it plots, wherever that cell runs.
@@ -117,11 +117,36 @@ def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
             log.info("rcParams[%r] from the other side doesn't apply here: %s", key, exc)
 
 
+def _pandas_display(pandas: Any) -> dict[str, Any]:
+    """pandas' ``display.*`` options (``pd.set_option("display.max_columns", None)``), by name under
+    ``display.``; read from pandas' own table of them (reading each through ``get_option`` costs 40 calls)."""
+    from pandas._config import config
+
+    options: dict[str, Any] = {}
+    for key, value in config._global_config["display"].items():
+        if isinstance(value, dict):  # display.html.border, display.unicode...
+            options.update((f"{key}.{inner}", value[inner]) for inner in value)
+        else:
+            options[key] = value
+    return options
+
+
+def _set_pandas_display(pandas: Any, options: Mapping[str, Any]) -> None:
+    now = _pandas_display(pandas)
+    for key, value in options.items():
+        if key in now and now[key] != value:
+            try:
+                pandas.set_option(f"display.{key}", value)
+            except (KeyError, ValueError, TypeError) as exc:  # an option this pandas doesn't take
+                log.info("pandas' display.%s from the other side doesn't apply here: %s", key, exc)
+
+
 KINDS: dict[str, _Kind] = {
     "random": _Kind("random", _random_state, _set_random),
     "numpy.random": _Kind("numpy", _numpy_rng_state, _set_numpy_rng, _numpy_rng_token),
     "numpy.printoptions": _Kind("numpy", lambda numpy: numpy.get_printoptions(), _numpy_print_options),
     "matplotlib.rcParams": _Kind("matplotlib", _rc_changes, _set_rc),
+    "pandas.display": _Kind("pandas", _pandas_display, _set_pandas_display),
 }
 
 
