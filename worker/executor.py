@@ -258,8 +258,8 @@ class JobRunner:
 
     def _share_module_state(self, changes: CellChanges, shared_state: Any) -> None:
         """What the cell changed of the module state the notebook shares goes back with its values."""
-        if isinstance(shared_state, dict):  # only the kinds the notebook has loaded: it can take only those
-            changed = {name: value for name, value in self._module_state.changes().items() if name in shared_state}
+        if isinstance(shared_state, dict):  # (plain values: they load also where the module isn't loaded)
+            changed = self._module_state.changes()
             if changed:
                 changes.values[module_state.NAME] = changed
 
