@@ -301,6 +301,8 @@ class OffloadMagics(Magics):
                 self.shared_state.take(error.partial.module_state)
                 _apply(error.partial, namespace, inputs)
             _say_if_a_local_module(str(error))
+            if error.remote_type == "SystemExit":  # as locally: IPython says so, without a traceback
+                raise SystemExit(_exit_code(error.remote_message)) from None
             raise
         except InputError as error:
             _say_if_a_local_module(str(error))
@@ -569,6 +571,16 @@ def _apply(result: JobResult, namespace: dict[str, Any], inputs: dict[str, Any])
                     f"updated in place here): {', '.join(others)}, which shared it here, still hold the old value")
     for note in result.notes:
         _notice(note)
+
+
+def _exit_code(message: str) -> int | str | None:
+    """``sys.exit(code)``'s code, from the message it came with."""
+    if not message:
+        return None
+    try:
+        return int(message)
+    except ValueError:
+        return message
 
 
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
