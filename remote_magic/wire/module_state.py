@@ -8,7 +8,8 @@ So each offloaded cell takes the notebook's current state of these along (``capt
 runs the cell with it (``apply``), and what the cell changed of it comes back (``Synced`` tells) and
 is applied in the notebook: local and offloaded cells share them as one process would.
 
-Only the kinds whose module both sides have loaded travel; the receiver takes the keys it knows.
+A kind travels from the side that has its module loaded; the worker imports the module to take it,
+the notebook takes it only where it has the module; the receiver takes the keys it knows.
 """
 
 from __future__ import annotations
@@ -152,15 +153,21 @@ KINDS: dict[str, _Kind] = {
 
 def capture() -> dict[str, Any]:
     """This process's state of each kind whose module is loaded."""
-    state = {}
-    for name, kind in KINDS.items():
-        module = sys.modules.get(kind.module)
-        if module is not None:
-            try:
-                state[name] = kind.get(module)
-            except Exception as exc:  # a version whose API differs: that kind stays each side's own
-                log.debug("%s isn't shared: %s", name, exc)
-    return state
+    state = {name: _read(name) for name in KINDS}
+    return {name: value for name, value in state.items() if value is not _NOTHING}
+
+
+def _read(name: str) -> Any:
+    """The state of one kind here; _NOTHING where its module isn't loaded or can't tell it."""
+    kind = KINDS[name]
+    module = sys.modules.get(kind.module)
+    if module is None:
+        return _NOTHING
+    try:
+        return kind.get(module)
+    except Exception as exc:  # a version whose API differs: that kind stays each side's own
+        log.debug("%s isn't shared: %s", name, exc)
+        return _NOTHING
 
 
 def apply(state: Mapping[str, Any], load: bool = False) -> dict[str, Any]:
@@ -209,18 +216,13 @@ class Synced:
         """The kinds whose state here changed since it was agreed on."""
         self._unsettled = False
         changed = {}
-        for name, kind in KINDS.items():
-            module = sys.modules.get(kind.module)
-            if module is None:
-                continue
+        for name in KINDS:
             agreed, token = self._agreed.get(name, (_NOTHING, None))
             now = _token(name)
             if now is not None and now == token:
                 continue  # not even read: nothing changed it
-            try:
-                value = kind.get(module)
-            except Exception as exc:  # a version whose API differs: that kind stays each side's own
-                log.debug("%s isn't shared: %s", name, exc)
+            value = _read(name)
+            if value is _NOTHING:
                 continue
             self._agreed[name] = (value, now)
             if not _same(agreed, value):
