@@ -32,7 +32,6 @@ import zmq
 from remote_magic.errors import ConnectionFailed, KernelError, RemoteMagicError
 from remote_magic.wire.connection import Connection, dial
 from remote_magic.wire.protocol import Message, MessageType as T, Role, encode
-from remote_magic.wire.resend import ACK_EVERY_S, Inbound, Outbound
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
 
@@ -64,8 +63,6 @@ class Relay:
         self.failure: dict[str, Any] | None = None  # why it never started
         self.started: dict[str, Any] | None = None
         self._reported = False
-        self.outbound: Outbound[list[Any]] = Outbound()  # kernel_frames to the worker, until acknowledged
-        self.inbound = Inbound()  # kernel_frames from the worker
         self._stop_asked_at: float | None = None
         for channel in CHANNELS:
             sock = self.context.socket(zmq.PUB if channel == "iopub" else zmq.ROUTER)
@@ -75,25 +72,14 @@ class Relay:
         hello = {"role": Role.CLIENT.value, "name": f"kernel {kernel_id[:8]}", "versions": local_versions()}
         sock, welcome = dial(self.context, token, hello, connect_timeout)
         watch = {s: self._from_channel(name) for name, s in self.sockets.items() if name != "iopub"}
+        # Its link to the hub carries each message once, in order, across reconnects (wire/link.py).
         self.connection = Connection(self.context, sock, welcome, hello, self._on_message, self._on_lost,
-                                     watch=watch, on_tick=self._tick, name="remote-magic-kernel-relay")
+                                     watch=watch, name="remote-magic-kernel-relay")
 
     def _from_channel(self, channel: str) -> Any:
         def forward(frames: list[zmq.Frame]) -> None:
-            seq = self.outbound.number()
-            message = encode(T.KERNEL_FRAMES, {"kernel": self.kernel_id, "channel": channel, "seq": seq}, frames)
-            self.outbound.keep(seq, message)
-            self.connection.send_now(message)
+            self.connection.send_now(encode(T.KERNEL_FRAMES, {"kernel": self.kernel_id, "channel": channel}, frames))
         return forward
-
-    def _tick(self) -> float:
-        """After every poll of the connection's thread: send again what wasn't acknowledged, and acknowledge."""
-        now = time.monotonic()
-        for message in self.outbound.due(now):
-            self.connection.send_now(message)
-        if (ack := self.inbound.ack_due(now)) is not None:
-            self.connection.send_now(encode(T.KERNEL_ACK, {"kernel": self.kernel_id, "ack": ack}))
-        return ACK_EVERY_S
 
     def start(self) -> None:
         self.connection.start()
@@ -108,11 +94,9 @@ class Relay:
     def _on_message(self, msg: Message) -> None:
         if msg.header.get("kernel") not in (self.kernel_id, None):
             return
-        if msg.type is T.KERNEL_ACK:
-            self.outbound.acked(int(msg.header.get("ack") or 0))
-        elif msg.type is T.KERNEL_FRAMES:
+        if msg.type is T.KERNEL_FRAMES:
             sock = self.sockets.get(str(msg.header.get("channel")))
-            if self.inbound.accept(msg.header.get("seq")) and sock is not None:
+            if sock is not None:
                 sock.send_multipart(msg.buffers, copy=False)
         elif msg.type is T.KERNEL_STARTED:
             self.started = msg.header

@@ -46,7 +46,6 @@ from .wire.protocol import (
     session_id,
 )
 from .wire.requirements import placement_header
-from .wire.resend import ACK_EVERY_S, Inbound
 from .wire.sizes import human_size
 from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
@@ -98,8 +97,7 @@ class Client:
         self._lock = threading.Lock()
         self._context = zmq.Context()
         self._versions = local_versions()
-        hello = {"role": Role.CLIENT.value, "name": name or platform.node(), "versions": self._versions,
-                 "acks": True}  # it acknowledges its jobs' numbered messages, so the hub may send them again
+        hello = {"role": Role.CLIENT.value, "name": name or platform.node(), "versions": self._versions}
         try:
             sock, welcome = dial(self._context, self.token, hello, timeout)
         except BaseException:
@@ -115,10 +113,8 @@ class Client:
         self.version_notes = [note for worker in self._fleet for note in self.differences_with(worker)]
         for note in self.version_notes:
             log.info("%s", note)
-        self._job_messages = Inbound()  # the hub numbers its jobs' messages: each is taken once, in order
-        self._reconnects_seen = 0
         self._connection = Connection(self._context, sock, welcome, hello, self._on_message, self._on_lost,
-                                      on_progress=self._on_progress, on_tick=self._acknowledge)
+                                      on_progress=self._on_progress, on_reconnect=self._resume)
         self._connection.start()
         log.info("connected to %s", self.token.redacted())
 
@@ -662,10 +658,16 @@ class Client:
             pass  # closed: the hub cancels our jobs when we go
 
     def _interrupt(self, waits: Mapping[str, tuple[_Job, OnStream, OnStream]], ended: dict[str, Message]) -> None:
-        """Ctrl-C: ask the workers to stop the jobs and wait briefly for them to confirm."""
+        """Ctrl-C: a job still being sent stops at once (the rest of its inputs stay here); the workers are
+        asked to stop the others, and this waits briefly for them to confirm."""
         for job_id in waits:
-            if job_id not in ended:
-                self._cancel(job_id)
+            if job_id in ended:
+                continue
+            if self._abort_upload(job_id):
+                stopped = errors.JobCancelled("stopped in the notebook while its inputs were sent: it did not run")
+                self._end(job_id, stopped)
+                ended[job_id] = Message(T.ERROR, error_header(stopped, job_id))
+            self._cancel(job_id)  # in case the hub had it whole already
         events = next(iter(waits.values()))[0].events
         deadline = time.monotonic() + CANCEL_WAIT_S
         try:
@@ -673,6 +675,13 @@ class Client:
                 self._take(waits, events.get(timeout=max(0.0, deadline - time.monotonic())), ended)
         except (queue.Empty, KeyboardInterrupt):
             log.warning("the worker did not confirm the interrupt; it stops the job on its own")
+
+    def _abort_upload(self, job_id: str) -> bool:
+        """Send no more of the job's inputs; True when they hadn't all left."""
+        try:
+            return self._connection.abort(job_id)
+        except (ConnectionFailed, TimeoutError):
+            return False
 
     # -- callbacks from the I/O thread -----------------------------------------------------
 
@@ -683,10 +692,6 @@ class Client:
             if future is not None and not future.done():
                 future.set_result(msg.header)
             return
-        if msg.type is T.WELCOME:  # the hub forgot us, and numbers anew
-            self._job_messages = Inbound()
-        if not self._job_messages.accept(msg.header.get("seq")):
-            return  # seen already, or after one that was lost: the hub sends it again
         if msg.type is T.DISPLAY and msg.buffers:  # a large one's parts came as frames
             msg = Message(T.DISPLAY, displays.unframe(msg.header, msg.buffers))
         job_id = msg.header.get("job")
@@ -711,16 +716,12 @@ class Client:
             return
         self._deliver(job, msg)
 
-    def _acknowledge(self) -> float:
-        """On the I/O thread after each poll: say how far the hub's job messages got, and after the connection
-        broke and came back, ask for what it had in flight again; the next poll's wait."""
-        if self._connection.reconnects != self._reconnects_seen:
-            self._reconnects_seen = self._connection.reconnects
-            self._connection.send_now(encode(T.JOB_ACK, {"ack": self._job_messages.expected - 1, "resend": True}))
-        ack = self._job_messages.ack_due(time.monotonic())
-        if ack is not None:
-            self._connection.send_now(encode(T.JOB_ACK, {"ack": ack}))
-        return ACK_EVERY_S if self._job_messages.unacknowledged else self._connection.interval
+    def _resume(self) -> None:
+        """On the I/O thread, after the connection broke and came back: name the jobs this client waits for,
+        so the hub fails any it has no record of (wire/link.py)."""
+        with self._lock:
+            waiting = list(self._jobs)
+        self._connection.send_now(encode(T.RESUME, {"jobs": waiting}))
 
     def _send_whole(self, job_id: str, msg: Message) -> bool:
         """The hub no longer holds values a job sent as digests: send the job again, whole."""
@@ -763,8 +764,10 @@ class Client:
 
     def _on_lost(self, reason: str) -> None:
         self._fail_every_job(ConnectionFailed(
-            f"{reason}; the job's result, and what it was sending or receiving, is lost. This connection "
-            "keeps trying: run it again once the hub (or the tunnel in front of it) answers"))
+            f"{reason}, so this notebook stopped waiting for the job. Unless the hub itself stopped, the job goes "
+            "on there: once the hub answers again, `%offload_jobs` (Client.jobs()) lists it and "
+            "`%offload_attach JOB` (Client.attach(job)) collects its output and result. This connection keeps "
+            "trying"))
 
     def _fail_every_job(self, error: RemoteMagicError) -> None:
         """End every job still waiting here (its future, or the run() waiting on it) with ``error``."""

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConnectionFailed, FileTransferError, RemoteMagicError, WorkerLost
 from .progress import tqdm_class
-from .wire.filetree import DIGEST, TEMP_MARK, default_destination, explain, listing
+from .wire.filetree import DIGEST, TEMP_MARK, checked_listing, default_destination, explain, inside, listing
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,12 @@ def get(run: RunStep, remote_path: str, local_path: str | os.PathLike[str] | Non
     target = target.expanduser().absolute()
     found = run({"op": "stat", "path": remote}, (), worker)
     worker, source = found.worker, str(found.header["path"])  # every later step goes to the worker that has it
-    if found.header.get("kind") == "dir":
-        tree = json.loads(bytes(_buffer(found.frames[0])))
-        files, folders = [(str(p), int(s)) for p, s in tree["files"]], [str(f) for f in tree["dirs"]]
+    if found.header.get("kind") == "dir":  # a hostile worker's listing must not lead a write out: checked
+        try:
+            tree = json.loads(bytes(_buffer(found.frames[0])))
+        except (IndexError, ValueError):
+            tree = None
+        files, folders = checked_listing(tree, source)
     else:
         files, folders = [("", int(found.header["size"]))], []
     total = sum(size for _, size in files)
@@ -92,11 +95,11 @@ def get(run: RunStep, remote_path: str, local_path: str | os.PathLike[str] | Non
             if found.header.get("kind") == "dir":
                 temp.mkdir()
                 for folder in folders:
-                    (temp / folder).mkdir(parents=True, exist_ok=True)
+                    inside(temp, folder, source).mkdir(parents=True, exist_ok=True)
         with _progress(total, target.name, progress) as advance:
             for relative, size in files:
                 _get_file(run, worker, f"{source}/{relative}" if relative else source,
-                          temp / relative if relative else temp, size, chunk_bytes, advance)
+                          inside(temp, relative, source) if relative else temp, size, chunk_bytes, advance)
         with _local(target):
             _replace(temp, target, overwrite)
     except BaseException:

@@ -10,7 +10,7 @@ import pytest
 
 from remote_magic.errors import ProtocolError
 from remote_magic.wire import chunks
-from remote_magic.wire.chunks import CHUNK_BYTES, CHUNKED_OVER, RESEND_AFTER_S, Inbox, Outbox
+from remote_magic.wire.chunks import CHUNK_BYTES, CHUNKED_OVER, FIRST_WINDOW_BYTES, Inbox, Outbox
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 
 
@@ -69,6 +69,17 @@ def deliver_all(link: Link) -> list[Message]:
     return arrived
 
 
+def carried(chunk: Message) -> int:
+    """How many of its message's bytes a chunk carries."""
+    return sum(len(b) for b in chunk.buffers)
+
+
+def acknowledge_first_window(link: Link, seconds_per_chunk: float) -> None:
+    """Deliver what left before the link's rate was known, one chunk each ``seconds_per_chunk``."""
+    for chunk in [link.sent.pop(0) for _ in range(len(link.sent))]:
+        link.ack(chunk, link.inbox.add(chunk)[0], at=link.clock.now + seconds_per_chunk)
+
+
 def big_message(size: int, job: str = "j1") -> tuple[list[Any], bytes]:
     payload = os.urandom(size)
     return encode(T.RESULT, {"job": job}, [b"small frame", payload]), payload
@@ -78,10 +89,11 @@ def test_a_large_message_crosses_in_chunks_and_arrives_whole_with_its_frames() -
     link = Link()
     frames, payload = big_message(5 * CHUNK_BYTES + 123)
     link.outbox.put(frames)
-    assert [m.type for m in link.sent] == [T.CHUNK] * 2  # the first window: two chunks until the rate is known
+    assert {m.type for m in link.sent} == {T.CHUNK}  # the first window, until the link's rate is known
+    assert sum(carried(m) for m in link.sent) == FIRST_WINDOW_BYTES
     link.clock.now = 1.0
     arrived = deliver_all(link)
-    assert len(arrived) == 1 and arrived[0].header == {"job": "j1"}
+    assert len(arrived) == 1 and arrived[0].header == {"job": "j1", "seq": 1}  # numbered by the outbox
     assert [bytes(b) for b in arrived[0].buffers] == [b"small frame", payload]
     assert not link.outbox and link.outbox.pending_bytes == 0
 
@@ -96,19 +108,19 @@ def test_small_messages_stay_whole_and_keep_their_place_behind_a_large_one() -> 
     assert [m.header.get("text", "RESULT") for m in deliver_all(link)] == ["before", "RESULT", "after"]
 
 
-def test_chunks_lost_with_a_connection_are_sent_again_from_the_last_acknowledged_byte() -> None:
+def test_nothing_is_sent_again_on_a_timer_only_after_a_reconnect_from_the_last_acknowledged_byte() -> None:
     link = Link()
     frames, payload = big_message(4 * CHUNK_BYTES)
     link.outbox.put(frames)
     first = link.sent.pop(0)
     link.ack(first, link.inbox.add(first)[0], at=0.5)
+    acknowledged = first.header["offset"] + carried(first)
     link.sent.clear()  # what was in flight is lost
-    link.clock.now = 0.5 + RESEND_AFTER_S / 2
+    link.clock.now = 1e6  # however long acknowledgements take: a live connection loses nothing
     link.outbox.pump()
-    assert link.sent == []  # not yet: acknowledgements may just be slow
-    link.clock.now = 0.6 + RESEND_AFTER_S
-    link.outbox.pump()
-    assert link.sent[0].header["offset"] == CHUNK_BYTES
+    assert link.sent == []
+    link.outbox.rewind()  # the connection broke and came back
+    assert link.sent[0].header["offset"] == acknowledged
     assert bytes(deliver_all(link)[0].buffers[1]) == payload
 
 
@@ -116,11 +128,10 @@ def test_a_receiver_that_forgot_the_transfer_gets_it_again_from_the_start() -> N
     link = Link()
     frames, payload = big_message(4 * CHUNK_BYTES)
     link.outbox.put(frames)
-    link.ack(link.sent[0], CHUNK_BYTES, at=0.1)
+    link.ack(link.sent[0], carried(link.sent[0]), at=0.1)
     link.sent.clear()
     link.inbox = Inbox(clock=link.clock)  # say, the hub restarted
-    link.clock.now = 0.2 + RESEND_AFTER_S
-    link.outbox.pump()
+    link.outbox.rewind()
     stale = link.sent[:]
     link.sent.clear()
     assert link.inbox.add(stale[0]) == (0, None)  # a chunk from the middle: it holds nothing of it
@@ -144,23 +155,41 @@ def test_the_window_follows_the_measured_rate_so_a_slow_link_holds_about_a_secon
     frames, _ = big_message(40 * CHUNK_BYTES)
     link.outbox.put(frames)
     first = link.sent.pop(0)
-    link.ack(first, link.inbox.add(first)[0], at=0.25)  # 256 KiB in 0.25 s: 1 MiB/s
-    in_flight = sum(len(m.buffers[0]) for m in link.sent)
-    assert in_flight == (1 << 20) * chunks.PACE_S
-    slow = Link()  # 8 times slower: the window's floor, two chunks
+    link.ack(first, link.inbox.add(first)[0], at=0.0625)  # 64 KiB in 1/16 s: 1 MiB/s
+    in_flight = sum(carried(m) for m in link.sent)
+    assert (1 << 20) * chunks.PACE_S <= in_flight < (1 << 20) * chunks.PACE_S + CHUNK_BYTES  # a chunk over at most
+    slow = Link()
     slow.outbox.put(frames)
-    first = slow.sent.pop(0)
-    slow.ack(first, slow.inbox.add(first)[0], at=2.0)
-    assert sum(len(m.buffers[0]) for m in slow.sent) == chunks.MIN_WINDOW_BYTES
+    for at in (2.0, 4.0, 6.0, 8.0):  # 64 KiB every 2 s: 32 KiB/s, as a lossy link drains
+        chunk = slow.sent.pop(0)
+        slow.ack(chunk, slow.inbox.add(chunk)[0], at=at)
+    # The window's floor, in small chunks: what waits behind them waits about PACE_S.
+    assert sum(carried(m) for m in slow.sent) == chunks.MIN_WINDOW_BYTES
+    assert {carried(m) for m in slow.sent} == {chunks.MIN_CHUNK_BYTES}
+
+
+def test_the_rate_follows_what_drains_now_not_the_transfers_average() -> None:
+    link = Link()
+    frames, _ = big_message(400 * CHUNK_BYTES)
+    link.outbox.put(frames)
+    for _ in range(3):  # a fast start: each window acknowledged within 10 ms ...
+        link.clock.now += 0.01
+        for msg in [link.sent.pop(0) for _ in range(len(link.sent))]:
+            link.ack(msg, link.inbox.add(msg)[0], at=link.clock.now)
+    fast = link.outbox.window()
+    for _ in range(20):  # ... then one chunk a second: the link got slow (a lossy stretch)
+        msg = link.sent.pop(0)
+        link.clock.now += 1.0
+        link.ack(msg, link.inbox.add(msg)[0], at=link.clock.now)
+    assert link.outbox.window() == CHUNK_BYTES * chunks.PACE_S < fast  # a second of what drains now
 
 
 def test_on_a_slow_link_zeros_cross_compressed_and_random_bytes_raw() -> None:
     for payload, compressed in ((bytes(8 * CHUNK_BYTES), True), (os.urandom(8 * CHUNK_BYTES), False)):
         link = Link()
         link.outbox.put(encode(T.RESULT, {"job": "j"}, [payload]))
-        first = link.sent.pop(0)
-        link.ack(first, link.inbox.add(first)[0], at=1.0)  # 256 KiB/s
-        after = link.sent[1:]  # the first window left before the rate was known: raw
+        acknowledge_first_window(link, seconds_per_chunk=0.25)  # 256 KiB/s; that window left raw
+        after = list(link.sent)
         assert after and all(("raw" in m.header) is compressed for m in after)
         assert bytes(deliver_all(link)[0].buffers[0]) == payload
 
@@ -169,7 +198,7 @@ def test_on_a_fast_link_nothing_is_compressed() -> None:
     link = Link()
     link.outbox.put(encode(T.RESULT, {"job": "j"}, [bytes(64 * CHUNK_BYTES)]))
     first = link.sent.pop(0)
-    link.ack(first, link.inbox.add(first)[0], at=0.001)  # 256 MiB/s: compressing would cost more than it saves
+    link.ack(first, link.inbox.add(first)[0], at=0.0001)  # 640 MiB/s: compressing would cost more than it saves
     assert link.sent and not any("raw" in m.header for m in link.sent)
 
 
@@ -196,9 +225,8 @@ def test_compressed_chunks_acknowledged_quickly_dont_switch_compression_off() ->
     # a few KiB on a 256 KiB/s link, not a 128 MiB/s one.
     link = Link()
     link.outbox.put(encode(T.RESULT, {"job": "j"}, [bytes(512 * CHUNK_BYTES)]))
-    first = link.sent.pop(0)
-    link.ack(first, link.inbox.add(first)[0], at=1.0)
-    link.clock.now = 1.001
+    acknowledge_first_window(link, seconds_per_chunk=0.25)
+    link.clock.now += 0.001
     compressed = []
     while link.sent:
         compressed += ["raw" in m.header for m in link.sent[1:] if m.type is T.CHUNK]

@@ -97,7 +97,7 @@ def test_workers_lists_the_worker(client: remote_magic.Client) -> None:
     assert info["hostname"] and info["platform"] and info["python"]
     assert info["cpu_count"] >= 1 and info["memory_bytes"] > 2**20
     assert info["state"] in ("idle", "busy")
-    assert info["versions"]["protocol"] == "RM2"
+    assert info["versions"]["protocol"] == "RM3"
     before = info["jobs_done"]
     client.run("pass")
     [after] = [w for w in client.workers() if w["name"] == "shared"]

@@ -73,7 +73,7 @@ def test_unauthenticated_peers_never_get_a_payload_unpickled(worker: WorkerProce
         plain.connect(token.address)
         stranger = _raw_socket(context, token, *zmq.curve_keypair())
         for sock in (plain, stranger):
-            sock.send_multipart(encode(T.HELLO, {"role": "client", "name": "x", "versions": {"protocol": "RM2"}}))
+            sock.send_multipart(encode(T.HELLO, {"role": "client", "name": "x", "versions": {"protocol": "RM3"}}))
             sock.send_multipart(_submit_frames(target))
         assert not plain.poll(1000) and not stranger.poll(1000)  # no reply: the handshake never completed
         # Control: the same payload from a peer with the real credentials does reach an unpickler,

@@ -23,7 +23,7 @@ def test_messages_round_trip() -> None:
 
 def test_oversized_header_is_refused_before_parsing() -> None:
     with pytest.raises(ProtocolError, match="over the 1048576-byte limit"):
-        decode([b"RM2", b"submit", b"{" + b" " * (1 << 20) + b"}"])
+        decode([b"RM3", b"submit", b"{" + b" " * (1 << 20) + b"}"])
 
 
 def test_numpy_buffers_travel_out_of_band_without_a_copy() -> None:

@@ -14,7 +14,9 @@ hub as one KERNEL_FRAMES, untouched: the kernel checks its signatures as for a l
 Everything runs on one thread of its own (``KernelHost``): the hub connection's I/O thread hands it
 messages over an inproc socket, and it sends to the hub with the connection's thread-safe ``send``.
 A kernel that exits (shut down, killed, a segfault, ``os._exit``) is reported as KERNEL_DIED with its
-exit code, whatever it left in its process group is killed, and the worker carries on.
+exit code, whatever it started is killed (also what left its process group: ``descendants``), and the
+worker carries on. A kernel beyond --max-kernels is refused; over --max-memory (all kernels together,
+with what they started), the largest is killed.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from jupyter_client.connect import write_connection_file
 
 from remote_magic.errors import ConnectionFailed
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
-from remote_magic.wire.resend import Inbound, Outbound
 
 from . import DEFAULT_ORPHAN_GRACE_S
+from .descendants import child_environment, tree
+from .executors import TEMP_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,9 @@ TERMINATE_GRACE_S = 2.0
 SUPERVISE_INTERVAL_S = 0.05
 """How often each kernel process is checked for having exited."""
 
+MEMORY_CHECK_INTERVAL_S = 0.5
+"""How often the kernels' memory, all they started included, is checked against --max-memory."""
+
 SendToHub = Callable[[T, dict[str, Any], list[Any]], None]
 
 
@@ -65,11 +71,10 @@ class HostedKernel:
     process: subprocess.Popen[bytes]
     sockets: dict[str, zmq.Socket[Any]]
     folder: Path
+    owner: str = ""  # its mark in descendants.tree(): what it started, wherever it went
     kill_at: float | None = None  # after a gentle stop: when its process group is killed
     why: str = ""  # what stopped it, when the worker or its client did
     by_channel: dict[zmq.Socket[Any], str] = field(default_factory=dict)
-    outbound: Outbound[tuple[dict[str, Any], list[Any]]] = field(default_factory=Outbound)  # to the client
-    inbound: Inbound = field(default_factory=Inbound)  # from the client
 
     def __post_init__(self) -> None:
         self.by_channel = {sock: name for name, sock in self.sockets.items()}
@@ -85,10 +90,15 @@ class KernelHost:
     """Starts and relays the kernels this worker runs; ``handle`` is called from the hub connection's thread."""
 
     def __init__(self, context: zmq.Context[Any], worker_name: Callable[[], str], python: str,
-                 enabled: bool = True, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> None:
+                 enabled: bool = True, orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+                 max_kernels: int | None = None, max_memory_bytes: int | None = None) -> None:
         self.python = python
         self.enabled = enabled
         self.orphan_grace_s = orphan_grace_s
+        self.max_kernels = max_kernels  # --max-kernels: a start beyond it is refused
+        self.max_memory_bytes = max_memory_bytes  # --max-memory: all kernels together, all they started included
+        self._started = 0
+        self._next_memory_check = 0.0
         self._worker_name = worker_name
         self._context = context
         self._send: SendToHub | None = None
@@ -131,8 +141,7 @@ class KernelHost:
             self._outbox.close()
 
     def stats(self) -> dict[str, dict[str, int]]:
-        """For the worker's heartbeat: each kernel's pid and how many of its messages the client hasn't
-        acknowledged yet (``unacked``: more than a few only while the link is down)."""
+        """For the worker's heartbeat: each kernel's pid."""
         return self.snapshot
 
     def describe(self) -> dict[str, Any]:
@@ -156,12 +165,9 @@ class KernelHost:
                 ready = dict(poller.poll(int(SUPERVISE_INTERVAL_S * 1000)))
                 for sock in [s for s in ready if s in sockets]:
                     kernel = sockets[sock]
-                    if kernel.id in self._kernels:
-                        seq = kernel.outbound.number()
-                        header = {"kernel": kernel.id, "channel": kernel.by_channel[sock], "seq": seq}
-                        frames = sock.recv_multipart(copy=False)
-                        kernel.outbound.keep(seq, (header, frames))
-                        self._to_hub(T.KERNEL_FRAMES, header, frames)
+                    if kernel.id in self._kernels:  # the link to the hub carries it once, in order (wire/link.py)
+                        header = {"kernel": kernel.id, "channel": kernel.by_channel[sock]}
+                        self._to_hub(T.KERNEL_FRAMES, header, sock.recv_multipart(copy=False))
                 if self._inbox in ready:
                     for _ in range(1000):  # what the hub sent, in order, without starving the kernels' sockets
                         try:
@@ -193,11 +199,7 @@ class KernelHost:
         targets = list(self._kernels.values()) if kernel_id == "*" else \
             [self._kernels[kernel_id]] if kernel_id in self._kernels else []
         for kernel in targets:
-            if msg.type is T.KERNEL_ACK:
-                kernel.outbound.acked(int(msg.header.get("ack") or 0))
-            elif msg.type is T.KERNEL_FRAMES:
-                if not kernel.inbound.accept(msg.header.get("seq")):
-                    continue  # seen already, or after one that was lost: it comes again
+            if msg.type is T.KERNEL_FRAMES:
                 sock = kernel.sockets.get(str(msg.header.get("channel")))
                 if sock is not None and sock.socket_type != zmq.SUB:
                     sock.send_multipart(msg.buffers, copy=False)
@@ -225,17 +227,25 @@ class KernelHost:
         if not self.enabled:
             self._died(kernel_id, None, "this worker does not run kernels (remote-worker --kernels off)")
             return
-        folder = Path(tempfile.mkdtemp(prefix="remote-magic-kernel-"))  # owner-only: the key is inside
+        if self.max_kernels is not None and len(self._kernels) >= self.max_kernels:
+            self._died(kernel_id, None, f"worker {self._worker_name()!r} runs {len(self._kernels)} kernel(s) "
+                       f"already, the most it allows: shut one down, or start that remote-worker with a larger "
+                       f"--max-kernels (now {self.max_kernels})")
+            return
+        # Owner-only (the key is inside), and named after this worker: removed if it is killed (executors.py).
+        folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-kernel-"))
+        self._started += 1
+        owner = f"kernel-{self._started}"
         try:
             connection_file, info = write_connection_file(
                 str(folder / "kernel.json"), ip="127.0.0.1", transport="tcp", key=str(header["key"]).encode(),
                 signature_scheme=str(header.get("signature_scheme") or "hmac-sha256"))
             asked = header.get("env")
             asked = asked if isinstance(asked, dict) else {}
-            env = {**os.environ, **{str(k): str(v) for k, v in asked.items()},  # the kernelspec's env
-                   "JPY_PARENT_PID": str(os.getpid())}  # ipykernel exits if this worker dies
-            process = subprocess.Popen([self.python, "-m", "ipykernel_launcher", "-f", connection_file],
-                                       env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+            # No credential of the worker's: only what the kernelspec passes (the client token, with --share-token).
+            env = child_environment(tree().mark(owner), {**{str(k): str(v) for k, v in asked.items()},
+                                                         "JPY_PARENT_PID": str(os.getpid())})  # exits if we die
+            process = tree().start(owner, [self.python, "-m", "ipykernel_launcher", "-f", connection_file], env)
         except (OSError, KeyError, ValueError) as exc:
             shutil.rmtree(folder, ignore_errors=True)
             self._died(kernel_id, None, f"the worker could not start {self.python} -m ipykernel_launcher: {exc}")
@@ -251,20 +261,16 @@ class KernelHost:
                 sock.routing_id = identity if channel in ("shell", "stdin") else os.urandom(16)
             sock.connect(f"tcp://127.0.0.1:{info[f'{channel}_port']}")  # type: ignore[literal-required]
             sockets[channel] = sock
-        self._kernels[kernel_id] = HostedKernel(kernel_id, process, sockets, folder)
+        self._kernels[kernel_id] = HostedKernel(kernel_id, process, sockets, folder, owner)
         log.info("kernel %s started (pid %d, %s)", kernel_id, process.pid, self.python)
         self._to_hub(T.KERNEL_STARTED, {"kernel": kernel_id, "pid": process.pid, "python": self.python,
                                         "worker": self._worker_name(), "orphan_grace_s": self.orphan_grace_s})
 
     def _supervise(self) -> None:
         now = time.monotonic()
-        self.snapshot = {k.id: {"pid": k.process.pid, "unacked": len(k.outbound.unacked)}
-                         for k in self._kernels.values()}
+        self._check_memory(now)
+        self.snapshot = {k.id: {"pid": k.process.pid} for k in self._kernels.values()}
         for kernel in list(self._kernels.values()):
-            for header, frames in kernel.outbound.due(now):
-                self._to_hub(T.KERNEL_FRAMES, header, frames)
-            if (ack := kernel.inbound.ack_due(now)) is not None:
-                self._to_hub(T.KERNEL_ACK, {"kernel": kernel.id, "ack": ack})
             code = kernel.process.poll()
             if code is None:
                 if kernel.kill_at is not None and now > kernel.kill_at:
@@ -277,7 +283,26 @@ class KernelHost:
             self._died(kernel.id, code, f"the kernel's process on worker {self._worker_name()!r} {how}"
                        + (f": {kernel.why}" if kernel.why else ""))
 
+    def _check_memory(self, now: float) -> None:
+        """Over --max-memory, all kernels together: kill the one that uses the most (reported dead, saying why)."""
+        if not self.max_memory_bytes or now < self._next_memory_check or not self._kernels:
+            return
+        self._next_memory_check = now + MEMORY_CHECK_INTERVAL_S
+        used = {kernel.id: tree().memory(kernel.owner) for kernel in self._kernels.values()}
+        total = sum(used.values())
+        if total <= self.max_memory_bytes:
+            return
+        largest = self._kernels[max(used, key=lambda k: used[k])]
+        largest.why = (f"remote-worker killed it: the kernels on this worker used {total / 2**30:.2f} GiB together, "
+                       f"over the {self.max_memory_bytes / 2**30:.2f} GiB limit (--max-memory), and this one the most "
+                       f"({used[largest.id] / 2**30:.2f} GiB, with what it started)")
+        log.warning("kernel %s: %s", largest.id, largest.why)
+        largest.signal_group(signal.SIGKILL)
+        tree().kill(largest.owner)
+
     def _forget(self, kernel: HostedKernel) -> None:
+        tree().kill(kernel.owner)  # what it started outside its process group (setsid, double fork)
+        tree().forget(kernel.owner)
         self._kernels.pop(kernel.id, None)
         for sock in kernel.sockets.values():
             sock.close()

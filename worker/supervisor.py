@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -25,9 +26,10 @@ from remote_magic.errors import (
     JobError,
     JobTimeout,
     OutputError,
+    ProtocolError,
     WorkerLost,
 )
-from remote_magic.wire import serialization
+from remote_magic.wire import schema, serialization
 from remote_magic.wire.connection import Connection, dial
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.lifecycle import JobState, Lifecycle
@@ -50,6 +52,9 @@ INTERRUPT_GRACE_S = 2.0
 
 HEALTH_CHECK_INTERVAL_S = 0.05
 """While a job runs: how often the executor's liveness and memory are checked."""
+
+RECENT_JOBS = 100_000
+"""How many job ids a worker remembers having taken, so a SUBMIT that comes twice never runs twice."""
 
 STATE_RESET = "the session's state was reset"
 """Said in every error and notice about a session whose executor was replaced without the notebook asking."""
@@ -87,7 +92,8 @@ class Supervisor:
     def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
                  context: zmq.Context[Any] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
                  placement: Mapping[str, Any] | None = None, kernels: bool = True,
-                 kernel_python: str | None = None, kernel_grace_s: float = DEFAULT_ORPHAN_GRACE_S) -> None:
+                 kernel_python: str | None = None, kernel_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+                 max_kernels: int | None = None) -> None:
         if token.role is not Role.WORKER:
             raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
                                    "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
@@ -98,12 +104,13 @@ class Supervisor:
         self.connect_timeout = connect_timeout
         self.job: HeldJob | None = None  # the one running in its session's executor
         self._pending: list[HeldJob] = []  # jobs that came while an executor was busy or starting
+        self._taken: OrderedDict[str, None] = OrderedDict()  # job ids taken lately: none runs twice
         self._own_context = context is None
         self._context = context or zmq.Context()
         self._link = ExecutorLink(self._context, options)
         self.sessions = Sessions(self._link, max_sessions)
         self.kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable, kernels,
-                                  kernel_grace_s)
+                                  kernel_grace_s, max_kernels, options.max_memory_bytes)
         self._connection: Connection | None = None
         self.welcome: Message | None = None
         self._next_health_check = 0.0
@@ -122,7 +129,7 @@ class Supervisor:
         self._connection = Connection(
             self._context, sock, self.welcome, hello, self._on_hub_message, self._on_hub_lost,
             heartbeat_header=self._heartbeat, watch={self._link.socket: self._on_executor_message},
-            on_tick=self._tick, name="remote-worker-io")
+            on_tick=self._tick, name="remote-worker-io", on_reconnect=self._resume)
         self.kernels.start(self._connection.send)
         self._connection.start()  # only now: its callbacks use self._connection
         log.info("worker %r joined %s", self.name, self.token.redacted())
@@ -146,7 +153,21 @@ class Supervisor:
     # -- from the hub ----------------------------------------------------------------------
 
     def _on_hub_message(self, msg: Message) -> None:
+        try:
+            schema.check(msg)  # the hub checked what it forwards; whatever slipped through must not reach a session
+        except ProtocolError as exc:
+            log.warning("dropped a malformed %s from the hub: %s", msg.type.value, exc)
+            if msg.type is T.SUBMIT and (refused := schema.job_of(msg.header)) is not None:
+                self._send_hub(T.ERROR, error_header(exc, refused))
+            return
         if msg.type is T.SUBMIT:
+            job_id = str(msg.header["job"])
+            if job_id in self._taken:  # the hub never hands a job on twice; a bug must not run it twice either
+                log.warning("dropped a second SUBMIT of job %s: it runs, or ran, here already", job_id)
+                return
+            self._taken[job_id] = None
+            if len(self._taken) > RECENT_JOBS:
+                self._taken.popitem(last=False)
             self._pending.append(HeldJob.from_submit(msg, f"worker {self.name!r}"))
             self._start_pending()
         elif msg.type is T.CANCEL:
@@ -157,10 +178,16 @@ class Supervisor:
                 self._end_pending(job, JobCancelled("the job was cancelled before it started"))
         elif msg.type is T.SESSION_END:
             self._end_session(str(msg.header.get("session") or ""), str(msg.header.get("reason") or "it ended"))
-        elif msg.type in (T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_ACK, T.KERNEL_SIGNAL, T.KERNEL_STOP):
+        elif msg.type in (T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP):
             self.kernels.handle(msg)
         elif msg.type is T.ERROR:
             log.warning("the hub says: %s", msg.header.get("message"))
+
+    def _resume(self) -> None:
+        """After the connection broke and came back: name the jobs this worker holds, so the hub fails those it
+        handed over that never arrived, and has this worker stop those it no longer has (wire/link.py)."""
+        held = [job.id for job in (self.job, *self._pending) if job is not None]
+        self._send_hub(T.RESUME, {"jobs": held})
 
     def _on_hub_lost(self, reason: str) -> None:
         if self._connection is not None and self._connection.refused:

@@ -16,12 +16,14 @@ import logging
 import sys
 import threading
 import time
+from collections import OrderedDict
 from functools import partial
 from typing import Any, Sequence
 
 import zmq
 
 from ..errors import (
+    ConnectionFailed,
     CredentialsRotated,
     InvalidTransition,
     JobCancelled,
@@ -37,12 +39,13 @@ from ..errors import (
     VersionMismatch,
     WorkerLost,
 )
+from ..wire import schema
 from ..wire.auth import HubAuthenticator
-from ..wire.chunks import Inbox, Outbox, ack
 from ..wire.failures import error_header
 from ..wire.frame_cache import DEFAULT_CACHE_BYTES, FrameCache
 from ..wire.keys import HubKeys
 from ..wire.lifecycle import JobState
+from ..wire.link import ACK_EVERY_S, Link
 from ..wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HEARTBEAT_INTERVAL_S,
@@ -57,7 +60,6 @@ from ..wire.protocol import (
     session_id,
 )
 from ..wire.requirements import check_prefer, parse_all
-from ..wire.resend import Outbound
 from ..wire.versions import describe_differences, local_versions
 from . import placement
 from .detached import DetachedJob, DetachedJobs
@@ -69,10 +71,10 @@ log = logging.getLogger(__name__)
 
 # What each role may send once it said HELLO.
 _ALLOWED = {
-    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK, T.JOBS, T.ATTACH,
-                  T.JOB_ACK, T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP, T.KERNEL_ACK},
+    Role.CLIENT: {T.HEARTBEAT, T.SUBMIT, T.CANCEL, T.WORKERS, T.BYE, T.HELLO, T.CHUNK, T.CHUNK_ACK, T.LINK_ACK,
+                  T.RESUME, T.JOBS, T.ATTACH, T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP},
     Role.WORKER: {T.HEARTBEAT, T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR, T.BYE, T.HELLO, T.CHUNK,
-                  T.CHUNK_ACK, T.KERNEL_STARTED, T.KERNEL_FRAMES, T.KERNEL_DIED, T.KERNEL_ACK},
+                  T.CHUNK_ACK, T.LINK_ACK, T.RESUME, T.KERNEL_STARTED, T.KERNEL_FRAMES, T.KERNEL_DIED},
 }
 _LOCAL_KEY = b"in-process"
 
@@ -85,6 +87,9 @@ GOODBYE_LINGER_MS = 1000
 
 HELD_RETRY_MS = 10
 """While messages wait for a peer's queue to have room: how often the hub tries to send them."""
+
+RECENT_JOBS = 100_000
+"""How many job ids the hub remembers having taken, so a SUBMIT that comes twice never runs twice."""
 
 
 class Hub:
@@ -118,15 +123,16 @@ class Hub:
         self._socket: zmq.Socket[Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        # Per peer: what goes to it, in order (large messages in paced chunks), and what it is sending us.
-        self._outboxes: dict[bytes, Outbox] = {}
-        self._inboxes: dict[bytes, Inbox] = {}
+        # Per peer: its link (wire/link.py): what goes to it, in order and numbered, large messages in paced
+        # chunks, kept until it acknowledges them; and what it sends us, taken once each, in order.
+        self._links: dict[bytes, Link] = {}
+        self._owing_acks: set[bytes] = set()  # peers whose link has something to acknowledge
         self._caches: dict[bytes, FrameCache] = {}  # per client: its large frames, so they cross once
         self.detached = DetachedJobs()  # jobs whose client went away, until one with its token collects them
-        # Per client: its jobs' messages, numbered and kept until it acknowledges them, so what a broken
-        # connection had in flight is sent again (wire/resend.py).
-        self._job_streams: dict[bytes, Outbound[list[Any]]] = {}
-        self._unacknowledged_ends: dict[str, tuple[int, Job]] = {}  # job -> the seq of its RESULT or ERROR
+        # Per job whose RESULT or ERROR its client hasn't acknowledged: that message's seq on the client's
+        # link, and the job as it would wait for collection if the client went away before acknowledging.
+        self._unacknowledged_ends: dict[str, tuple[int, bytes, DetachedJob]] = {}
+        self._recent_jobs: OrderedDict[str, None] = OrderedDict()  # job ids taken lately: none runs twice
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
@@ -223,6 +229,8 @@ class Hub:
                 timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
                 if self._send_held():  # the socket can't say when a peer's queue has room again: look often
                     timeout_ms = min(timeout_ms, HELD_RETRY_MS)
+                if self._owing_acks:
+                    timeout_ms = min(timeout_ms, self._send_acks())
                 events = dict(poller.poll(timeout_ms))
                 if wake in events:
                     command = wake.recv()
@@ -238,7 +246,10 @@ class Hub:
                         if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                             break
                 if time.monotonic() >= next_tick:
-                    self._tick()
+                    try:
+                        self._tick()
+                    except Exception:  # a bug must cost one tick, not the hub: log it whole
+                        log.exception("the hub's periodic checks failed")
                     next_tick = time.monotonic() + self.heartbeat_interval / 2
             self._say_goodbye()
         finally:
@@ -256,18 +267,17 @@ class Hub:
               buffers: Sequence[Any] = ()) -> None:
         self._send_frames(identity, encode(msg_type, header, buffers))
 
-    def _send_frames(self, identity: bytes, frames: list[Any]) -> None:
-        """Send without ever blocking the hub: what a peer can't take now waits for it, in order."""
+    def _send_frames(self, identity: bytes, frames: list[Any]) -> int | None:
+        """Send without ever blocking the hub: what a peer can't take now waits for it, in order. The
+        message's seq on the peer's link (None when it isn't numbered, or the peer is unknown)."""
         peer = self.fleet.peers.get(identity)
         if peer is None:  # not (or no longer) a peer: nothing to keep it for
             if not self._try_send(identity, frames):
                 log.debug("dropped a message to %r, which is not reading and not a peer", identity)
-            return
-        outbox = self._outboxes.get(identity)
-        if outbox is None:  # in-process workers need no chunks: inproc carries no heartbeats to starve
-            outbox = self._outboxes[identity] = Outbox(partial(self._try_send, identity), chunked=not peer.local)
+            return None
+        outbox = self._link(peer).outbox
         reading = not outbox.waiting_for_room
-        outbox.put(frames)
+        seq = outbox.put(frames)
         if reading and outbox.waiting_for_room:
             log.info("%s %r is not reading what the hub sends, or is reconnecting; keeping its messages "
                      "until it reads", peer.role.value, peer.name)
@@ -275,6 +285,26 @@ class Hub:
             log.warning("%s %r stopped reading while %.0f MiB waited for it; dropping it and what waited",
                         peer.role.value, peer.name, outbox.pending_bytes / 2**20)
             self._forget(peer, f"stopped reading while {outbox.pending_bytes / 2**20:.0f} MiB waited for it")
+        return seq
+
+    def _link(self, peer: Peer) -> Link:
+        link = self._links.get(peer.identity)
+        if link is None:  # in-process workers need no chunks: inproc carries no heartbeats to starve
+            link = self._links[peer.identity] = Link(partial(self._try_send, peer.identity), chunked=not peer.local,
+                                                     max_bytes=self.max_message_bytes)
+        return link
+
+    def _send_acks(self) -> int:
+        """Acknowledge what peers sent (wire/link.py); how many milliseconds until more acknowledgements are due."""
+        due_s = ACK_EVERY_S
+        for identity in list(self._owing_acks):
+            link = self._links.get(identity)
+            wait = link.tick() if link is not None else None
+            if wait is None:
+                self._owing_acks.discard(identity)
+            else:
+                due_s = min(due_s, wait)
+        return max(1, int(due_s * 1000))
 
     def _try_send(self, identity: bytes, frames: list[Any]) -> bool:
         """Send one message if the peer's queue has room; False if it has none (nothing was sent)."""
@@ -291,10 +321,10 @@ class Hub:
     def _send_held(self) -> bool:
         """Send what waits for peers (they read again, or a chunk is due); True while any waits for room."""
         waiting = False
-        for outbox in self._outboxes.values():
-            if outbox:
-                outbox.pump()
-                waiting = waiting or outbox.waiting_for_room
+        for link in self._links.values():
+            if link.outbox:
+                link.outbox.pump()
+                waiting = waiting or link.outbox.waiting_for_room
         return waiting
 
     def _handle(self, frames: list[zmq.Frame]) -> None:
@@ -337,11 +367,23 @@ class Hub:
                 PermissionDenied(f"{msg.type.value} is not allowed here: {what}"), msg.header.get("job")))
             return
         try:
-            if msg.type is T.CHUNK:
-                self._on_chunk(peer, msg, key, user_id)
-            else:
-                getattr(self, f"_on_{msg.type.value}")(peer, msg, frames)
-        except (KeyError, TypeError, ValueError, InvalidTransition) as exc:
+            schema.check(msg)  # every field's type and range (wire/schema.py), before anything reads one
+            link = self._link(peer)
+            taken = link.receive(msg)  # chunks put together, acknowledgements, each numbered message once
+            if link.owes_ack:
+                self._owing_acks.add(identity)
+            if taken is None:
+                return
+            if taken is not msg:  # it came in chunks: check what it is now
+                schema.check(taken)
+                if taken.type not in _ALLOWED[role] or taken.type is T.HELLO:
+                    raise ValueError(f"a chunked {taken.type.value} is not allowed here")
+                frames = encode(taken.type, taken.header, taken.buffers)
+            getattr(self, f"_on_{taken.type.value}")(peer, taken, frames)
+        except ProtocolError as exc:
+            self._peer_warnings.warning(user_id, "bad %s from %s: %s", msg.type.value, peer.name, exc)
+            self._send(identity, T.ERROR, error_header(exc, schema.job_of(msg.header)))  # not a 10 MB "job" echoed
+        except (KeyError, TypeError, ValueError, OverflowError, InvalidTransition) as exc:
             self._peer_warnings.warning(user_id, "bad %s from %s: %s", msg.type.value, peer.name, exc)
             self._send(identity, T.ERROR, error_header(
                 ProtocolError(f"bad {msg.type.value} message: {exc}"), _job_id(msg)))
@@ -371,16 +413,14 @@ class Hub:
             name = self.fleet.unique_name(name, identity)
         caps = msg.header.get("capabilities") if role is Role.WORKER else {}
         peer = Peer(identity, role, name, {k: str(v) for k, v in versions.items()},
-                    caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY, key=key,
-                    acks=msg.header.get("acks") is True)
+                    caps if isinstance(caps, dict) else {}, local=key == _LOCAL_KEY, key=key)
         if old is not None:  # a reconnect: keep what it was doing
             peer.job, peer.jobs_done, peer.usage = old.job, old.jobs_done, old.usage
         self.fleet.peers[identity] = peer
-        # A hello starts its jobs' numbering again, as the WELCOME makes the client expect (it failed what
-        # it was waiting for when it thought itself forgotten).
-        self._job_streams.pop(identity, None)
-        for job_id in [j for j, (_, job) in self._unacknowledged_ends.items() if job.client == identity]:
-            del self._unacknowledged_ends[job_id]
+        # A hello starts the link's numbering again both ways, as the WELCOME makes the peer expect. What
+        # it had not acknowledged won't reach it now: jobs that ended meanwhile wait for collection.
+        self._links.pop(identity, None)
+        self._detach_unacknowledged_ends(identity)
         log.info("%s %r joined (%s)", role.value, name, ", ".join(f"{k} {v}" for k, v in versions.items()))
         notes = describe_differences(ours, peer.versions, f"this {role.value}")
         if notes:
@@ -399,23 +439,6 @@ class Hub:
             if self.fleet.queue and (placement.power_hold(peer), placement.on_battery(peer)) != before:
                 self._dispatch()  # plugged in, or charged past its --min-battery: waiting jobs may go there now
 
-    def _on_chunk(self, peer: Peer, msg: Message, key: str, user_id: str) -> None:
-        inbox = self._inboxes.setdefault(peer.identity, Inbox(max_bytes=self.max_message_bytes))
-        try:
-            received, whole = inbox.add(msg)
-        except ProtocolError as exc:
-            self._peer_warnings.warning(user_id, "bad chunk from %s: %s", peer.name, exc)
-            self._send(peer.identity, T.ERROR, error_header(exc, _job_id(msg)))
-            return
-        self._try_send(peer.identity, ack(msg, received))
-        if whole is not None:
-            self._handle_message(peer.identity, peer.role, key, user_id, whole)
-
-    def _on_chunk_ack(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
-        outbox = self._outboxes.get(peer.identity)
-        if outbox is not None:
-            outbox.on_ack(msg.header)
-
     def _on_bye(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         self._forget(peer, "shut down" if peer.role is Role.WORKER else "disconnected")
 
@@ -429,8 +452,8 @@ class Hub:
         job_id = msg.header["job"]
         if not isinstance(job_id, str) or not job_id or len(job_id) > 64:
             raise ValueError("job must be a short string")
-        if job_id in self.fleet.jobs:
-            self._send(peer.identity, T.ERROR, error_header(ProtocolError("duplicate job id"), job_id))
+        if job_id in self._recent_jobs:  # a job runs once, whatever its SUBMIT went through
+            log.warning("dropped a second SUBMIT of job %s from %s: the first one runs, or ran", job_id, peer.name)
             return
         wanted = msg.header.get("worker")
         wanted = None if wanted is None else str(wanted)  # as the fleet will compare it with names
@@ -458,8 +481,37 @@ class Hub:
             self._send(peer.identity, T.ERROR, error_header(NoMatchingWorker(
                 placement.unmatched(require, self.fleet.workers(), wanted)), job_id))
             return
+        self._recent_jobs[job_id] = None
+        if len(self._recent_jobs) > RECENT_JOBS:
+            self._recent_jobs.popitem(last=False)
         self.fleet.enqueue(job)
         self._dispatch()
+
+    def _on_resume(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        """After a reconnect, the peer names the jobs it holds (what it sent before arrived first): what
+        either side lacks is failed, or stopped, naming why, so nothing waits for what can't come."""
+        held = msg.header["jobs"]
+        if not isinstance(held, list) or not all(isinstance(j, str) for j in held):
+            raise ValueError("resume needs `jobs`, a list of job ids")
+        held_here = set(held)
+        in_flight = self._link(peer).outbox.jobs()  # on their way to it still
+        if peer.role is Role.CLIENT:
+            for job_id in held_here - in_flight - set(self._unacknowledged_ends):
+                job = self.fleet.jobs.get(job_id)
+                if job is None or job.client != peer.identity:
+                    self._send(peer.identity, T.ERROR, error_header(ConnectionFailed(
+                        "the hub has no record of this job after the connection came back: it never arrived, "
+                        "or it ended and its end was lost. Run it again"), job_id))
+            return
+        for job in [j for j in self.fleet.jobs.values() if j.worker == peer.identity]:
+            if job.id not in held_here and job.id not in in_flight:
+                self._end(job, WorkerLost(
+                    f"worker {peer.name!r} has no record of this job after its connection came back, so its result "
+                    "is lost. Run the cell again"))
+        for job_id in held_here:
+            job = self.fleet.jobs.get(job_id)
+            if job is None or job.worker != peer.identity:
+                self._send(peer.identity, T.CANCEL, {"job": job_id, "reason": "the hub no longer has this job"})
 
     def _on_cancel(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         job = self.fleet.jobs.get(msg.header["job"])
@@ -486,7 +538,7 @@ class Hub:
             self._ended_detached(job)
             if msg.type is T.RESULT and job.client in self._caches:  # sending it back will cost nothing
                 self._caches[job.client].remember(msg.buffers)
-        self._to_client(job.client, msg, job if msg.type in (T.RESULT, T.ERROR) else None)
+        self._to_client(job.client, msg, self._ending(job) if msg.type in (T.RESULT, T.ERROR) else None)
         if msg.type in (T.RESULT, T.ERROR):
             self._dispatch()
 
@@ -535,7 +587,6 @@ class Hub:
         else:
             self._on_kernel_to_client(peer, msg, frames)
 
-    _on_kernel_ack = _on_kernel_frames
     _on_kernel_signal = _on_kernel_stop = _on_kernel_to_worker
     _on_kernel_started = _on_kernel_died = _on_kernel_to_client
 
@@ -569,37 +620,32 @@ class Hub:
         msg = Message(T.ERROR, error_header(error, job.id))
         job.journal.add(encode(msg.type, msg.header), ending=True)
         self._ended_detached(job)
-        self._to_client(job.client, msg, job)
+        self._to_client(job.client, msg, self._ending(job))
 
-    def _to_client(self, identity: bytes, msg: Message, job: Job | None = None) -> None:
-        """Send one of a job's messages to its client, numbered (``seq``) and kept until acknowledged. The
-        ``job`` a RESULT or ERROR ends is kept too until then: if its client goes away first, the job waits
-        for collection, ended, as one that ended after it went."""
-        peer = self.fleet.peers.get(identity)
-        if peer is None:
-            return
-        if not peer.acks:  # a peer that doesn't acknowledge gets each message once, unnumbered
-            self._send(identity, msg.type, msg.header, msg.buffers)
-            return
-        stream = self._job_streams.setdefault(identity, Outbound())
-        seq = stream.number()
-        frames = encode(msg.type, {**msg.header, "seq": seq}, msg.buffers)
-        stream.keep(seq, frames)
-        if job is not None:
-            self._unacknowledged_ends[job.id] = (seq, job)
-        self._send_frames(identity, frames)
+    def _ending(self, job: Job) -> DetachedJob | None:
+        """An ended job as it waits for collection if its client goes away before hearing of its end."""
+        client = self.fleet.peers.get(job.client)
+        if client is None:
+            return None
+        worker = self.fleet.peers.get(job.worker) if job.worker else None
+        return DetachedJob(job.id, client.key, job.summary, worker.name if worker else "?", job.journal,
+                           ended_at=time.monotonic(), state=job.lifecycle.state.value)
 
-    def _on_job_ack(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
-        stream = self._job_streams.get(peer.identity)
-        if stream is not None:
-            ack = int(msg.header["ack"])
-            stream.acked(ack)
-            if msg.header.get("resend") is True:  # its connection broke and came back: what was in flight is gone
-                for _, frames in stream.unacked:
-                    self._send_frames(peer.identity, frames)
-            for job_id, (seq, job) in list(self._unacknowledged_ends.items()):
-                if job.client == peer.identity and seq <= ack:
-                    del self._unacknowledged_ends[job_id]
+    def _to_client(self, identity: bytes, msg: Message, ending: DetachedJob | None = None) -> None:
+        """Send one of a job's messages to its client, on its link (numbered, kept until acknowledged). The job
+        a RESULT or ERROR ends (``ending``) is kept too until then: if the client goes away first, the job
+        waits for collection, ended, as one that ended after it went."""
+        seq = self._send_frames(identity, encode(msg.type, msg.header, msg.buffers))
+        if ending is not None and seq is not None:
+            self._unacknowledged_ends[ending.id] = (seq, identity, ending)
+
+    def _detach_unacknowledged_ends(self, client: bytes) -> None:
+        """The client won't hear of these jobs' ends on this link: they wait for collection instead."""
+        for job_id, (_, identity, ending) in list(self._unacknowledged_ends.items()):
+            if identity == client:
+                del self._unacknowledged_ends[job_id]
+                self.detached.detach(ending)
+                self.detached.ended(job_id, ending.state)
 
     def _ended_detached(self, job: Job) -> None:
         """A job whose client went away ended: its result waits for collection, and its session can end."""
@@ -629,8 +675,10 @@ class Hub:
             self._to_client(peer.identity, Message(T.STREAM, {"job": job_id, "name": "stderr", "text": (
                 f"remote-magic: {detached.journal.dropped:,} bytes of this job's output came while no notebook "
                 "was there to show them, past what the hub keeps; they are not shown.\n")}))
-        for frames in detached.journal.messages:  # as they came, then what comes next
-            self._to_client(peer.identity, decode(frames))
+        for index, frames in enumerate(detached.journal.messages):  # as they came, then what comes next
+            last = index == len(detached.journal.messages) - 1
+            # Collected once it is acknowledged: a collector gone before that leaves it waiting again.
+            self._to_client(peer.identity, decode(frames), detached if last and detached.ended_at else None)
         job = self.fleet.jobs.get(job_id)
         if job is not None:  # still running: it is this client's now
             job.client = peer.identity
@@ -653,9 +701,17 @@ class Hub:
         for peer in list(self.fleet.peers.values()):
             if now - peer.last_sent >= self.heartbeat_interval:
                 self._try_send(peer.identity, encode(T.HEARTBEAT))  # never behind what is queued for it
-        for inbox in self._inboxes.values():
-            inbox.drop_older_than(self.stall_s)
+        for link in self._links.values():
+            link.drop_stalled(self.stall_s)
+        self._forget_acknowledged_ends()
         self.detached.expire()
+
+    def _forget_acknowledged_ends(self) -> None:
+        """Jobs whose end their client acknowledged need not wait for collection any more."""
+        for job_id, (seq, identity, _) in list(self._unacknowledged_ends.items()):
+            link = self._links.get(identity)
+            if link is None or seq <= link.outbox.acked_seq:
+                del self._unacknowledged_ends[job_id]
 
     def _connected(self, peer: Peer) -> bool:
         """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""
@@ -669,11 +725,11 @@ class Hub:
         return True
 
     def _forget(self, peer: Peer, why: str) -> None:
+        self._forget_acknowledged_ends()  # before its link goes: what it acknowledged last, it has
         self.fleet.peers.pop(peer.identity, None)
-        self._outboxes.pop(peer.identity, None)
-        self._inboxes.pop(peer.identity, None)
+        self._links.pop(peer.identity, None)
+        self._owing_acks.discard(peer.identity)
         self._caches.pop(peer.identity, None)
-        self._job_streams.pop(peer.identity, None)
         log.info("%s %r left: %s", peer.role.value, peer.name, why)
         if peer.role is Role.WORKER:
             host = peer.capabilities.get("hostname", "?")
@@ -708,13 +764,7 @@ class Hub:
                 self.detached.detach(DetachedJob(job.id, peer.key, job.summary, worker.name if worker else "?",
                                                  job.journal))
                 log.info("job %s runs on without its notebook; a notebook with the same token may collect it", job.id)
-            for job_id, (_, job) in list(self._unacknowledged_ends.items()):  # ended, the client never heard
-                if job.client == peer.identity:
-                    del self._unacknowledged_ends[job_id]
-                    worker = self.fleet.peers.get(job.worker) if job.worker else None
-                    self.detached.detach(DetachedJob(job.id, peer.key, job.summary, worker.name if worker else "?",
-                                                     job.journal))
-                    self.detached.ended(job.id, job.lifecycle.state.value)
+            self._detach_unacknowledged_ends(peer.identity)  # ended, the client never heard
             for worker in self.fleet.workers():  # its interpreter state there goes with it, once its jobs end
                 if worker.identity not in running:
                     self._send(worker.identity, T.SESSION_END, {"session": session_id(peer.identity),

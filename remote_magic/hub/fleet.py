@@ -43,7 +43,6 @@ class Peer:
     capabilities: dict[str, Any] = field(default_factory=dict)
     local: bool = False          # the hub's in-process worker (inproc, no CURVE keys)
     key: bytes = b""             # the public key it authenticated with: clients sharing it share their jobs
-    acks: bool = False           # clients: it acknowledges its jobs' numbered messages (job_ack)
     last_seen: float = field(default_factory=time.monotonic)
     last_sent: float = 0.0
     job: "Job | None" = None     # workers: the job running there

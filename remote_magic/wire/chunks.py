@@ -1,14 +1,19 @@
-"""Large messages in chunks, paced by their acknowledgements, so heartbeats never wait behind them.
+"""What one link sends, in order and numbered, with large messages in paced chunks; and chunks put back together.
 
 On a slow link one large message would hold the connection for as long as it takes to cross, and
 every heartbeat, libzmq PONG and interrupt queued behind it would wait as long: the far side takes
-the peer for gone. So a message over ``CHUNKED_OVER`` bytes leaves as CHUNK messages of at most
-``CHUNK_BYTES``, each naming its transfer, its byte offset and the whole message's frame sizes. The
-receiver copies each into place and answers CHUNK_ACK with how many bytes it holds in order. The
-sender keeps about ``PACE_S`` seconds of the link's measured rate unacknowledged, so what is queued
-behind waits about that long, whatever the size. A chunk lost with a dropped connection is sent
-again from the last acknowledged byte once acknowledgements stop for ``RESEND_AFTER_S``. Messages
-keep their order: one that follows a large message leaves once its last chunk is acknowledged.
+the peer for gone. So a message over ``CHUNKED_OVER`` bytes leaves as CHUNK messages, each naming its
+transfer, its byte offset and the whole message's frame sizes. The receiver copies each into place and
+answers CHUNK_ACK with how many bytes it holds in order. The sender keeps about ``PACE_S`` seconds of
+what the link drained lately (acknowledged bytes over time) unacknowledged, in chunks of at most a
+quarter of that, so whatever is queued behind waits about that long, whatever the size and the loss.
+Messages keep their order: one that follows a large message leaves once its last chunk is acknowledged.
+
+Nothing is sent again on a timer: on a live connection TCP loses nothing, however slowly it delivers.
+What a broken connection had in flight is sent again when the link says so (``rewind``, wire/link.py):
+numbered messages that left but were not acknowledged, and a large message from its last acknowledged
+byte. A receiver remembers the transfers it finished, so a chunk of one sent again is acknowledged, not
+assembled twice.
 
 A chunk whose bytes compress well (zstd, decided from a sample of the message) is compressed when
 the link is slow enough for that to win; on a fast link everything goes raw.
@@ -20,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -32,7 +37,10 @@ from .protocol import Message, MessageType as T, encode
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 256 << 10
-"""The most payload one chunk carries: at 1 Mbit/s it crosses in 2 s, well inside the heartbeat bound."""
+"""The most payload one chunk carries; on a slow link chunks are smaller (a quarter of the window)."""
+
+MIN_CHUNK_BYTES = 16 << 10
+"""The least payload a chunk carries (its header and encryption cost about 1% of that)."""
 
 CHUNKED_OVER = 1 << 20
 """Messages larger than this travel in chunks; smaller ones whole."""
@@ -40,11 +48,17 @@ CHUNKED_OVER = 1 << 20
 PACE_S = 1.0
 """How many seconds of the link's measured rate may be unacknowledged at once."""
 
-MIN_WINDOW_BYTES = 2 * CHUNK_BYTES
+FIRST_WINDOW_BYTES = 256 << 10
+"""What may be unacknowledged before the link's rate is known."""
+
+MIN_WINDOW_BYTES = 64 << 10
 MAX_WINDOW_BYTES = 64 << 20
 
-RESEND_AFTER_S = 4.0
-"""With chunks unacknowledged and no acknowledgement for this long, send again from the last one."""
+RATE_SPAN_S = 2.0
+"""The rate is what was acknowledged over about the last this-many seconds of a transfer."""
+
+FINISHED_KEPT = 1024
+"""How many finished transfers a receiver remembers, to acknowledge their chunks sent again."""
 
 COMPRESS_BELOW_RATIO = 0.7
 """A message is worth compressing when a sample of it shrinks to less than this."""
@@ -56,6 +70,12 @@ SLOW_LINK_BYTES_PER_S = 2e6
 """Below this (16 Mbit/s) chunks are compressed at zstd level 3: slower (still 100 MB/s and more, far
 above the link), a few percent smaller; above it, level 1."""
 
+UNNUMBERED = frozenset({T.HELLO, T.WELCOME, T.HEARTBEAT, T.BYE, T.CHUNK, T.CHUNK_ACK, T.LINK_ACK})
+"""What a link never numbers: greetings, liveness, and its own chunks and acknowledgements. Everything
+else (jobs, their output and results, cancels, kernels' frames, listings) is numbered."""
+
+_UNNUMBERED_WIRE = frozenset(t.value.encode() for t in UNNUMBERED)
+
 _SAMPLE_BYTES = 16 << 10
 _SAMPLES = 4
 
@@ -64,7 +84,7 @@ OnProgress = Callable[[Mapping[str, Any], int, int], None]
 
 
 def _about(frames: Sequence[memoryview]) -> dict[str, Any]:
-    """What progress reports say a large message is: its type, and its job if it has one."""
+    """What progress reports say a message is: its type, and its job if it has one."""
     about: dict[str, Any] = {"type": bytes(frames[1]).decode(errors="replace")}
     try:
         job = json.loads(bytes(frames[2])).get("job")
@@ -80,27 +100,55 @@ def _flat(frame: Any) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+def numbered(frames: list[Any], seq: int) -> list[Any]:
+    """The message with ``seq`` last in its header: spliced in, not parsed again. A message forwarded as
+    it came carries its sender's number too, earlier in the header; JSON's last key wins."""
+    header = _flat(frames[2]).tobytes().rstrip()
+    if header[:1] != b"{" or header[-1:] != b"}":
+        raise ValueError("a header is a JSON object")
+    spliced = b'%s%s"seq":%d}' % (header[:-1], b"" if header[1:-1].strip() == b"" else b",", seq)
+    return [frames[0], frames[1], spliced, *frames[3:]]
+
+
+@dataclass
+class _Whole:
+    """A message that leaves in one piece."""
+
+    frames: list[Any]
+    size: int
+    seq: int | None = None
+
+    @property
+    def job(self) -> str | None:
+        return _about([_flat(f) for f in self.frames[:3]]).get("job")
+
+
 @dataclass
 class _Transfer:
     """One large message on its way out."""
 
     frames: list[memoryview]
     about: dict[str, Any]
+    seq: int | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     sent: int = 0        # bytes handed to the socket
     acked: int = 0       # bytes the far side holds in order
     started: float | None = None
-    last_ack: float = 0.0
     compressible: bool | None = None  # decided from a sample when the link is slow enough to care
     # What the link carries, compressed or not: the chunks in flight (their end, their size on the
-    # wire), and the wire bytes acknowledged. The rate and the window count these.
-    in_flight: deque[tuple[int, int]] = field(default_factory=deque)
+    # wire, when they left), and the wire bytes acknowledged. The rate and the window count these.
+    in_flight: deque[tuple[int, int, float]] = field(default_factory=deque)
     wire_in_flight: int = 0
     wire_acked: int = 0
+    drained: deque[tuple[float, int]] = field(default_factory=deque)  # (when, wire_acked) lately
 
     def __post_init__(self) -> None:
         self.sizes = [f.nbytes for f in self.frames]
         self.total = sum(self.sizes)
+
+    @property
+    def job(self) -> str | None:
+        return self.about.get("job")
 
     def piece(self, offset: int, length: int) -> list[memoryview]:
         """The bytes [offset, offset + length) of the frames laid end to end, as views."""
@@ -112,6 +160,12 @@ class _Transfer:
             start = end
         return views
 
+    def rewind(self) -> None:
+        """What was in flight is gone: send again from the last acknowledged byte."""
+        self.sent = self.acked
+        self.in_flight.clear()
+        self.wire_in_flight = 0
+
     def sample_shrinks(self, compressor: zstandard.ZstdCompressor) -> bool:
         """Does a sample from across the message compress well?"""
         step = max(1, self.total // _SAMPLES)
@@ -120,11 +174,12 @@ class _Transfer:
 
 
 class Outbox:
-    """What one link sends, in order: small messages whole, large ones in paced chunks.
+    """What one link sends, in order: small messages whole, large ones in paced chunks, numbered.
 
-    ``send(frames)`` tries to send one message now and says False when the link's queue has no
-    room (nothing was sent). Call ``pump`` when the link may take more (it has room again, an
-    acknowledgement came, time passed); ``on_ack`` with each CHUNK_ACK.
+    ``put(frames)`` queues one message and sends what the link takes now; ``send`` (given) says False
+    when the link's queue has no room (nothing was sent). Call ``pump`` when the link may take more (it
+    has room again, an acknowledgement came); ``on_ack`` with each CHUNK_ACK, ``acked`` with each
+    link acknowledgement, and ``rewind`` when the connection broke and what was in flight is gone.
     """
 
     def __init__(self, send: Callable[[list[Any]], bool], *, chunked: bool = True,
@@ -133,29 +188,91 @@ class Outbox:
         self._clock = clock
         self._chunked = chunked
         self._on_progress = on_progress
-        self._queue: deque[list[Any] | _Transfer] = deque()
+        self._queue: deque[_Whole | _Transfer] = deque()
+        self._unacked: deque[_Whole] = deque()  # numbered messages that left whole, until acknowledged
+        self._next_seq = 1
+        self.acked_seq = 0  # the far side holds every numbered message up to this one
         self.pending_bytes = 0
         self.waiting_for_room = False  # True: the socket is full; False with items queued: acknowledgements
-        self._rate: float | None = None  # bytes/s the far side acknowledged, from the last transfer
+        self._rate: float | None = None  # wire bytes/s the far side acknowledged lately
+        self._min_rtt: float | None = None  # the link's round trip without queueing, at least
         self._compressors: dict[int, zstandard.ZstdCompressor] = {}
 
     def __len__(self) -> int:
         return len(self._queue)
 
-    def put(self, frames: list[Any]) -> None:
-        """Queue an encoded message behind what is queued, and send what the link takes now."""
+    def put(self, frames: list[Any]) -> int | None:
+        """Queue an encoded message behind what is queued, and send what the link takes now; its ``seq``
+        (None for the kinds a link doesn't number)."""
+        seq = None
+        if _flat(frames[1]).tobytes() not in _UNNUMBERED_WIRE:
+            seq, self._next_seq = self._next_seq, self._next_seq + 1
+            frames = numbered(frames, seq)
         views = [_flat(f) for f in frames]
         size = sum(v.nbytes for v in views)
-        large = self._chunked and size > CHUNKED_OVER
-        self._queue.append(_Transfer(views, _about(views)) if large else frames)
+        if self._chunked and size > CHUNKED_OVER:
+            self._queue.append(_Transfer(views, _about(views), seq))
+        else:
+            self._queue.append(_Whole(frames, size, seq))
         self.pending_bytes += size
         self.pump()
+        return seq
 
     def clear(self) -> None:
-        """Drop everything queued (the far side forgot this link, and what it was for)."""
+        """Drop everything, and number from 1 again (the far side forgot this link, and what it was for)."""
         self._queue.clear()
+        self._unacked.clear()
+        self._next_seq, self.acked_seq = 1, 0
         self.pending_bytes = 0
         self.waiting_for_room = False
+
+    def acked(self, upto: int) -> None:
+        """The far side holds every numbered message up to ``upto``."""
+        self.acked_seq = max(self.acked_seq, min(upto, self._next_seq - 1))
+        while self._unacked and (self._unacked[0].seq or 0) <= self.acked_seq:
+            self._unacked.popleft()
+
+    def rewind(self) -> None:
+        """The connection broke: send again, in order, what left but wasn't acknowledged, and a large
+        message from its last acknowledged byte."""
+        for whole in reversed(self._unacked):
+            self._queue.appendleft(whole)
+            self.pending_bytes += whole.size
+        if self._unacked:
+            log.info("the connection broke: sending %d unacknowledged messages again", len(self._unacked))
+        self._unacked.clear()
+        for item in self._queue:
+            if isinstance(item, _Transfer) and item.sent > item.acked:
+                log.info("the connection broke: sending again from byte %d of %d", item.acked, item.total)
+                item.rewind()
+        self.pump()
+
+    def abort(self, job: str) -> bool:
+        """Send nothing more of ``job``'s messages that haven't wholly left; True if there were any.
+
+        A numbered one leaves as a numbered heartbeat instead (the far side's numbering has no gap),
+        naming the transfer the far side may hold part of, so it drops that part."""
+        found = False
+        for index, item in enumerate(self._queue):
+            if item.job != job:
+                continue
+            found = True
+            size = item.total if isinstance(item, _Transfer) else item.size
+            header: dict[str, Any] = {"seq": item.seq}
+            if isinstance(item, _Transfer) and item.sent:
+                header["abandons"] = item.id
+            stand_in = encode(T.HEARTBEAT, header)
+            self._queue[index] = _Whole(stand_in, sum(len(f) for f in stand_in), item.seq)
+            self.pending_bytes -= size - self._queue[index].size
+        for item in [item for item in self._queue if item.seq is None and item.job == job]:
+            self._queue.remove(item)
+            self.pending_bytes -= item.total if isinstance(item, _Transfer) else item.size
+        self.pump()
+        return found
+
+    def jobs(self) -> set[str]:
+        """The jobs of the messages not yet acknowledged or not yet sent."""
+        return {job for item in (*self._unacked, *self._queue) if (job := item.job) is not None}
 
     def pump(self) -> None:
         """Send what the link takes now, in order."""
@@ -166,33 +283,34 @@ class Outbox:
             if isinstance(head, _Transfer):
                 if not self._pump_transfer(head, now):
                     return
-            elif self._send(head):
-                self.pending_bytes -= sum(_flat(f).nbytes for f in head)
+            elif self._send(head.frames):
+                self.pending_bytes -= head.size
+                if head.seq is not None:
+                    self._unacked.append(head)
             else:
                 self.waiting_for_room = True
                 return
             self._queue.popleft()
 
     def window(self) -> int:
-        """How many bytes may be unacknowledged: ``PACE_S`` of the measured rate, within bounds."""
+        """How many bytes may be unacknowledged: ``PACE_S`` of the measured rate (or two round trips,
+        when those take longer), within bounds."""
         if self._rate is None:
-            return MIN_WINDOW_BYTES
-        return int(min(MAX_WINDOW_BYTES, max(MIN_WINDOW_BYTES, self._rate * PACE_S)))
+            return FIRST_WINDOW_BYTES
+        span = max(PACE_S, 2 * (self._min_rtt or 0.0))
+        return int(min(MAX_WINDOW_BYTES, max(MIN_WINDOW_BYTES, self._rate * span)))
 
     def _pump_transfer(self, transfer: _Transfer, now: float) -> bool:
         """Send the transfer's next chunks; True once all of it is acknowledged."""
         if transfer.acked >= transfer.total:
             return True
         if transfer.started is None:
-            transfer.started = transfer.last_ack = now
-        elif transfer.sent > transfer.acked and now - transfer.last_ack > RESEND_AFTER_S:
-            log.info("no acknowledgement for %.0f s: sending again from byte %d of %d",
-                     now - transfer.last_ack, transfer.acked, transfer.total)
-            transfer.sent, transfer.last_ack = transfer.acked, now
-            transfer.in_flight.clear()
-            transfer.wire_in_flight = 0
-        while transfer.sent < transfer.total and transfer.wire_in_flight < self.window():
-            length = min(CHUNK_BYTES, transfer.total - transfer.sent)
+            transfer.started = now
+            transfer.drained.append((now, 0))
+        window = self.window()
+        chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, window // 4))
+        while transfer.sent < transfer.total and transfer.wire_in_flight < window:
+            length = min(chunk, transfer.total - transfer.sent)
             header: dict[str, Any] = {"transfer": transfer.id, "offset": transfer.sent, "sizes": transfer.sizes,
                                       **transfer.about}
             piece: Sequence[Any] = transfer.piece(transfer.sent, length)
@@ -206,7 +324,7 @@ class Outbox:
                 return False
             transfer.sent += length
             wire = sum(memoryview(p).nbytes for p in piece)
-            transfer.in_flight.append((transfer.sent, wire))
+            transfer.in_flight.append((transfer.sent, wire, now))
             transfer.wire_in_flight += wire
         return False
 
@@ -229,20 +347,24 @@ class Outbox:
         now = self._clock()
         head = self._queue[0] if self._queue else None
         received = header.get("received")
-        if not isinstance(head, _Transfer) or head.id != header.get("transfer") or not isinstance(received, int):
+        if not isinstance(head, _Transfer) or head.id != header.get("transfer") or type(received) is not int:
             return  # an acknowledgement of something already done, or dropped
         if received < head.acked:  # the far side lost what it held (it forgot this link): start again there
-            head.sent = head.acked = max(0, received)
-            head.in_flight.clear()
-            head.wire_in_flight = 0
+            head.acked = max(0, received)
+            head.rewind()
         elif received > head.acked:
-            head.acked, head.last_ack = min(received, head.total), now
+            head.acked = min(received, head.total)
+            head.sent = max(head.sent, head.acked)
+            arrived = []
             while head.in_flight and head.in_flight[0][0] <= head.acked:
-                wire = head.in_flight.popleft()[1]
+                _, wire, left = head.in_flight.popleft()
                 head.wire_in_flight -= wire
                 head.wire_acked += wire
-            started = now if head.started is None else head.started
-            self._rate = head.wire_acked / max(now - started, 1e-6)
+                arrived.append((wire, now - left))
+            self._rate = self._drain_rate(head, now)
+            for wire, took in arrived:  # less the chunk's own time on the link: the round trip's latency
+                rtt = max(0.0, took - wire / max(self._rate, 1.0))
+                self._min_rtt = rtt if self._min_rtt is None else min(self._min_rtt, rtt)
             log.debug("transfer %s: %d of %d bytes acknowledged, %.0f bytes/s",
                       head.id, head.acked, head.total, self._rate)
             if self._on_progress is not None:
@@ -250,6 +372,16 @@ class Outbox:
         if head.acked >= head.total:
             self.pending_bytes -= head.total
         self.pump()
+
+    @staticmethod
+    def _drain_rate(transfer: _Transfer, now: float) -> float:
+        """Wire bytes acknowledged per second over about the last ``RATE_SPAN_S``: what the link drains
+        now, whatever it did at the transfer's start or on an earlier one."""
+        transfer.drained.append((now, transfer.wire_acked))
+        while len(transfer.drained) > 2 and now - transfer.drained[1][0] >= RATE_SPAN_S:
+            transfer.drained.popleft()
+        since, acked_then = transfer.drained[0]
+        return (transfer.wire_acked - acked_then) / max(now - since, 1e-6)
 
 
 @dataclass
@@ -276,6 +408,7 @@ class Inbox:
         self._clock = clock
         self._on_progress = on_progress
         self._partial: dict[str, _Partial] = {}
+        self._finished: OrderedDict[str, int] = OrderedDict()  # transfer -> its size, lately finished
         self._decompressor = zstandard.ZstdDecompressor()
 
     def add(self, msg: Message) -> tuple[int, list[memoryview] | None]:
@@ -283,13 +416,16 @@ class Inbox:
         now = self._clock()
         header = msg.header
         transfer, offset, sizes = header.get("transfer"), header.get("offset"), header.get("sizes")
-        if not isinstance(transfer, str) or not isinstance(offset, int) or not isinstance(sizes, list) \
-                or not all(isinstance(s, int) and s >= 0 for s in sizes) or len(sizes) < 3:
+        if not isinstance(transfer, str) or len(transfer) > 64 or type(offset) is not int or offset < 0 \
+                or not isinstance(sizes, list) or len(sizes) < 3 \
+                or not all(type(s) is int and s >= 0 for s in sizes):
             raise ProtocolError("a chunk needs a transfer id, an offset and its message's frame sizes")
         total = sum(sizes)
         if self._max_bytes is not None and total > self._max_bytes:
             raise ProtocolError(f"a message of {total / 2**20:.0f} MiB is over this hub's "
-                                f"{self._max_bytes / 2**20:.0f} MiB limit (remote-worker --max-message-mb)")
+                                f"{self._max_bytes / 2**20:.0f} MiB limit (remote-worker --max-message-size)")
+        if transfer in self._finished:  # sent again after a reconnect: we have it all
+            return self._finished[transfer], None
         partial = self._partial.get(transfer)
         if partial is None:
             if offset != 0:
@@ -300,7 +436,7 @@ class Inbox:
         data = memoryview(b"".join(bytes(_flat(b)) for b in msg.buffers)) if len(msg.buffers) != 1 \
             else _flat(msg.buffers[0])
         if "raw" in header:
-            data = memoryview(self._decompressor.decompress(bytes(data), max_output_size=int(header["raw"])))
+            data = self._decompressed(data, header["raw"])
         if offset == partial.received and offset + data.nbytes <= total:
             partial.buffer += data  # grows with what arrived, never to what a header merely claims
             partial.received += data.nbytes
@@ -309,11 +445,33 @@ class Inbox:
         if partial.received < total:
             return partial.received, None
         del self._partial[transfer]
+        self._finished[transfer] = total
+        if len(self._finished) > FINISHED_KEPT:
+            self._finished.popitem(last=False)
         whole, frames, start = memoryview(partial.buffer), [], 0
         for size in partial.sizes:
             frames.append(whole[start:start + size])
             start += size
         return total, frames
+
+    def _decompressed(self, data: memoryview, raw: Any) -> memoryview:
+        """A compressed chunk's bytes, never more than a chunk holds, whatever its header claims."""
+        if type(raw) is not int or not 0 < raw <= CHUNK_BYTES:
+            raise ProtocolError(f"a compressed chunk's raw length must be 1 to {CHUNK_BYTES} bytes")
+        try:
+            # A frame that states its size is decompressed to that size, whatever max_output_size says.
+            if zstandard.frame_content_size(data) not in (raw, -1):
+                raise ProtocolError(f"a compressed chunk states another size than the {raw} bytes its header says")
+            out = self._decompressor.decompress(bytes(data), max_output_size=raw)
+        except zstandard.ZstdError as exc:
+            raise ProtocolError(f"a compressed chunk doesn't decompress: {exc}") from None
+        if len(out) != raw:
+            raise ProtocolError(f"a compressed chunk holds {len(out)} bytes, not the {raw} its header says")
+        return memoryview(out)
+
+    def abandon(self, transfer: str) -> None:
+        """The sender won't send the rest of ``transfer``: forget what arrived of it."""
+        self._partial.pop(transfer, None)
 
     def drop_older_than(self, seconds: float) -> None:
         """Forget messages no chunk of which came for ``seconds`` (their sender gave up)."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
-from typing import Any, Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence, TypeVar
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -26,8 +28,9 @@ from ..errors import (
     ProtocolError,
     VersionMismatch,
 )
-from .chunks import Inbox, OnProgress, Outbox, ack
+from .chunks import OnProgress
 from .failures import is_error
+from .link import Link
 from .protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
@@ -44,8 +47,14 @@ from .tokens import Token
 
 log = logging.getLogger(__name__)
 
+Result = TypeVar("Result")
+
+RECONNECT_ADVICE = ("This connection keeps trying: run it again once the hub (or the tunnel in front of it) "
+                    "answers again.")
+
 _LINK_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                | zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED)
 _MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
               | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
               | zmq.EVENT_DISCONNECTED)
@@ -140,6 +149,8 @@ class Connection:
     and says HELLO again when the hub asks for it.
     ``watch`` adds another socket to the I/O thread's poll loop (a worker's executor link), and
     ``on_tick()`` runs after every poll, returning how many seconds the next poll may wait.
+    ``on_reconnect()`` runs after the connection broke and came back, once what it had in flight is
+    on its way again (wire/link.py): the place to say which jobs this peer holds (RESUME).
     """
 
     def __init__(self, context: zmq.Context[Any], sock: zmq.Socket[Any], welcome: Message, hello: dict[str, Any],
@@ -147,7 +158,7 @@ class Connection:
                  heartbeat_header: Callable[[], dict[str, Any]] | None = None,
                  watch: dict[zmq.Socket[Any], Callable[[list[zmq.Frame]], None]] | None = None,
                  on_tick: Callable[[], float] | None = None, name: str = "remote-magic-io",
-                 on_progress: OnProgress | None = None) -> None:
+                 on_progress: OnProgress | None = None, on_reconnect: Callable[[], None] | None = None) -> None:
         self._context = context
         self._sock = sock
         self._hello = hello
@@ -156,6 +167,7 @@ class Connection:
         self._heartbeat_header = heartbeat_header or dict
         self._watched = dict(watch or {})
         self._on_tick = on_tick
+        self._on_reconnect = on_reconnect
         self.interval = float(welcome.header.get("heartbeat_interval", HEARTBEAT_INTERVAL_S))
         self.expiry_s = self.interval * HEARTBEAT_LIVENESS
         self.stall_s = self.interval * HEARTBEAT_STALL_LIVENESS
@@ -166,7 +178,7 @@ class Connection:
         # digests, as they crossed; without the encryption's and TCP's own few percent).
         self.sent_bytes = 0
         self.received_bytes = 0
-        self.reconnects = 0  # how often the connection came back after it broke (what was in flight is gone)
+        self.reconnects = 0  # how often the connection came back after it broke (what was in flight went again)
         self._endpoint = f"inproc://remote-magic-outbox-{id(self)}"
         self._outbox_in = context.socket(zmq.PULL)
         self._outbox_in.bind(self._endpoint)
@@ -174,17 +186,23 @@ class Connection:
         self._outbox.linger = 0
         self._outbox.connect(self._endpoint)
         self._send_lock = threading.Lock()
-        # What goes to the hub, in order: large messages in paced chunks, and what the socket's queue had
-        # no room for yet. While any of it waits, the inproc outbox isn't read, so it fills and send()
-        # blocks: backpressure to the caller instead of loss.
+        # What goes to the hub, in order and numbered: large messages in paced chunks, and what the socket's
+        # queue had no room for yet. While any of it waits, the inproc outbox isn't read, so it fills and
+        # send() blocks: backpressure to the caller instead of loss.
         inproc = sock.getsockopt_string(zmq.LAST_ENDPOINT).startswith("inproc://")
-        self._queue = Outbox(self._try_send, chunked=not inproc, on_progress=on_progress)
-        self._inbox = Inbox(on_progress=on_progress)
+        self._link = Link(self._try_send, chunked=not inproc, on_progress=on_progress)
+        # Calls other threads make on the I/O thread at once, even while queued data waits (an abort).
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._calls_endpoint = f"inproc://remote-magic-calls-{id(self)}"
+        self._calls_in = context.socket(zmq.PULL)
+        self._calls_in.bind(self._calls_endpoint)
         self._closing = False
         self._last_hello = 0.0
         self._forgotten = False  # the hub said it doesn't know us, and hasn't welcomed us back yet
         self._link_events = sock.get_monitor_socket(_LINK_EVENTS, f"inproc://remote-magic-link-{id(self)}")
         self._link_up = True  # libzmq's view of the connection: dial() just completed its handshake
+        self._refused_since: float | None = None  # since when the hub's address refuses connections
+        self._address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def start(self) -> "Connection":
@@ -208,8 +226,11 @@ class Connection:
             if self.refused:
                 raise ConnectionFailed(self.refused)
             if not self.connected:  # it would wait unseen until the hub is back: say so now
-                raise ConnectionFailed(f"{self.lost}, so nothing was sent. This connection keeps trying; "
-                                       "run it again once the hub (or the tunnel in front of it) is back")
+                advice = RECONNECT_ADVICE if self._refused_since is None else ""
+                raise ConnectionFailed(f"{self.lost}, so nothing was sent. {advice}".rstrip())
+            if self._forgotten:
+                raise ConnectionFailed("the hub forgot this connection (it restarted, or timed it out) and hasn't "
+                                       "welcomed it back yet, so nothing was sent: run it again in a moment")
             if deadline is not None and not self._outbox.poll(max(0, deadline - time.monotonic()) * 1000,
                                                               zmq.POLLOUT):
                 raise self._busy(timeout)
@@ -227,6 +248,30 @@ class Connection:
         """Send already-encoded frames to the hub; only from the I/O thread (watch/tick callbacks)."""
         self._send(frames)
 
+    def on_io_thread(self, call: Callable[[], Result]) -> "Future[Result]":
+        """Run ``call`` on the I/O thread soon, even while data waits to be sent; its future."""
+        future: Future[Result] = Future()
+        self._calls.put((call, future))
+        waker = self._context.socket(zmq.PUSH)
+        waker.linger = 0
+        try:
+            waker.connect(self._calls_endpoint)
+            waker.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:  # the I/O thread is gone
+            future.set_exception(ConnectionFailed("this connection is closed: connect again"))
+        finally:
+            waker.close()
+        return future
+
+    def abort(self, job: str, timeout: float = 2.0) -> bool:
+        """Send nothing more of ``job``'s messages that haven't wholly left (a Ctrl-C during an upload);
+        True when some hadn't, so the hub never got all of them."""
+        return self.on_io_thread(lambda: self._link.outbox.abort(job)).result(timeout)
+
+    def jobs_in_flight(self) -> set[str]:
+        """The jobs with messages queued or unacknowledged; only from the I/O thread."""
+        return self._link.outbox.jobs()
+
     def close(self, timeout: float = 2.0) -> None:
         """Say goodbye, stop the I/O thread and close the socket; idempotent."""
         with self._send_lock:
@@ -236,6 +281,7 @@ class Connection:
             self._closing = True
         self._thread.join(timeout)
         self._outbox.close()
+        self._calls_in.close()
 
     def _serve(self) -> None:
         sock, outbox = self._sock, self._outbox_in
@@ -243,31 +289,43 @@ class Connection:
         poller.register(sock, zmq.POLLIN)
         poller.register(outbox, zmq.POLLIN)
         poller.register(self._link_events, zmq.POLLIN)
+        poller.register(self._calls_in, zmq.POLLIN)
         for extra in self._watched:
             poller.register(extra, zmq.POLLIN)
         last_heard = last_sent = time.monotonic()
         wait_s = self.interval / 2
         waiting = (False, False)  # the queue waits for room in the socket; anything is queued (don't read the outbox)
+        link = self._link
         try:
             while True:
-                if (self._queue.waiting_for_room, bool(self._queue)) != waiting:  # re-arm only on a change
-                    waiting = (self._queue.waiting_for_room, bool(self._queue))
+                if (link.outbox.waiting_for_room, bool(link.outbox)) != waiting:  # re-arm only on a change
+                    waiting = (link.outbox.waiting_for_room, bool(link.outbox))
                     poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if waiting[0] else 0))
                     poller.modify(outbox, 0 if waiting[1] else zmq.POLLIN)
                 ready = dict(poller.poll(int(wait_s * 1000)))
                 now = time.monotonic()
                 if self._link_events in ready:
                     event = recv_monitor_message(self._link_events)["event"]
-                    self._link_up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
-                    self.reconnects += self._link_up
+                    if event == zmq.EVENT_CONNECT_RETRIED:  # the address refused the connection: nothing listens
+                        self._refused_since = self._refused_since or now
+                    elif event == zmq.EVENT_CONNECTED:
+                        self._refused_since = None
+                    else:
+                        self._link_up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+                        if self._link_up:
+                            self._reconnected()
+                if self._calls_in in ready:
+                    self._calls_in.recv()
+                    self._run_calls()
                 for extra, handler in self._watched.items():
                     if extra in ready:
                         self._guarded(handler, extra.recv_multipart(copy=False))
-                if self._queue:  # room again, or time to send a chunk again
-                    self._queue.pump()
+                if link.outbox:  # room again
+                    link.outbox.pump()
                 if ready.get(outbox, 0) & zmq.POLLIN:
                     frames = outbox.recv_multipart(copy=False)
                     if len(frames) == 1 and frames[0].bytes == b"close":
+                        link.tick(force=True)  # what arrived is acknowledged: nothing waits at the hub for us
                         self._try_send(encode(T.BYE))
                         return
                     self._send(frames)
@@ -289,21 +347,50 @@ class Connection:
                                  f"the hub said nothing for {self.stall_s:.0f} s though its connection is up")
                     self.connected = False
                     self._on_lost(self.lost)
+                if not self.connected and self._refused_since is not None and now - self._refused_since > self.expiry_s:
+                    self.lost = (f"nothing listens at {self._address} any more: its remote-worker (or the tunnel in "
+                                 "front of it) stopped, or started again on another port or address (an ngrok "
+                                 "address changes with each start). "
+                                 "Once it runs, connect with the token it printed then (%offload_connect NEW_TOKEN, "
+                                 "or remote_magic.connect(NEW_TOKEN)); this connection keeps trying the old address")
                 wait_s = min(self.interval / 2, self._on_tick()) if self._on_tick else self.interval / 2
+                if (ack_in := link.tick()) is not None:
+                    wait_s = min(wait_s, ack_in)
         except Exception:  # the I/O thread must say why it died; everything waiting on it is failed
             log.exception("the connection's I/O thread failed")
             self.connected = False
             self.refused = "the connection's I/O thread failed (see the log): connect again"
             self._on_lost(self.refused)
         finally:
+            self._run_calls()  # nothing waits forever on a call the loop won't run
             outbox.close()
             sock.disable_monitor()
             self._link_events.close()
             sock.close()
 
+    def _reconnected(self) -> None:
+        """The connection broke and came back: what it had in flight both ways goes again."""
+        self.reconnects += 1
+        log.info("the connection to the hub came back; sending again what it had in flight")
+        self._link.reconnected()
+        if self._on_reconnect is not None and not self._forgotten:
+            self._guarded(lambda _: self._on_reconnect(), None)  # type: ignore[misc]
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                call, future = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except Exception as exc:  # the caller's to see
+                    future.set_exception(exc)
+
     def _send(self, frames: list[Any]) -> None:
         """Send in order without ever blocking the I/O thread: what the link can't take now waits."""
-        self._queue.put(frames)
+        self._link.put(frames)
 
     def _try_send(self, frames: list[Any]) -> bool:
         try:
@@ -321,18 +408,13 @@ class Connection:
 
     def _receive(self, frames: Sequence[Any]) -> None:
         try:
-            msg = decode(frames)
+            taken = self._link.receive(decode(frames))
         except ProtocolError as exc:
             log.warning("dropped a malformed message from the hub: %s", exc)
             return
-        if msg.type is T.HEARTBEAT:
+        if taken is None or taken.type is T.HEARTBEAT:
             return
-        if msg.type is T.CHUNK:
-            self._take_chunk(msg)
-            return
-        if msg.type is T.CHUNK_ACK:
-            self._queue.on_ack(msg.header)
-            return
+        msg = taken
         if msg.type is T.BYE:  # the hub is stopping: what we wait for won't come. We reconnect when it's back
             self.connected = False
             self.lost = str(msg.header.get("reason") or "the hub shut down")
@@ -347,10 +429,12 @@ class Connection:
             if self.refused:
                 return
             now = time.monotonic()
-            if now - self._last_hello >= self.interval:  # one hello per interval, however many replies
+            # One hello per interval, however many replies: a reply to what we sent before our hello
+            # comes before the welcome.
+            if not self._forgotten or now - self._last_hello >= self.interval:
                 self._last_hello = now
                 log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
-                self._queue.clear()  # what waited was for the hub's memory of us, which is gone
+                self._link.restart_sending()  # what waited was for the hub's memory of us, which is gone
                 self._send(encode(T.HELLO, self._hello))
             if msg.header.get("job") is not None:
                 self._guarded(self._on_message, msg)  # the job it refused ends with this error
@@ -360,14 +444,5 @@ class Connection:
             return
         if msg.type is T.WELCOME:
             self._forgotten = False
+            self._link.restart_receiving()
         self._guarded(self._on_message, msg)
-
-    def _take_chunk(self, msg: Message) -> None:
-        try:
-            received, whole = self._inbox.add(msg)
-        except ProtocolError as exc:
-            log.warning("dropped a malformed chunk from the hub: %s", exc)
-            return
-        self._try_send(ack(msg, received))
-        if whole is not None:
-            self._receive(whole)

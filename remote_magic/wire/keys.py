@@ -78,6 +78,7 @@ def rotate(directory: Path | None = None) -> HubKeys:
     """Replace the stored peer keys; tokens made from the old ones stop working."""
     keys = HubKeys.generate()
     path = key_file(directory)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only, like the files in it
     if path.exists():
         old = HubKeys.from_json(path.read_text())
         keys = HubKeys(old.server_public, old.server_secret, keys.peers)

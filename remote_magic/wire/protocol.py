@@ -3,7 +3,7 @@
 Every message is one ZeroMQ multipart message::
 
     [routing id]  (added and removed by the hub's ROUTER socket)
-    VERSION       b"RM1"
+    VERSION       b"RM3"
     type          one of the MessageType values, ASCII
     header        a JSON object, UTF-8
     buffers...    zero or more raw frames (pickled payloads and their out-of-band buffers)
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from ..errors import ProtocolError
 
-PROTOCOL_VERSION = b"RM2"
+PROTOCOL_VERSION = b"RM3"
 
 HEARTBEAT_INTERVAL_S = 1.0
 """How often every peer sends a heartbeat when it has nothing else to say."""
@@ -73,7 +73,8 @@ class MessageType(str, Enum):
     CHUNK_ACK = "chunk_ack"    # any link: how much of a large message the receiver holds
     JOBS = "jobs"              # client -> hub (request), hub -> client: jobs whose client went away
     ATTACH = "attach"          # client -> hub: collect one of those; the hub replays what it sent
-    JOB_ACK = "job_ack"        # client -> hub: every job message up to this seq arrived (wire/resend.py)
+    LINK_ACK = "link_ack"      # any link: every numbered message up to this seq arrived; or send again (wire/link.py)
+    RESUME = "resume"          # peer -> hub, after a reconnect: the jobs it holds, to reconcile (wire/link.py)
     # A whole Jupyter kernel on a worker (kernel_provider/, worker/kernels.py); the hub only routes these.
     KERNEL_START = "kernel_start"      # client -> hub -> worker: start an ipykernel with this key
     KERNEL_STARTED = "kernel_started"  # worker -> hub -> client: it runs (pid, worker, python)
@@ -81,7 +82,6 @@ class MessageType(str, Enum):
     KERNEL_SIGNAL = "kernel_signal"    # client -> hub -> worker: deliver a signal (SIGINT: interrupt)
     KERNEL_STOP = "kernel_stop"        # client or hub -> worker: end the kernel (terminate or kill)
     KERNEL_DIED = "kernel_died"        # worker or hub -> client: the kernel is gone, and why
-    KERNEL_ACK = "kernel_ack"          # both ways: kernel_frames received up to this seq (wire/resend.py)
 
 
 _TYPES_BY_WIRE = {t.value.encode(): t for t in MessageType}
