@@ -45,6 +45,10 @@ JOIN_TOKEN_ENV = "REMOTE_MAGIC_JOIN_TOKEN"
 """Where `remote-worker --join` reads its worker token: an environment variable is readable only
 by its own user (/proc/PID/environ), a command line by everyone (ps)."""
 
+NGROK_ON_COMMAND_LINE = (
+    "--ngrok-authtoken would put your ngrok auth token on the command line, where every user of this machine "
+    "can read it (ps). Set it in the environment instead: `NGROK_AUTHTOKEN=… remote-worker --ngrok`")
+
 
 def parse_size(text: str) -> int:
     """'512M', '2GiB', '1.5g', '1000000' -> bytes, for argparse."""
@@ -101,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "on, so %%offload_connect --lan finds it; notebooks still need the token")
     parser.add_argument("--ngrok", action="store_true",
                         help="expose the hub through an ngrok TCP tunnel (needs NGROK_AUTHTOKEN); see docs/tunnel.md")
-    parser.add_argument("--ngrok-authtoken", metavar="TOKEN", help="ngrok auth token (default: $NGROK_AUTHTOKEN)")
+    parser.add_argument("--ngrok-authtoken", metavar="TOKEN",
+                        help="refused: the command line is visible to every user of this machine (ps); set "
+                             "$NGROK_AUTHTOKEN instead")
     parser.add_argument("--gpu", choices=["auto", "on", "off"], default=os.environ.get("REMOTE_MAGIC_GPU", "auto"),
                         help="auto: GPU kernels only on a hardware adapter; on: always; off: never")
     parser.add_argument("--adapter", default=os.environ.get("REMOTE_MAGIC_ADAPTER"), metavar="SUBSTRING",
@@ -109,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=["vulkan", "metal", "d3d12"],
                         default=os.environ.get("REMOTE_MAGIC_BACKEND"), help="use this wgpu backend")
     parser.add_argument("--max-memory", type=parse_size, metavar="SIZE",
-                        help="kill a job whose process uses more than SIZE (e.g. 8G); default: 90%% of RAM")
+                        help="kill a job whose processes (all it started) use more than SIZE (e.g. 8G), and the "
+                             "largest kernel when all kernels together do; default: 90%% of RAM")
     parser.add_argument("--max-sessions", type=_positive_int, default=DEFAULT_MAX_SESSIONS, metavar="N",
                         help="keep at most N notebooks' interpreters at once; a new one beyond that replaces the "
                              f"least recently used (default {DEFAULT_MAX_SESSIONS})")
@@ -130,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(remote-worker kernelspec install, docs/kernel.md); off: refuse them")
     parser.add_argument("--kernel-python", metavar="PATH",
                         help="the Python that runs those kernels (needs ipykernel; default: this worker's own)")
+    parser.add_argument("--max-kernels", type=_positive_int, metavar="N",
+                        help="run at most N whole kernels at once; one more is refused (default: no limit). "
+                             "Together, with what they start, they are also held to --max-memory")
     parser.add_argument("--kernel-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
                         help="how long a kernel whose notebook is gone (its link down past the heartbeat bound) "
                              f"lives on before it is killed; each kernel is told at start (default "
@@ -188,8 +198,7 @@ class LocalHub(ServedHub):
 
     def __init__(self, args: argparse.Namespace) -> None:
         host, port = args.listen
-        super().__init__(keystore.load_or_create(), host, port, ngrok=args.ngrok,
-                         ngrok_authtoken=args.ngrok_authtoken, advertise=args.advertise,
+        super().__init__(keystore.load_or_create(), host, port, ngrok=args.ngrok, advertise=args.advertise,
                          heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size,
                          cache_bytes=args.cache_size, kernels=args.kernels == "on")
         self.key_mtime = keystore.key_file().stat().st_mtime
@@ -220,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="remote-worker: %(levelname)s %(name)s: %(message)s")
+    if args.ngrok_authtoken is not None:
+        print(f"remote-worker: {NGROK_ON_COMMAND_LINE}", file=sys.stderr)
+        return 2
     if args.command == "token":
         return show_token(args)
     if args.command == "kernelspec":  # on the notebook's machine, which may lack the worker's packages
@@ -232,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
               f"worker side with:\n\n    {WORKER_INSTALL}\n\n(`pip install remote-magic` alone is the "
               "notebook side.)", file=sys.stderr)
         return 2
+    from .descendants import hide_process_memory, tree
     from .executors import ExecutorOptions
     from .supervisor import Supervisor
 
@@ -245,10 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         print("remote-worker: --lan advertises the hub this command starts; a worker that joins another hub "
               "has none (run --lan where that hub runs)", file=sys.stderr)
         return 2
+    # Whatever a job starts stays this process's to count and kill (descendants.py), and no job can read
+    # this process's environment (the join and ngrok tokens) or memory, unless it runs as root.
+    tree().adopt_orphans()
+    hide_process_memory()
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
     placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
     kernels = {"kernels": args.kernels == "on", "kernel_python": args.kernel_python,
-               "kernel_grace_s": args.kernel_grace}
+               "kernel_grace_s": args.kernel_grace, "max_kernels": args.max_kernels}
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     advertisement: LanAdvertisement | None = None

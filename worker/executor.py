@@ -33,10 +33,12 @@ from remote_magic.errors import (
     InputError,
     JobCancelled,
     OutputError,
+    ProtocolError,
     RemoteError,
+    RemoteMagicError,
     SerializationError,
 )
-from remote_magic.wire import definitions, identity, module_state, serialization
+from remote_magic.wire import definitions, identity, module_state, schema, serialization
 from remote_magic.wire.cellcode import split_last_expression
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.handles import RemoteValue, summarize
@@ -87,7 +89,13 @@ class JobRunner:
     # -- one job ---------------------------------------------------------------------------
 
     def run_job(self, msg: Message) -> None:
-        """Run one job (a SUBMIT as the supervisor forwards it); its end is sent, never raised."""
+        """Run one job (a SUBMIT as the supervisor forwards it); its end is sent, never raised. A SUBMIT
+        whose header breaks the protocol (wire/schema.py) ends with a ProtocolError, and runs nothing."""
+        try:
+            schema.check(msg)  # the worker's supervisor checked it too; a Dask worker's job comes as it was sent
+        except ProtocolError as exc:
+            self.send(T.ERROR, error_header(exc, schema.job_of(msg.header)))
+            return
         if msg.header.get("kind") == "file":
             self._run_file_job(msg)
             self._last_scan = None  # the copy may have changed the folder: the next cell looks again itself
@@ -400,8 +408,16 @@ class Executor(JobRunner):
             except Exception as exc:
                 log.error("dropped a malformed job: %s", exc)
                 continue
-            if msg.type is T.SUBMIT:
+            if msg.type is not T.SUBMIT:
+                continue
+            try:
                 self.run_job(msg)
+            except Exception as exc:  # a bug must cost its job, not the session's state: say it, and go on
+                log.exception("failed to run a job")
+                self.send(T.ERROR, error_header(RemoteMagicError(
+                    f"the worker failed to run this job ({type(exc).__name__}: {str(exc)[:500]}); the session's "
+                    "state is kept. This is a bug in remote-magic: please report it with the worker's log"),
+                    schema.job_of(msg.header)))
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         # The supervisor interrupts only a running job; a late signal between jobs is ignored.

@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ import psutil
 import zmq
 
 from remote_magic.wire.protocol import Message, MessageType as T, decode
+
+from .descendants import child_environment, tree
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,12 @@ would put it first, where a folder or module of the user's could shadow the pack
 puts it back for the cells."""
 
 TEMP_PREFIX = "remote-magic-"
-"""Each worker's temporary folder (the executors' socket, their runtime dir) is TEMP_PREFIX + its pid."""
+"""Each worker's temporary folders (the executors' socket and runtime dir, each kernel's connection file)
+start with TEMP_PREFIX + its pid + "-"."""
+
+PID_REUSE_SLACK_S = 1.0
+"""A process that started this long after a worker's folder last changed is not that worker (its pid was
+reused); the slack covers the coarse clocks of process start times."""
 
 
 @dataclass
@@ -49,16 +55,36 @@ class ExecutorOptions:
 
 
 def remove_abandoned_dirs() -> list[Path]:
-    """Remove the temporary folders of workers that were killed (their pid is gone); the ones removed."""
+    """Remove the temporary folders (TEMP_PREFIX + pid + ...) of this user's workers that were killed: their
+    pid is gone, or belongs to a process that started after the folder was last changed. The ones removed."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
         pid = folder.name[len(TEMP_PREFIX):].partition("-")[0]
-        if not pid.isdigit() or psutil.pid_exists(int(pid)) or folder.stat().st_uid != os.getuid():
+        try:
+            info = folder.lstat()
+        except OSError:  # removed meanwhile
+            continue
+        if not pid.isdigit() or info.st_uid != os.getuid() or _still_running(int(pid), info.st_mtime):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
         log.info("removed %s, left by a worker that was killed", folder)
     return removed
+
+
+def _still_running(pid: int, changed_at: float) -> bool:
+    """Is the worker that made a folder last changed at ``changed_at`` still running as ``pid``? Not when
+    the pid is gone, nor when it was reused: a process that started after the folder last changed and
+    doesn't run remote-magic (a clock stepped since can make the first look true, never both)."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:  # killed, not yet waited for by its parent
+            return False
+        return process.create_time() <= changed_at + PID_REUSE_SLACK_S or "remote" in " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # one we may not look at: take it for the worker
+        return True
 
 
 class ExecutorProcess:
@@ -77,12 +103,15 @@ class ExecutorProcess:
             command += ["--adapter", options.adapter]
         if options.backend:
             command += ["--backend", options.backend]
-        # Vulkan loaders complain on headless machines without it; a private one is enough.
-        env = {**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR") or link.folder}
+        # Vulkan loaders complain on headless machines without it; a private one is enough. No credential of
+        # the worker's reaches the job (descendants.SECRET_ENV), and all it starts carries its owner's mark.
+        self.owner = f"executor-{number}"
+        env = child_environment(tree().mark(self.owner),
+                                {"XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR") or link.folder})
         self.spawned_at = time.monotonic()
         # Its own session: a Ctrl-C in the worker's terminal is the worker's, not the job's; and no stdin: a
         # cell's input() can't read the worker's terminal (outputs.JobOutputs says why it can't ask).
-        self.process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.DEVNULL)
+        self.process = tree().start(self.owner, command, env)
         log.info("started executor %d (pid %d)", number, self.process.pid)
 
     def send(self, frames: list[Any]) -> None:
@@ -110,19 +139,9 @@ class ExecutorProcess:
         return None
 
     def memory_bytes(self) -> int:
-        """What the executor and every process it started use (resident), for --max-memory."""
-        try:
-            executor = psutil.Process(self.process.pid)
-            processes = [executor, *executor.children(recursive=True)]
-        except psutil.Error:
-            return 0
-        total = 0
-        for process in processes:
-            try:
-                total += process.memory_info().rss
-            except psutil.Error:  # ended meanwhile
-                continue
-        return total
+        """What the executor and every process it started use (resident), for --max-memory: also those
+        that left its process group or tree (``descendants``)."""
+        return tree().memory(self.owner)
 
     def interrupt(self) -> None:
         if self.process.poll() is None:
@@ -130,12 +149,15 @@ class ExecutorProcess:
 
     def kill(self) -> None:
         """Kill the executor and everything it started: its process group, which outlives it while
-        any of its children run (an executor that crashed leaves them behind)."""
+        any of its children run (an executor that crashed leaves them behind), and every other process
+        of its (``descendants``: started with setsid, double-forked)."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)  # its own session: the group's id is its pid
         except ProcessLookupError:
             pass  # the group is gone: nothing left to stop
+        tree().kill(self.owner)
         self.process.wait()
+        tree().forget(self.owner)
 
 
 class ExecutorLink:
@@ -195,7 +217,9 @@ class ExecutorLink:
                 raise RuntimeError(f"the executor did not start within {timeout:g} s")
 
     def close(self) -> None:
+        """Stop every executor, then whatever any job or kernel of this worker left running."""
         for executor in list(self._live.values()):
             self.stop(executor)
+        tree().kill(None)
         self.socket.close()
         self._dir.cleanup()

@@ -161,11 +161,11 @@ class Supervisor:
                 self._send_hub(T.ERROR, error_header(exc, refused))
             return
         if msg.type is T.SUBMIT:
-            job_id = str(msg.header["job"])
-            if job_id in self._taken:  # the hub never hands a job on twice; a bug must not run it twice either
-                log.warning("dropped a second SUBMIT of job %s: it runs, or ran, here already", job_id)
+            submitted = str(msg.header["job"])
+            if submitted in self._taken:  # the hub never hands a job on twice; a bug must not run it twice either
+                log.warning("dropped a second SUBMIT of job %s: it runs, or ran, here already", submitted)
                 return
-            self._taken[job_id] = None
+            self._taken[submitted] = None
             if len(self._taken) > RECENT_JOBS:
                 self._taken.popitem(last=False)
             self._pending.append(HeldJob.from_submit(msg, f"worker {self.name!r}"))
@@ -257,8 +257,8 @@ class Supervisor:
         job.frames = []
         started = time.monotonic()
         job.deadline = started + job.timeout if job.timeout else None
-        # A job shorter than one interval is never checked: a memory check reads every process on the
-        # machine (milliseconds), the most an empty cell's round trip would otherwise pay.
+        # A job shorter than one interval is never checked: a memory check reads the job's processes
+        # (worker/descendants.py), which an empty cell's round trip need not pay.
         self._next_health_check = started + HEALTH_CHECK_INTERVAL_S
         job.lifecycle.move(JobState.RUNNING)
         self._send_hub(T.STARTED, {"job": job.id, "worker": self.name})

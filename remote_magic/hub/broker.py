@@ -538,7 +538,7 @@ class Hub:
             self._ended_detached(job)
             if msg.type is T.RESULT and job.client in self._caches:  # sending it back will cost nothing
                 self._caches[job.client].remember(msg.buffers)
-        self._to_client(job.client, msg, self._ending(job) if msg.type in (T.RESULT, T.ERROR) else None)
+        self._to_job_client(job, msg)
         if msg.type in (T.RESULT, T.ERROR):
             self._dispatch()
 
@@ -620,7 +620,13 @@ class Hub:
         msg = Message(T.ERROR, error_header(error, job.id))
         job.journal.add(encode(msg.type, msg.header), ending=True)
         self._ended_detached(job)
-        self._to_client(job.client, msg, self._ending(job))
+        self._to_job_client(job, msg)
+
+    def _to_job_client(self, job: Job, msg: Message) -> None:
+        """Send one of a job's messages to its client, unless it went away: then the message waits in the job's
+        journal for whoever collects it (even when the same notebook comes back, until it collects it)."""
+        if job.id not in self.detached:
+            self._to_client(job.client, msg, self._ending(job) if msg.type in (T.RESULT, T.ERROR) else None)
 
     def _ending(self, job: Job) -> DetachedJob | None:
         """An ended job as it waits for collection if its client goes away before hearing of its end."""

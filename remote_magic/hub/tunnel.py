@@ -193,7 +193,7 @@ def translate_sdk_error(exc: BaseException, *, authtoken: str | None = None,
     if code in BAD_TOKEN_CODES:
         return TunnelError(
             f"ngrok rejected the auth token ({code}): it {BAD_TOKEN_CODES[code]}. Copy your current "
-            f"token from {AUTHTOKEN_URL} into {AUTHTOKEN_ENV} or --ngrok-authtoken.")
+            f"token from {AUTHTOKEN_URL} into {AUTHTOKEN_ENV}{_IN_A_NOTEBOOK}.")
     if code in NO_TOKEN_CODES:
         return _no_token_error(f"ngrok's service received no auth token ({code})")
     if code in SESSION_LIMIT_CODES:
@@ -220,7 +220,7 @@ _server_addr: str | None = None
 
 
 def _resolve_authtoken(authtoken: str | None) -> str:
-    source = "--ngrok-authtoken" if authtoken else AUTHTOKEN_ENV
+    source = "%offload_serve --ngrok-authtoken" if authtoken else AUTHTOKEN_ENV
     token = (authtoken or os.environ.get(AUTHTOKEN_ENV, "")).strip()
     if not token:
         raise _no_token_error("No ngrok auth token")
@@ -228,9 +228,13 @@ def _resolve_authtoken(authtoken: str | None) -> str:
     return token
 
 
+_IN_A_NOTEBOOK = (" in the environment (remote-worker refuses it on the command line, where `ps` shows it to "
+                  "every user; in a notebook, %offload_serve --ngrok-authtoken also takes it)")
+
+
 def _no_token_error(what: str) -> TunnelError:
     return TunnelError(
-        f"{what}: set {AUTHTOKEN_ENV} or pass --ngrok-authtoken. Get a token (a free ngrok "
+        f"{what}: set {AUTHTOKEN_ENV}{_IN_A_NOTEBOOK}. Get a token (a free ngrok "
         f"account) at {AUTHTOKEN_URL}; {_ALTERNATIVE}.")
 
 

@@ -150,6 +150,10 @@ class _Transfer:
     def job(self) -> str | None:
         return self.about.get("job")
 
+    @property
+    def size(self) -> int:
+        return self.total
+
     def piece(self, offset: int, length: int) -> list[memoryview]:
         """The bytes [offset, offset + length) of the frames laid end to end, as views."""
         views, start = [], 0
@@ -252,21 +256,21 @@ class Outbox:
 
         A numbered one leaves as a numbered heartbeat instead (the far side's numbering has no gap),
         naming the transfer the far side may hold part of, so it drops that part."""
-        found = False
-        for index, item in enumerate(self._queue):
+        found, kept = False, deque[_Whole | _Transfer]()
+        for item in self._queue:
             if item.job != job:
+                kept.append(item)
                 continue
             found = True
-            size = item.total if isinstance(item, _Transfer) else item.size
-            header: dict[str, Any] = {"seq": item.seq}
-            if isinstance(item, _Transfer) and item.sent:
-                header["abandons"] = item.id
-            stand_in = encode(T.HEARTBEAT, header)
-            self._queue[index] = _Whole(stand_in, sum(len(f) for f in stand_in), item.seq)
-            self.pending_bytes -= size - self._queue[index].size
-        for item in [item for item in self._queue if item.seq is None and item.job == job]:
-            self._queue.remove(item)
-            self.pending_bytes -= item.total if isinstance(item, _Transfer) else item.size
+            self.pending_bytes -= item.size
+            if item.seq is not None:
+                header: dict[str, Any] = {"seq": item.seq}
+                if isinstance(item, _Transfer) and item.sent:
+                    header["abandons"] = item.id
+                stand_in = encode(T.HEARTBEAT, header)
+                kept.append(_Whole(stand_in, sum(len(f) for f in stand_in), item.seq))
+                self.pending_bytes += kept[-1].size
+        self._queue = kept
         self.pump()
         return found
 
@@ -370,7 +374,7 @@ class Outbox:
             if self._on_progress is not None:
                 self._on_progress(head.about, head.acked, head.total)
         if head.acked >= head.total:
-            self.pending_bytes -= head.total
+            self.pending_bytes -= head.size
         self.pump()
 
     @staticmethod

@@ -14,7 +14,9 @@ a job ends exactly once.
 
 The promise the three parties keep together (docs/protocol.md, "Job lifecycle"): every job ends,
 within its timeout or the heartbeat bound, in its result or an error that names the cause; and no
-job runs twice: the hub hands a job to one worker once, and never again, whatever happens to it.
+job runs twice: the hub hands a job to one worker once, and never to another, whatever happens to it,
+and the hub and the worker each drop a job id they took already (wire/link.py carries a message again
+after a reconnect).
 """
 
 from __future__ import annotations
