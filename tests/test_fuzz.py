@@ -12,47 +12,67 @@ Hypothesis drives random, truncated, reordered and oversized multipart messages 
 - as strangers: raw TCP bytes (noise, or a ZMTP greeting followed by garbage), ZeroMQ sockets
   without CURVE, with CURVE keys the hub never issued, or with the wrong server key.
 
+Every message type is fuzzed with the fields ``remote_magic/wire/schema.py`` knows for it, each
+plausible or of a wrong JSON type (``1e400``, ``true`` for a count, a list for a name...), explicitly
+chunks (compressed claims, garbage and bomb zstd, huge ``sizes``, negative, huge or infinite
+offsets), chunk and link acknowledgements, ``resume``, ``attach``, ``jobs``, kernel messages and
+SUBMITs with wrong-typed fields (issue 23, item 3). A phase of its own sends well-framed messages with
+one field the schema refuses: each gets a ProtocolError reply naming the field. An executor is also
+fed malformed SUBMITs directly, bypassing the hub's and its worker's checks: each ends its job with an
+error, and the session keeps its state.
+
 Afterwards no process has died, no log holds a traceback, every forwarded job got exactly one
-answer, and the same hub runs a real client's job on each worker. Sends never wait for replies
-(replies are drained with non-blocking receives), examples are derandomized so a run repeats
-exactly, and a case counts only once its message (or connection) left the test's socket.
+answer, the hub's resident memory stayed under ``MAX_HUB_RSS_BYTES``, and the same hub runs a real
+client's job on each worker. Sends never wait for replies (replies are drained with non-blocking
+receives), examples are derandomized so a run repeats exactly, and a case counts only once its
+message (or connection) left the test's socket.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import pickle
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+import psutil
 import pytest
 import zmq
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+import zstandard
+from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
 
 import remote_magic
-from remote_magic.wire import serialization
+from remote_magic.hub.broker import _ALLOWED
+from remote_magic.wire import schema, serialization
+from remote_magic.wire.displays import TEXT_FORMAT
 from remote_magic.wire.protocol import (
     MAX_HEADER_BYTES,
     MAX_HEADER_DEPTH,
     PROTOCOL_VERSION,
     Message,
     MessageType as T,
+    Role,
     decode,
     encode,
     encode_header,
 )
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
+from remote_magic.worker.executors import ExecutorLink, ExecutorOptions
 from support import WorkerProcess, start_worker, wait_for
 
 MIN_CASES = 10_000
-"""The issue's floor for one run: fuzzed messages (or raw connections) that left the test."""
+"""The issue's floor for one run: fuzzed messages from authenticated peers that left the test (strangers' raw
+connections come on top)."""
 
 MAX_MESSAGE_BYTES = 1 << 21
 """The fuzzed hub's --max-message-size: libzmq drops a larger frame, and its connection."""
@@ -62,6 +82,9 @@ OVERSIZED_BUDGET = 8
 
 STALL_S = 20.0
 """How long the fuzzed jobs' answers may stop coming before the test calls the workers stuck."""
+
+MAX_HUB_RSS_BYTES = 600 << 20
+"""The hub's process (with its own worker's supervisor, not its executors) stays under this, however it is fuzzed."""
 
 WORKER_NAMES = ("home", "joiner")
 FAKE_WORKER = "fuzz-worker"
@@ -90,7 +113,15 @@ _sometimes = st.sampled_from([False] * 7 + [True])
 _SNIPPETS = ("", "pass", "x = 1", "y = x", "1/0", "print('fuzz')", "import sys; sys.stderr.write('e')",
              "raise SystemExit(3)", "raise KeyboardInterrupt", "z = [i for i in range(100)]",
              "def f(:", "display(1)", "import numpy as np; a = np.ones(3)", "x", "del x", "a, b = 1")
-_code = st.sampled_from(_SNIPPETS) | st.text(alphabet="0123456789+-*/%() xyz=\n", max_size=40)
+_code = st.sampled_from(_SNIPPETS) | st.text(alphabet="0123456789+-/%() xyz=\n", max_size=40)  # no 9**9**9
+
+# Values a field may never take: numbers JSON can't carry (1e400 reads as infinity), true for a count, a
+# 70-character id, a list for a name, an object for a list... (wire/schema.py's table says what each field takes).
+_WRONG = st.sampled_from([float("inf"), float("-inf"), float("nan"), 10 ** 400, 2 ** 64, True, False, -1, 0.5, "",
+                          "x" * 70, "y" * 2000, "*", [1], [None], {"a": 1}, {"a": [1]}, None])
+_IDS = st.sampled_from(["fuzz", "j1", "t1", "k1"]) | st.text(min_size=1, max_size=8) | st.text(min_size=64, max_size=70)
+_COUNT = (st.integers(min_value=-2, max_value=2 ** 40)
+          | st.sampled_from([2 ** 63, 10 ** 400, float("inf"), float("-inf"), float("nan"), True, 1.5]))
 
 # The fields messages carry: a plausible value, or (via _headers) any JSON value, mostly of the
 # wrong type.
@@ -118,8 +149,42 @@ _FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "stats": st.dictionaries(st.text(max_size=8), _json, max_size=3),
     "duration_s": st.floats(),
     "reason": st.text(max_size=20),
+    # SUBMIT's other fields, which the executor reads (a wrong type once killed it, and the session's state)
+    "figure_formats": st.lists(st.sampled_from(["png", "retina", "svg", "bogus"]), max_size=3),
+    "keep": st.lists(_names, max_size=2),
+    "text_format": st.dictionaries(st.sampled_from(TEXT_FORMAT), _scalars, max_size=2),
+    "refs": st.dictionaries(_names, st.fixed_dictionaries({}, optional={
+        "same": _names, "input": _COUNT, "view": _names, "offset": _COUNT, "shape": st.lists(_COUNT, max_size=2),
+        "strides": st.lists(_COUNT, max_size=2), "layout": _json, "recarray": st.booleans(),
+        # Not "|O": a view of objects over another array's memory crashes the executor, as identity's
+        # _rebuild_view doesn't refuse object dtypes yet.
+        "dtype": st.sampled_from(["<f8", "|u1", "<i4", "|V16"])}), max_size=2),
+    "max_result_bytes": _COUNT,
+    "shared": st.text(max_size=40),
+    "require": st.lists(st.sampled_from(["gpu", "memory>=1GB", "cpus>2", "zone==a", "x??"]), max_size=2),
+    "prefer": st.sampled_from(["fastest", "slowest"]),
+    "session": _IDS,
+    "seq": st.integers(min_value=-1, max_value=5) | st.sampled_from([True, float("inf")]),
+    # chunks, and delivery across reconnects
+    "transfer": _IDS,
+    "offset": _COUNT,
+    "sizes": st.lists(st.integers(min_value=-1, max_value=1 << 20) | st.sampled_from([2 ** 62, 10 ** 30]), max_size=5),
+    "raw": _COUNT,
+    "received": _COUNT,
+    "ack": _COUNT,
+    "resend": st.booleans(),
+    "jobs": st.lists(_IDS, max_size=3),
+    "abandons": _IDS,
+    # whole kernels
+    "kernel": _IDS | st.just("*"),
+    "channel": st.sampled_from(["shell", "control", "stdin", "hb", "iopub", "nope"]),
+    "signum": st.integers(min_value=-1, max_value=300),
+    "how": st.sampled_from(["terminate", "kill", "orphaned", "nope"]),
+    "key": st.text(max_size=20),
+    "env": st.dictionaries(st.text(max_size=6), st.text(max_size=10), max_size=2),
 }
-_SUBMIT_FIELDS = ("kind", "code", "outputs", "timeout", "gpu", "kernels", "names", "counts")
+_SUBMIT_FIELDS = ("kind", "code", "outputs", "timeout", "gpu", "kernels", "names", "counts", "figure_formats", "keep",
+                  "versions", "text_format", "refs", "max_result_bytes", "shared")
 
 
 @st.composite
@@ -128,6 +193,23 @@ def _headers(draw: st.DrawFn, fields: tuple[str, ...] = tuple(_FIELDS)) -> dict[
     names = draw(st.lists(st.sampled_from(fields), max_size=5, unique=True))
     header = {name: draw(_FIELDS[name] | _json) for name in names}
     if draw(st.booleans()):
+        header[draw(st.text(max_size=8))] = draw(_json)
+    return header
+
+
+@st.composite
+def _typed_headers(draw: st.DrawFn, msg_type: T) -> dict[str, Any]:
+    """The fields wire/schema.py knows for ``msg_type``: those it needs (mostly) and a few others, each
+    plausible, or now and then any JSON value or one the field never takes; and maybe a stray key."""
+    row = schema.HEADERS.get(msg_type.value)
+    known = [name for name in (row.fields if row is not None else {}) if name in _FIELDS]
+    needed = [name for name in (row.required if row is not None else ()) if name in _FIELDS]
+    names = set(draw(st.lists(st.sampled_from(known), max_size=4, unique=True))) if known else set()
+    names.update(name for name in needed if draw(st.integers(0, 9)))
+    header = {}
+    for name in sorted(names):  # sorted: a set's order changes between runs, and the draws with it
+        header[name] = draw(_json | _WRONG) if draw(_sometimes) else draw(_FIELDS[name])
+    if draw(_sometimes):
         header[draw(st.text(max_size=8))] = draw(_json)
     return header
 
@@ -179,11 +261,13 @@ def _header_bytes(draw: st.DrawFn, header: dict[str, Any]) -> tuple[bytes, bool]
 
 @st.composite
 def messages(draw: st.DrawFn, types: st.SearchStrategy[T] = st.sampled_from(list(T)),
-             header: st.SearchStrategy[dict[str, Any]] = _headers()) -> Draft:
-    """One multipart message: mostly well formed, else truncated, reordered, or worse."""
+             header: st.SearchStrategy[dict[str, Any]] | None = None) -> Draft:
+    """One multipart message: mostly well formed, else truncated, reordered, or worse. Its header has the
+    fields its type carries (``_typed_headers``) unless ``header`` says otherwise."""
     version = draw(st.sampled_from(_VERSIONS))
-    msg_type = draw(st.sampled_from(_BAD_TYPES)) or draw(types).value.encode()
-    raw_header, oversized = draw(_header_bytes(draw(header)))
+    kind = draw(types)
+    msg_type = draw(st.sampled_from(_BAD_TYPES)) or kind.value.encode()
+    raw_header, oversized = draw(_header_bytes(draw(header if header is not None else _typed_headers(kind))))
     frames = [version, msg_type, raw_header, *draw(st.lists(_payloads, max_size=4))]
     shape = draw(st.sampled_from(_FRAME_SHAPES))
     if shape == "truncated":
@@ -200,6 +284,49 @@ def messages(draw: st.DrawFn, types: st.SearchStrategy[T] = st.sampled_from(list
         frames.append(bytes(MAX_MESSAGE_BYTES + 1))
         oversized = True
     return Draft(frames or [b""], oversized)
+
+
+# The message types a peer is most likely to get wrong, or that reach furthest: drawn as often again.
+_PROBED = st.sampled_from([t for t in T if t.value in (
+    "chunk", "chunk_ack", "link_ack", "resume", "attach", "jobs", "kernel_frames", "kernel_start", "submit")])
+
+
+def _zeros_compressed(size: int, says_size: bool) -> bytes:
+    """``size`` zero bytes as one zstd frame of a few kB, which says its size (``says_size``) or doesn't."""
+    stream = zstandard.ZstdCompressor(write_content_size=says_size).compressobj(size=size if says_size else -1)
+    block = bytes(1 << 20)
+    return b"".join(stream.compress(block) for _ in range(size >> 20)) + stream.flush()
+
+
+# What the issue found: a chunk of 32 kB whose zstd frame says it holds 1 GiB (a hub that believed it
+# allocated that much per chunk); and the same without its size, which only a decompressor's bound stops.
+_BOMB = _zeros_compressed(1 << 30, says_size=True)
+_STREAMED_BOMB = _zeros_compressed(64 << 20, says_size=False)
+
+
+@st.composite
+def _chunks(draw: st.DrawFn) -> Draft:
+    """A chunk: plausible or absurd claims (offset, frame sizes, ``raw``), with its piece raw, compressed
+    right, garbage claiming to be zstd, or a zstd bomb; or one whole message in one chunk (a fuzzed one,
+    so the hub checks what it puts together)."""
+    shape = draw(st.sampled_from(["raw", "zstd", "garbage-zstd", "bomb", "streamed-bomb", "whole", "whole-zstd"]))
+    header = draw(_typed_headers(T.CHUNK))
+    piece = draw(st.binary(max_size=64))
+    if shape.startswith("whole"):
+        inner = draw(messages(_PROBED | st.sampled_from(list(T))))
+        frames = [f if len(f) <= MAX_HEADER_BYTES else f[:64] for f in inner.frames]  # no megabyte ones here
+        piece = b"".join(frames)
+        header.update(offset=0, sizes=[len(f) for f in frames], transfer=f"whole-{draw(st.integers(0, 10 ** 9))}")
+    if shape in ("zstd", "whole-zstd"):
+        header["raw"], piece = len(piece), zstandard.ZstdCompressor().compress(piece)
+    elif shape == "garbage-zstd":
+        header["raw"] = draw(st.integers(0, 1 << 18))
+        piece = draw(st.sampled_from([b"", b"\x28\xb5\x2f\xfd", _BOMB[:20]])) + piece  # zstd's magic, then noise
+    elif shape == "bomb":
+        header["raw"], piece = draw(st.integers(0, 1 << 18) | _COUNT), _BOMB
+    elif shape == "streamed-bomb":
+        header["raw"], piece = draw(st.integers(0, 1 << 18)), _STREAMED_BOMB
+    return Draft([PROTOCOL_VERSION, T.CHUNK.value.encode(), encode_header(header), piece])
 
 
 _ZMTP_SIGNATURE = b"\xff" + bytes(8) + b"\x7f"
@@ -234,6 +361,8 @@ class Fuzzer:
     sent: int = 0
     oversized_left: int = OVERSIZED_BUDGET
     replies: list[Message] = field(default_factory=list)
+    numbered: int = 0  # the highest `seq` the hub gave a reply (wire/link.py); acknowledged now and then
+    acknowledged: int = 0
 
     def send(self, draft: Draft) -> None:
         """Send one fuzz case; it counts."""
@@ -256,6 +385,7 @@ class Fuzzer:
                 assert time.monotonic() < deadline, "the hub stopped taking messages"
                 self.drain(0.05)
         self.drain()
+        self.acknowledge()
 
     def drain(self, wait_s: float = 0.0) -> None:
         """Keep whatever the hub sent; it must be well formed."""
@@ -267,9 +397,19 @@ class Fuzzer:
             except zmq.Again:
                 return
             try:
-                self.replies.append(decode(frames))
+                reply = decode(frames)
             except remote_magic.ProtocolError as exc:
                 raise AssertionError(f"the hub sent a malformed message: {exc}") from None
+            self.replies.append(reply)
+            if isinstance(seq := reply.header.get("seq"), int):
+                self.numbered = max(self.numbered, seq)
+
+    def acknowledge(self, every: int = 64) -> None:
+        """Say which of the hub's numbered replies arrived, once ``every`` more did: it keeps them until then."""
+        if self.numbered - self.acknowledged >= every:
+            with contextlib.suppress(zmq.Again):  # no room now: the next one says it
+                self.sock.send_multipart(encode(T.LINK_ACK, {"ack": self.numbered}), zmq.NOBLOCK)
+                self.acknowledged = self.numbered
 
     def hello(self, role: str, name: str) -> None:
         self.send_frames(encode(T.HELLO, {"role": role, "name": name, "versions": local_versions(),
@@ -332,6 +472,33 @@ def _wait_for_answers(fuzzer: Fuzzer, jobs: set[str]) -> set[str]:
     return answered
 
 
+class PeakMemory:
+    """A process's largest resident memory while a ``with`` block runs, sampled every 50 ms by a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                self.peak = max(self.peak, self.process.memory_info().rss)
+            except psutil.Error:  # it died: the test says so
+                return
+            if self._done.wait(0.05):  # a sampling period, not synchronisation
+                return
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 # -- the fleet under fuzz --------------------------------------------------------------------
 
 
@@ -380,7 +547,7 @@ def _fuzz_as_client(context: zmq.Context, token: Token, examples: int) -> int:
     fuzzer = _fuzzer(context, token).welcomed("client", "fuzz-client")
 
     @_fuzz(examples)
-    @given(_sometimes, messages())
+    @given(_sometimes, messages() | messages(_PROBED) | _chunks())
     def run(hello_first: bool, draft: Draft) -> None:
         if hello_first:  # a fuzzed BYE makes the hub forget us: say hello again now and then
             fuzzer.hello("client", "fuzz-client")
@@ -415,7 +582,7 @@ def _fuzz_as_worker(context: zmq.Context, token: Token, worker_token: Token, exa
         job_ids = st.integers(min_value=0).map(lambda i: jobs[i % len(jobs)]) | _FIELDS["job"]
         events = st.sampled_from([T.STARTED, T.STREAM, T.DISPLAY, T.RESULT, T.ERROR])
         job_events = st.builds(lambda job, rest: {**rest, "job": job}, job_ids, _headers())
-        fake.send(data.draw(messages() | messages(events, job_events)))
+        fake.send(data.draw(messages() | messages(events, job_events) | messages(_PROBED) | _chunks()))
         feeder.drain()
 
     run()
@@ -471,11 +638,68 @@ def _fuzz_as_stranger(context: zmq.Context, token: Token, examples: int) -> int:
     return sent
 
 
+# What each type needs, well formed: the rest of a malformed message is, but for the one field it gets wrong.
+_WELL_FORMED: dict[str, Any] = {"job": "j1", "session": "s1", "transfer": "t1", "offset": 0, "sizes": [3, 1, 2],
+                                "received": 0, "ack": 0, "jobs": [], "kernel": "k1"}
+
+
+def _refused(msg_type: T, header: dict[str, Any]) -> bool:
+    """Does wire/schema.py refuse this header (as the hub, the worker and the executor do)?"""
+    try:
+        schema.check(Message(msg_type, header))
+    except remote_magic.ProtocolError:
+        return True
+    return False
+
+
+def _fuzz_malformed(context: zmq.Context, token: Token, worker_token: Token, examples: int) -> int:
+    """Well-framed messages of each type a client or a worker may send, with one field wrong (of a type or
+    a value it never takes, or missing): each gets an ERROR reply, a ProtocolError naming that field."""
+    peers = {Role.CLIENT: _fuzzer(context, token).welcomed("client", "fuzz-malformed"),
+             Role.WORKER: _fuzzer(context, worker_token).welcomed("worker", "fuzz-malformed-worker")}
+    # Not HELLO: the hub reads it before the peer has a role there, with checks of its own, not the table's.
+    kinds = [(role, kind) for role in peers for kind in sorted(_ALLOWED[role], key=lambda t: t.value)
+             if kind is not T.HELLO]
+    expected: dict[str, tuple[Role, str]] = {}  # the job each names -> who sent it, and the field it got wrong
+    counter = itertools.count()
+
+    @_fuzz(examples)
+    @given(st.sampled_from(kinds), st.data())
+    def run(kind: tuple[Role, T], data: st.DataObject) -> None:
+        role, msg_type = kind
+        row = schema.HEADERS[msg_type.value]
+        header = {name: _WELL_FORMED[name] for name in row.required}
+        wrong = data.draw(st.sampled_from(sorted(name for name in row.fields if name != "job")))
+        if wrong in row.required and data.draw(_sometimes):
+            del header[wrong]
+        else:
+            header[wrong] = data.draw(_WRONG | _json)
+        marker = header["job"] = f"bad-{next(counter)}"  # the reply names it: a job id, or a field nobody reads
+        assume(_refused(msg_type, header))  # (some wrong values are right for some fields: a string for a name)
+        expected[marker] = (role, wrong)
+        peers[role].send(Draft(encode(msg_type, header)))
+
+    run()
+    answers: dict[str, Message] = {}
+    for role, peer in peers.items():
+        mine = {marker for marker, (sender, _) in expected.items() if sender is role}
+        _wait_for_answers(peer, mine)
+        answers.update((r.header["job"], r) for r in peer.replies if r.type is T.ERROR and r.header.get("job") in mine)
+    for marker, (_, wrong) in expected.items():
+        reply = answers[marker].header
+        assert reply["error"] == "ProtocolError" and f"`{wrong}" in reply["message"], (marker, wrong, reply)
+    for peer in peers.values():
+        peer.close()
+    return sum(peer.sent for peer in peers.values())
+
+
 def _fuzz_the_workers(context: zmq.Context, token: Token, examples: int) -> int:
-    """SUBMITs with random fields and frames that the hub forwards; each must get exactly one answer."""
+    """SUBMITs with random fields and frames: the hub refuses those with a field of the wrong type or range,
+    naming it, and forwards the others; each must get exactly one answer."""
     fuzzer = _fuzzer(context, token).welcomed("client", "fuzz-jobs")
     counter = itertools.count()
     jobs: set[str] = set()
+    refused: set[str] = set()
 
     @_fuzz(examples)
     @given(st.sampled_from([None, *WORKER_NAMES]), _headers(_SUBMIT_FIELDS), st.lists(_payloads, max_size=3),
@@ -489,6 +713,8 @@ def _fuzz_the_workers(context: zmq.Context, token: Token, examples: int) -> int:
             header["names"] = [f"v{i}" for i in range(len(payloads))]
             header["counts"] = [1] * len(payloads)
         jobs.add(job)
+        if _refused(T.SUBMIT, {**header, "job": job}):
+            refused.add(job)
         fuzzer.send(Draft(encode(T.SUBMIT, {**header, "job": job}, payloads)))
         if cancel:  # queued, running or done by now: whichever, the job still gets exactly one answer
             fuzzer.send_frames(encode(T.CANCEL, {"job": job, "reason": "fuzz"}))
@@ -496,7 +722,14 @@ def _fuzz_the_workers(context: zmq.Context, token: Token, examples: int) -> int:
     run()
     _wait_for_answers(fuzzer, jobs)
     started = {r.header.get("job") for r in fuzzer.replies if r.type is T.STARTED}
-    assert len(started & jobs) > len(jobs) // 2, f"only {len(started)} of {len(jobs)} fuzzed jobs reached a worker"
+    forwarded = jobs - refused
+    assert len(started & forwarded) > len(forwarded) // 2, (
+        f"only {len(started & forwarded)} of {len(forwarded)} well-formed fuzzed jobs reached a worker")
+    assert not started & refused, f"{len(started & refused)} jobs with a malformed header reached a worker"
+    ends = {r.header["job"]: r.header for r in fuzzer.replies if r.type is T.ERROR and r.header.get("job") in refused}
+    assert set(ends) == refused and all(end["error"] == "ProtocolError" for end in ends.values()), [
+        end for end in ends.values() if end["error"] != "ProtocolError"][:3]
+    assert 0 < len(refused) < len(jobs), (len(refused), len(jobs))  # both kinds were tried
     fuzzer.close()
     return fuzzer.sent
 
@@ -504,20 +737,29 @@ def _fuzz_the_workers(context: zmq.Context, token: Token, examples: int) -> int:
 # -- tests -----------------------------------------------------------------------------------
 
 
-def test_fuzzed_hub_and_workers_keep_serving(fleet: tuple[WorkerProcess, WorkerProcess]) -> None:
+def test_fuzzed_hub_and_workers_keep_serving(fleet: tuple[WorkerProcess, WorkerProcess],
+                                             record_property: Any) -> None:
     hub = fleet[0]
     token = Token.decode(hub.token)
     context = zmq.Context()
+    started = time.monotonic()
     try:
-        counts = {
-            "as a client": _fuzz_as_client(context, token, 3_600),
-            "as a worker": _fuzz_as_worker(context, token, _worker_token(hub), 2_600),
-            "as a stranger": _fuzz_as_stranger(context, token, 1_500),
-            "jobs for the workers": _fuzz_the_workers(context, token, 2_500),
-        }
+        with PeakMemory(hub.process.pid) as memory:
+            counts = {
+                "as a client": _fuzz_as_client(context, token, 3_000),
+                "as a worker": _fuzz_as_worker(context, token, _worker_token(hub), 2_400),
+                "malformed": _fuzz_malformed(context, token, _worker_token(hub), 2_400),
+                "jobs for the workers": _fuzz_the_workers(context, token, 2_500),
+            }
+            authenticated = sum(counts.values())
+            counts["as a stranger"] = _fuzz_as_stranger(context, token, 1_000)
     finally:
         context.destroy(linger=0)
-    assert sum(counts.values()) >= MIN_CASES, counts
+    record_property("hub_peak_rss_mb", round(memory.peak / 2**20))
+    record_property("fuzz_cases", counts)
+    print(f"fuzz: {counts} in {time.monotonic() - started:.0f} s; the hub's peak RSS {memory.peak / 2**20:.0f} MiB")
+    assert authenticated >= MIN_CASES, counts
+    assert memory.peak < MAX_HUB_RSS_BYTES, f"the hub's RSS reached {memory.peak / 2**20:.0f} MiB"
     _assert_still_serving(fleet)
 
 
@@ -561,3 +803,85 @@ def test_an_absurd_timeout_is_no_timeout(fleet: tuple[WorkerProcess, WorkerProce
     finally:
         context.destroy(linger=0)
     _assert_still_serving(fleet)
+
+
+# -- an executor, past the hub's and its worker's checks ------------------------------------
+
+EXECUTOR_CASES = 300
+"""Fuzzed SUBMITs handed to one executor directly, as if the hub and the worker had let them by."""
+
+# A wrong type or range in each field the executor reads (each once killed it, or could have).
+_MALFORMED_SUBMITS: list[dict[str, Any]] = [
+    {"figure_formats": "png"}, {"figure_formats": 5}, {"figure_formats": ["png", None]}, {"keep": {"a": 1}},
+    {"keep": 5}, {"versions": [1]}, {"versions": "3.11"}, {"versions": {"pandas": 2}}, {"outputs": 5},
+    {"outputs": "x"}, {"text_format": [1]}, {"text_format": {"max_width": [1]}}, {"gpu": "x"}, {"gpu": 1},
+    {"kernels": [1]}, {"kernels": {"k": 1}}, {"refs": 1}, {"refs": {"a": 5}},
+    {"refs": {"a": {"view": "b", "offset": -1}}},
+    {"kind": 5}, {"code": 5}, {"timeout": "x"}, {"max_result_bytes": "x"}, {"max_result_bytes": float("inf")},
+    {"names": "a"}, {"counts": [True]}, {"shared": 7}, {"one_memo": "yes"}, {"about": []}, {"seq": 0},
+]
+
+
+class _Executor:
+    """An executor process of the test's own, fed SUBMITs directly."""
+
+    def __init__(self, context: zmq.Context) -> None:
+        self.link = ExecutorLink(context, ExecutorOptions(gpu="off"))
+        self.process = self.link.spawn()
+        self.link.wait_ready(self.process, 60)
+
+    def run(self, header: dict[str, Any], frames: list[bytes] | tuple[()] = ()) -> Message:
+        """Send a SUBMIT; its RESULT or ERROR (what the job shows meanwhile is dropped)."""
+        self.process.send(encode(T.SUBMIT, header, frames))
+        deadline = time.monotonic() + STALL_S
+        while time.monotonic() < deadline:
+            assert self.process.died() is None, f"the executor {self.process.died()}"
+            if not self.link.socket.poll(100):
+                continue
+            received = self.link.receive(self.link.socket.recv_multipart(copy=False))
+            if received is not None and (msg := received[1]) is not None and msg.type in (T.RESULT, T.ERROR):
+                assert msg.header.get("job") == header.get("job"), (header.get("job"), msg.header)
+                return msg
+        raise AssertionError(f"job {header.get('job')!r} got no answer within {STALL_S:g} s")
+
+
+def test_malformed_submits_cost_their_job_not_the_executor_or_its_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # where its cells run
+    context = zmq.Context()
+    executor = _Executor(context)
+    pid = executor.process.process.pid
+    cell = {"kind": "code", "code": "x = 1", "outputs": [], "names": [], "counts": []}
+    counter = itertools.count()
+    try:
+        assert executor.run({**cell, "job": "mark", "code": "import json\njson.fuzz_mark = 42"}).type is T.RESULT
+        for n, wrong in enumerate(_MALFORMED_SUBMITS):
+            end = executor.run({**cell, **wrong, "job": f"bad-{n}"})
+            assert end.type is T.ERROR and end.header["error"] == "ProtocolError", (wrong, end.header)
+            assert f"`{next(iter(wrong))}" in end.header["message"], (wrong, end.header)
+        # Well-typed, but names and counts that don't match the frames, or frames that don't unpickle.
+        for n, (names, counts, frames) in enumerate([(["a"], [2], [b"x"]), (["a", "b"], [1, 0], [b"x"]),
+                                                     (["a"], [1], [b"\x80\x05garbage"]), ([], [], [b"x"])]):
+            end = executor.run({**cell, "job": f"frames-{n}", "names": names, "counts": counts}, frames)
+            assert end.type is T.ERROR and end.header["error"] == "InputError", end.header
+
+        @_fuzz(EXECUTOR_CASES)
+        @given(_headers(_SUBMIT_FIELDS), st.lists(_payloads, max_size=3), st.booleans())
+        def run(header: dict[str, Any], payloads: list[bytes], coherent: bool) -> None:
+            if coherent:
+                header.update(names=[f"v{i}" for i in range(len(payloads))], counts=[1] * len(payloads))
+            header["job"] = f"fuzz-{next(counter)}"
+            end = executor.run(header, payloads)
+            if _refused(T.SUBMIT, header):
+                assert end.type is T.ERROR and end.header["error"] == "ProtocolError", end.header
+
+        run()
+        end = executor.run({**cell, "job": "read", "code": "import json\nmark = json.fuzz_mark", "outputs": ["mark"]})
+        assert end.type is T.RESULT, end.header
+        assert serialization.unpack(end.header, [frame.bytes for frame in end.buffers]) == {"mark": 42}
+        assert executor.process.died() is None and executor.process.process.pid == pid
+    finally:
+        executor.link.close()
+        context.destroy(linger=0)
+    output = capfd.readouterr()
+    assert "Traceback" not in output.err + output.out, (output.err + output.out)[-3000:]

@@ -453,7 +453,8 @@ class Hub:
         if not isinstance(job_id, str) or not job_id or len(job_id) > 64:
             raise ValueError("job must be a short string")
         if job_id in self._recent_jobs:  # a job runs once, whatever its SUBMIT went through
-            log.warning("dropped a second SUBMIT of job %s from %s: the first one runs, or ran", job_id, peer.name)
+            self._peer_warnings.warning(f"{peer.role.value}:{peer.key.decode()}", "dropped a second SUBMIT of "
+                                        "job %s from %s: the first one runs, or ran", job_id, peer.name)
             return
         wanted = msg.header.get("worker")
         wanted = None if wanted is None else str(wanted)  # as the fleet will compare it with names

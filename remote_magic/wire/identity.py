@@ -24,6 +24,8 @@ import sys
 import types
 from typing import Any, Iterator, Mapping, Sequence
 
+from ..errors import ProtocolError
+
 Refs = dict[str, dict[str, Any]]
 """name -> {"same": other}, {"input": number} (one of ``shared_objects``), or {"view": base, "offset":
 bytes, "shape", "strides", "dtype", "layout", "recarray"}."""
@@ -157,6 +159,9 @@ def _rebuild_view(base: Any, ref: Mapping[str, Any]) -> tuple[Any, bool]:
     shape, strides, dtype = tuple(ref["shape"]), tuple(ref["strides"]), _dtype(ref["dtype"])
     exact = [list(base.shape), list(base.strides), str(base.dtype)] == list(ref["layout"]) and base.flags.c_contiguous
     memory = base if exact else numpy.ascontiguousarray(base)
+    if dtype.hasobject and (memory.dtype != dtype or any(int(n) % dtype.itemsize for n in (ref["offset"], *strides))):
+        # Python objects are pointers: a view over other bytes, or between elements, would crash the process.
+        raise ProtocolError("a view that holds Python objects must lie on its base's own elements")
     view = numpy.ndarray(shape, dtype, buffer=memory, offset=int(ref["offset"]), strides=strides)
     if ref.get("recarray") is True:
         view = view.view(numpy.recarray)
