@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 from IPython.core.error import UsageError
@@ -146,3 +146,86 @@ def _waiting(client: remote_magic.Client) -> bool:
         return bool(client.jobs(timeout=2))
     except remote_magic.ConnectionFailed:  # not connected again yet
         return False
+
+
+def test_the_same_notebook_back_after_an_outage_collects_each_line_once_in_order(tmp_path: Path) -> None:
+    """A notebook cut off past the heartbeat bound says hello again as the same client: what its job
+    prints meanwhile waits in the job's journal, and `attach` shows each line once, in its place."""
+    from test_relay import Relay, _listening_port
+
+    tunnel = Relay()
+    worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
+                          "--heartbeat-interval", "0.25")
+    release = tmp_path / "release"
+    try:
+        tunnel.target = _listening_port(worker.process.pid)
+        with remote_magic.connect(worker.token) as client:
+            code = ("import os, time\ni = 0\nwhile not os.path.exists(RELEASE):\n    print(i, flush=True)\n"
+                    "    i += 1\n    time.sleep(0.02)\nprint('end')\nz = i")
+            with pytest.raises(remote_magic.ConnectionFailed, match="the job goes on there"):
+                client.execute(code, {"RELEASE": str(release)}, on_stream=lambda header: tunnel.stop())
+            tunnel.start()
+            wait_for(lambda: _waiting(client), 30, "the job to wait for this notebook")
+            printed: list[str] = []
+
+            def on_stream(header: dict[str, str]) -> None:
+                printed.append(header["text"])
+                if len(printed) == 200:
+                    release.touch()
+
+            result = client.attach(client.jobs()[0]["job"], on_stream=on_stream)
+        lines = "".join(printed).split()
+        assert lines[-1] == "end" and lines[:-1] == [str(i) for i in range(result.values["z"])]
+    finally:
+        tunnel.stop()
+        worker.stop()
+
+
+def _raw_collector(token: str) -> Any:
+    """A client socket that says hello and never acknowledges anything: a collector that dies at once."""
+    import zmq
+
+    from remote_magic.wire.protocol import MessageType as T, encode
+    from remote_magic.wire.tokens import Token
+    from remote_magic.wire.versions import local_versions
+
+    parsed = Token.decode(token)
+    context = zmq.Context.instance()
+    sock = context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (parsed.server_public, parsed.public,
+                                                                        parsed.secret)
+    sock.connect(parsed.address)
+    sock.send_multipart(encode(T.HELLO, {"role": "client", "name": "dies", "versions": local_versions()}))
+    return sock
+
+
+def test_a_collector_gone_before_it_acknowledged_the_replay_leaves_the_job_waiting(
+        hub: WorkerProcess, tmp_path: Path) -> None:
+    from remote_magic.wire.protocol import MessageType as T, decode, encode
+
+    release = tmp_path / "release"
+    job_id = _a_notebook_that_dies_mid_job(hub, release)
+    release.touch()
+    with remote_magic.connect(hub.token) as observer:
+        wait_for(lambda: observer.jobs()[0]["state"] == "done", 15, "the job to end")
+    collector = _raw_collector(hub.token)
+    collector.send_multipart(encode(T.ATTACH, {"job": job_id}))
+    types = []
+    while T.RESULT not in types:  # the replay arrives; the collector acknowledges none of it, and goes
+        assert collector.poll(10_000), f"the replay stopped after {types}"
+        types.append(decode(collector.recv_multipart()).type)
+    collector.close()
+    with remote_magic.connect(hub.token) as client:
+        wait_for(lambda: [j["job"] for j in client.jobs()] == [job_id], 15, "the job to wait again")
+        printed: list[str] = []
+        result = client.attach(job_id, on_stream=lambda header: printed.append(header["text"]))
+    assert "".join(printed) == "before\nafter\n" and result.values["x"] == 42
+
+
+def test_jobs_lists_nothing_for_a_notebook_that_closed_after_its_results(hub: WorkerProcess) -> None:
+    with remote_magic.connect(hub.token) as client:
+        for n in range(20):
+            assert client.run(f"v = {n}") == {"v": n}
+    with remote_magic.connect(hub.token) as other:
+        assert other.jobs() == []

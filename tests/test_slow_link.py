@@ -105,3 +105,59 @@ def test_values_longer_than_the_heartbeat_bound_cross_a_slow_link_and_zeros_cros
     assert after_zeros - after_random[0] < size / 4, after_zeros - after_random[0]
     # x again, and y (which came from the worker): the hub holds both, so only their digests crossed.
     assert report["again"] and after_again - after_zeros < 256 << 10, after_again - after_zeros
+
+
+INTERRUPTED_NOTEBOOK = r'''
+import json, os, signal, sys, threading, time
+import numpy as np
+import remote_magic
+
+token, marker, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+x = np.random.default_rng(1).random(size // 8)
+report = {}
+with remote_magic.connect(token) as client:
+    pressed = []
+
+    def press_ctrl_c_once_the_upload_is_under_way():
+        deadline = time.monotonic() + 60
+        while client.bytes_sent < (2 << 20) and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling the counter, bounded by the deadline
+        pressed.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c_once_the_upload_is_under_way, daemon=True).start()
+    try:
+        client.run("open(MARKER, 'w').write('ran')\ny = 1", {"x": x, "MARKER": marker}, timeout=300)
+        report["raised"] = False
+    except KeyboardInterrupt:
+        report["raised"] = True
+        report["raise_s"] = time.monotonic() - pressed[0]
+        report["sent_at_raise"] = client.bytes_sent
+    start = time.monotonic()
+    report["next"] = client.run("z = 2", outputs=["z"])
+    report["next_s"] = time.monotonic() - start
+    report["sent_after"] = client.bytes_sent
+print(json.dumps(report), flush=True)
+'''
+
+
+def test_ctrl_c_during_an_upload_raises_at_once_stops_it_and_the_next_cell_runs_right_away(
+        slow_link: Link, tmp_path: Path) -> None:
+    home, notebook = slow_link.a, slow_link.b
+    worker = start_worker(tmp_path, "--listen", f"{slow_link.a_ip}:0", "--gpu", "off", wrapper=slow_link.run(home))
+    size = 10 * RATE_MBIT * 10**6 // 8  # 10 s of the link
+    marker = tmp_path / "ran"
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED_NOTEBOOK)
+    try:
+        done = subprocess.run([*slow_link.run(notebook), sys.executable, str(script), worker.token, str(marker),
+                               str(size)], capture_output=True, text=True, timeout=120)
+    finally:
+        worker.stop()
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["raised"] and report["raise_s"] < 1.0, report
+    # The next cell waited at most for what was in flight (about a second of the link), not the rest.
+    assert report["next"] == {"z": 2} and report["next_s"] < 4.0, report
+    assert report["sent_after"] - report["sent_at_raise"] < size / 4, report
+    assert not marker.exists()  # the interrupted cell never ran
