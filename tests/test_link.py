@@ -142,3 +142,18 @@ def test_a_hello_starts_the_numbering_again_on_both_sides() -> None:
     wire.a.put(encode(T.STREAM, {"text": "new"}))
     wire.flow()
     assert texts(wire.got_b) == ["old", "new"]
+
+
+def test_chunks_cut_to_another_size_after_a_reconnect_still_make_the_message() -> None:
+    wire = Wire()
+    payload = os.urandom(5 * CHUNK_BYTES)
+    wire.a.put(encode(T.RESULT, {"job": "j"}, [payload]))
+    first, second = wire.to_b.pop(0), wire.to_b.pop(0)
+    wire.b.receive(decode(first))
+    wire.b.receive(decode(second))  # two chunks held, and only the first acknowledged when the link broke
+    wire.a.receive(decode(wire.to_a.pop(0)))
+    wire.lose_in_flight()
+    wire.a.outbox._rate = 64e6  # the window grew meanwhile: chunks are cut larger now
+    wire.a.reconnected()
+    wire.flow()
+    assert [bytes(m.buffers[0]) for m in wire.got_b] == [payload]

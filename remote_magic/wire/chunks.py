@@ -441,9 +441,12 @@ class Inbox:
             else _flat(msg.buffers[0])
         if "raw" in header:
             data = self._decompressed(data, header["raw"])
-        if offset == partial.received and offset + data.nbytes <= total:
-            partial.buffer += data  # grows with what arrived, never to what a header merely claims
-            partial.received += data.nbytes
+        end = offset + data.nbytes
+        # Sent again after a reconnect, a chunk may start before what we hold (its sender cuts chunks to
+        # the window it has now): take the part that is new.
+        if offset <= partial.received < end <= total:
+            partial.buffer += data[partial.received - offset:]  # grows with what arrived, never to a claim
+            partial.received = end
             if self._on_progress is not None:
                 self._on_progress(partial.about, partial.received, total)
         if partial.received < total:
