@@ -1,27 +1,38 @@
-"""Slow links (issue 11): the WAN benchmark, over emulated links between network namespaces, beside raw pyzmq.
+"""Slow and lossy links (issues 11 and 23): the WAN benchmark, over emulated links between network
+namespaces, beside raw pyzmq on the same link in the same run.
 
-Each link is a veth pair between two network namespaces this script makes and removes, with a token
-bucket (tc tbf) on each end for the rate, and a user-space relay in the notebook's namespace for the
-delay: it forwards each TCP stream to the hub, holding every byte back by half the round trip each way.
-This machine's kernel has no netem, and no tc classifier or action either, so packet loss can't be
-emulated: the links are lossless (which favours nobody: raw pyzmq rides the same relay). Profiles, as
-the issue names them less their loss: "home" (60 ms round trip, 40 Mbit/s) and "poor" (200 ms, 5 Mbit/s).
+Each link joins two network namespaces this script makes and removes (``tests/netns.py``). This
+machine's kernel has no netem, so a user-space packet relay between a TUN device in each namespace
+(``tests/relays.py``) applies the link's rate, its delay (half the round trip each way) and its loss
+(each packet on its own, each way) to every packet on the wire; TCP sees the whole round trip and
+every loss. TCP in both namespaces is reno (``--congestion``): it backs off on loss as cubic, the
+usual default at a notebook's and a worker's end, does (cubic itself can be set only in the
+machine's own namespace; bbr hardly slows down for random loss). Profiles, as the issues name them:
+"home" (60 ms round trip, 40 Mbit/s) and "poor" (200 ms, 5 Mbit/s), each without loss, with 0.1% and
+with 1%.
 
-Per link, in one run, the worker in one namespace and the notebook (a child process) in the other:
+Per link, the worker in one namespace and the notebook (a child process) in the other:
 
-- remote-magic: an empty job's round trip (median of 10); a 50 MB random float64 array sent; a 50 MB
-  compressible one sent (sparse: 95% zeros); the random one sent again (the hub holds it); every value
-  checked on arrival;
-- raw pyzmq through the same relay, CurveZMQ on: a tiny message's round trip (the link's RTT as a
-  ZeroMQ peer sees it) and one 50 MB message.
+- remote-magic's first sends: a random float64 array sent up as a job's input, and one as large come
+  down as a job's result (made on the worker from a seed), each checked on arrival, each beside
+  raw pyzmq (CurveZMQ on, one DEALER/ROUTER message) moving as many bytes the same way; bytes on the
+  wire (the sending end's counter: TCP/IP, CurveZMQ, resends included) beside the data's size; the
+  array sent once more (the hub holds it, so its digest crosses);
+- without loss, also: an empty job's round trip (median of 10) beside a tiny raw message's; a 95%-zeros
+  array sent (it crosses compressed); and a job's result after a 10 s outage, collected with
+  ``attach`` (the notebook dials the hub through a stream relay that is cut and restored).
 
 And on loopback (no namespaces): a 100 MB array there and back through remote-magic beside raw pyzmq +
 CurveZMQ echoing it, to show chunking costs nothing where the link is fast.
 
+Goals (issue 23): each first send at least 90% of raw pyzmq's speed on the same link, both ways; at
+most 1.05 bytes on the wire per byte of data, read against raw pyzmq's bytes for the same data (TCP/IP
+headers and TCP's own retransmissions are every sender's).
+
 Needs root (network namespaces). Run from the repository root::
 
-    sudo python benchmarks/bench_links.py                # both links, about 8 minutes
-    python benchmarks/bench_links.py --size-mb 5 --no-write
+    sudo python benchmarks/bench_links.py           # every profile, about half an hour
+    sudo python benchmarks/bench_links.py --profiles poor --losses 1 --lossy-size-mb 2 --no-loopback --no-write
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -40,55 +53,56 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from contextlib import contextmanager  # noqa: E402
-
 from netns import Link, linked_namespaces  # noqa: E402  (tests/netns.py: the links the tests use)
+from relays import StreamRelay  # noqa: E402
 from report import write_section, zmq_peer_lines  # noqa: E402
 
 from remote_magic.wire.tokens import Token  # noqa: E402
+from support import raw_pyzmq_over  # noqa: E402
 
-SECTION_TITLE = "## Slow links (issue 11)"
-PROFILES = (("home", 40, 60), ("poor", 5, 200))  # name, Mbit/s, round trip in ms
+SECTION_TITLE = "## Slow links (issue 11)"  # its loss rows are issue 23's; the title stays, so the section is replaced
+PROFILES = {"home": (40, 60), "poor": (5, 200)}  # name: Mbit/s, round trip in ms
+LOSSES = (0.0, 0.1, 1.0)  # percent of packets, each way
 OUTAGE_S = 10.0
+SPEED_GOAL = 0.9  # of raw pyzmq's speed
+WIRE_GOAL = 1.05  # bytes on the wire per byte of data
 
-RELAY = r'''
-import asyncio, sys, time
-listen_host, target_host, target_port, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-listen_port = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+SENDS = r'''
+import json, sys, time
+import numpy as np
+import remote_magic
 
-async def pump(reader, writer):
-    """Forward what arrives, each piece held back by `delay` from when it arrived, in order."""
-    queue = asyncio.Queue()
-    async def write():
-        while True:
-            due, data = await queue.get()
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            if not data:
-                writer.close()
-                return
-            writer.write(data)
-            await writer.drain()
-    writing = asyncio.ensure_future(write())
-    while True:
-        data = await reader.read(65536)
-        queue.put_nowait((time.monotonic() + delay, data))
-        if not data:
-            break
-    await writing
-
-async def serve(reader, writer):
-    target_reader, target_writer = await asyncio.open_connection(target_host, target_port)
-    await asyncio.gather(pump(reader, target_writer), pump(target_reader, writer), return_exceptions=True)
-
-async def main():
-    server = await asyncio.start_server(serve, listen_host, listen_port, reuse_address=True)
-    print(server.sockets[0].getsockname()[1], flush=True)
-    await server.serve_forever()
-
-asyncio.run(main())
+token, size = sys.argv[1], int(sys.argv[2])
+out = {}
+def mark(name):
+    print(json.dumps({"mark": name}), flush=True)
+    sys.stdin.readline()
+def step(name, call):
+    """Time one step; a step that fails is timed to its failure and named (the next steps still run)."""
+    mark(name)
+    start = time.perf_counter()
+    try:
+        call()
+    except Exception as exc:
+        out[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    out[f"{name}_s"] = time.perf_counter() - start
+def up():
+    assert client.run("s = float(x.sum())", {"x": x}, outputs=["s"], timeout=7200)["s"] == float(x.sum())
+def down():
+    y = client.run("import numpy as np\ny = np.random.default_rng(1).random(n)", {"n": size // 8}, outputs=["y"],
+                   timeout=7200)["y"]
+    assert np.array_equal(y, np.random.default_rng(1).random(size // 8))
+x = np.random.default_rng(0).random(size // 8)
+with remote_magic.connect(token, timeout=60) as client:
+    client.run("pass", outputs=[])  # connected, the session's interpreter up: what follows is the data
+    step("up", up)
+    step("down", down)
+    step("again", up)  # the hub holds x now: its digest crosses
+    mark("done")
+print(json.dumps(out), flush=True)
 '''
 
-NOTEBOOK = r'''
+LOSSLESS = r'''
 import json, statistics, sys, time
 import numpy as np
 import remote_magic
@@ -102,22 +116,15 @@ def timed(call):
     value = call()
     return value, time.perf_counter() - start
 rng = np.random.default_rng(0)
-x = rng.random(size // 8)
 sparse = np.where(rng.random(size // 8) < 0.05, rng.random(size // 8), 0.0)
 out = {}
 with remote_magic.connect(token, timeout=60) as client:
     client.run("pass", outputs=[])
     out["empty_ms"] = 1000 * statistics.median(timed(lambda: client.run("pass", outputs=[]))[1] for _ in range(10))
-    mark("random")
-    total, out["random_s"] = timed(lambda: client.run("s = float(x.sum())", {"x": x}, outputs=["s"], timeout=1800)["s"])
-    assert total == float(x.sum())
     mark("sparse")
     total, out["sparse_s"] = timed(lambda: client.run("s = float(x.sum())", {"x": sparse}, outputs=["s"],
                                                       timeout=1800)["s"])
     assert total == float(sparse.sum())
-    mark("again")
-    total, out["again_s"] = timed(lambda: client.run("s = float(x.sum())", {"x": x}, outputs=["s"])["s"])
-    assert total == float(x.sum())
     mark("outage")
     def started(header):
         if "started" in header["text"]:
@@ -146,36 +153,14 @@ with remote_magic.connect(token, timeout=60) as client:
 print(json.dumps(out), flush=True)
 '''
 
-RAW = r'''
-import os, statistics, sys, time, zmq
-role, address, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-context = zmq.Context()
-if role == "server":
-    sock = context.socket(zmq.ROUTER)
-    sock.curve_server, sock.curve_publickey, sock.curve_secretkey = True, sys.argv[4].encode(), sys.argv[5].encode()
-    print(sock.bind_to_random_port(f"tcp://{address}"), flush=True)
-    while True:
-        identity, data = sock.recv_multipart(copy=False)
-        sock.send_multipart([identity.bytes, str(len(data)).encode()])
-else:
-    public, secret = zmq.curve_keypair()
-    sock = context.socket(zmq.DEALER)
-    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = sys.argv[4].encode(), public, secret
-    sock.connect(f"tcp://{address}")
-    sock.send(b"x")
-    sock.recv()
-    times = []
-    for _ in range(10):
-        start = time.perf_counter()
-        sock.send(b"x")
-        sock.recv()
-        times.append(time.perf_counter() - start)
-    payload = os.urandom(size)
-    start = time.perf_counter()
-    sock.send(payload, copy=False)
-    assert int(sock.recv()) == size
-    print(statistics.median(times), time.perf_counter() - start, flush=True)
-'''
+
+@dataclass
+class Measured:
+    """One link's figures: what the notebook script reported, and the bytes each end sent in each step."""
+
+    report: dict[str, Any]
+    notebook_sent: dict[str, int]
+    hub_sent: dict[str, int]
 
 
 def _python(link: Link, namespace: str, source: str, tmp: Path, *args: str, **popen: Any) -> subprocess.Popen[str]:
@@ -184,36 +169,9 @@ def _python(link: Link, namespace: str, source: str, tmp: Path, *args: str, **po
     return subprocess.Popen([*link.run(namespace), sys.executable, str(script), *args], text=True, **popen)
 
 
-class Relayed:
-    """A relay in the notebook's namespace to ``port`` on the hub's side, ``delay_s`` each way (``port``: its
-    own); ``cut`` stops it, as a link that goes down, and ``restore`` starts it again on the same port."""
-
-    def __init__(self, link: Link, target: int, delay_s: float, tmp: Path) -> None:
-        self._args = (link, link.b, RELAY, tmp, link.b_ip, link.a_ip, str(target), str(delay_s))
-        self.port = 0
-        self.restore()
-
-    def restore(self) -> None:
-        self._relay = _python(*self._args, str(self.port), stdout=subprocess.PIPE)
-        assert self._relay.stdout is not None
-        self.port = int(self._relay.stdout.readline())
-
-    def cut(self) -> None:
-        self._relay.kill()
-        self._relay.wait(30)
-
-
 @contextmanager
-def relayed(link: Link, port: int, delay_s: float, tmp: Path) -> Iterator[Relayed]:
-    relay = Relayed(link, port, delay_s, tmp)
-    try:
-        yield relay
-    finally:
-        relay.cut()
-
-
-def remote_magic_on(link: Link, size: int, delay_s: float, tmp: Path) -> dict[str, Any]:
-    """The notebook script's timings, with the bytes the notebook's end sent in each step."""
+def worker_on(link: Link, tmp: Path) -> Iterator[Token]:
+    """A remote-worker in the link's namespace ``a``; its client token."""
     token_file = tmp / "token"
     worker = subprocess.Popen([*link.run(link.a), sys.executable, "-m", "remote_magic.worker.cli", "--listen",
                                f"{link.a_ip}:0", "--gpu", "off", "--token-file", str(token_file)],
@@ -224,54 +182,49 @@ def remote_magic_on(link: Link, size: int, delay_s: float, tmp: Path) -> dict[st
         while not token_file.exists() or not token_file.read_text().strip():
             if time.monotonic() > deadline or worker.poll() is not None:
                 raise RuntimeError("remote-worker did not start")
-            time.sleep(0.1)
-        token = Token.decode(token_file.read_text().strip())
-        with relayed(link, int(token.address.rsplit(":", 1)[1]), delay_s, tmp) as relay:
-            notebook = _python(link, link.b, NOTEBOOK, tmp,
-                               token.with_address(f"tcp://{link.b_ip}:{relay.port}").encode(), str(size),
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            assert notebook.stdin is not None and notebook.stdout is not None
-            wire: dict[str, int] = {}
-            last, start = None, 0
-            while True:
-                line = json.loads(notebook.stdout.readline())
-                if line.get("event") == "started":  # the outage job runs: the link goes down for OUTAGE_S
-                    relay.cut()
-                    time.sleep(OUTAGE_S)  # the outage itself, not a wait for anything
-                    relay.restore()
-                    notebook.stdin.write("back\n")
-                    notebook.stdin.flush()
-                    continue
-                counter = link.sent_bytes(link.b)
-                if last is not None:
-                    wire[last] = counter - start
-                if "mark" not in line:
-                    return {**line, "wire": wire}
-                last, start = line["mark"], counter
-                notebook.stdin.write("\n")
-                notebook.stdin.flush()
+            time.sleep(0.1)  # polling for the token file, bounded by the deadline
+        yield Token.decode(token_file.read_text().strip())
     finally:
         worker.terminate()
         worker.wait(30)
 
 
-def raw_pyzmq_on(link: Link, size: int, delay_s: float, tmp: Path) -> tuple[float, float]:
-    """Raw pyzmq with CurveZMQ through the same relay: a tiny message's round trip, and one ``size`` message."""
-    import zmq
+def notebook_steps(link: Link, source: str, token: Token, size: int, tmp: Path,
+                   relay: StreamRelay | None = None) -> Measured:
+    """Run a notebook script in namespace ``b``, reading both ends' byte counters at each of its marks.
 
-    public, secret = (key.decode() for key in zmq.curve_keypair())
-    server = _python(link, link.a, RAW, tmp, "server", link.a_ip, str(size), public, secret, stdout=subprocess.PIPE)
+    An ``event: started`` line from it cuts ``relay`` for OUTAGE_S (a link that goes down), then restores it.
+    """
+    notebook = _python(link, link.b, source, tmp, token.encode(), str(size), stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE)
+    assert notebook.stdin is not None and notebook.stdout is not None
+    notebook_sent: dict[str, int] = {}
+    hub_sent: dict[str, int] = {}
+    last, start = None, (0, 0)
     try:
-        assert server.stdout is not None
-        with relayed(link, int(server.stdout.readline()), delay_s, tmp) as relay:
-            client = _python(link, link.b, RAW, tmp, "client", f"{link.b_ip}:{relay.port}", str(size), public,
-                             stdout=subprocess.PIPE)
-            out, _ = client.communicate(timeout=1800)
-        rtt, seconds = (float(v) for v in out.split())
-        return rtt, seconds
+        while True:
+            line = json.loads(notebook.stdout.readline() or "{}")
+            if line.get("event") == "started" and relay is not None:
+                relay.cut()
+                time.sleep(OUTAGE_S)  # the outage itself, not a wait for anything
+                relay.restore()
+                notebook.stdin.write("back\n")
+                notebook.stdin.flush()
+                continue
+            counters = link.sent_bytes(link.b), link.sent_bytes(link.a)
+            if last is not None:
+                notebook_sent[last], hub_sent[last] = counters[0] - start[0], counters[1] - start[1]
+            if "mark" not in line:
+                if not line:
+                    raise RuntimeError(f"the notebook script failed ({notebook.wait(30)})")
+                return Measured(line, notebook_sent, hub_sent)
+            last, start = line["mark"], counters
+            notebook.stdin.write("\n")
+            notebook.stdin.flush()
     finally:
-        server.terminate()
-        server.wait(30)
+        if notebook.poll() is None:
+            notebook.kill()
+        notebook.wait(30)
 
 
 def loopback(size: int) -> tuple[float, float]:
@@ -297,60 +250,125 @@ def _row(*cells: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def run(args: argparse.Namespace) -> str:
-    size = int(args.size_mb * 1e6)
-    rows = []
-    for name, rate, rtt_ms in PROFILES:
-        delay_s = rtt_ms / 2000
-        with tempfile.TemporaryDirectory() as folder, linked_namespaces("the slow-link benchmark",
-                                                                        rate_mbit=rate) as link:
-            ours = remote_magic_on(link, size, delay_s, Path(folder))
-            raw_rtt, raw_s = raw_pyzmq_on(link, size, delay_s, Path(folder))
-        print(f"{name}: {json.dumps(ours)} raw rtt {raw_rtt * 1e3:.1f} ms, {size} B in {raw_s:.1f} s", file=sys.stderr)
-        link_rtt = f"{raw_rtt * 1e3:.1f} ms"
-        mb = f"{args.size_mb:g} MB"
+def _send_row(name: str, what: str, sends: Measured, step: str, wire: int, size: int, raw_s: float,
+              raw_wire: int) -> str:
+    """A first send's row: speed against raw pyzmq's, and bytes on the wire against raw pyzmq's."""
+    seconds = sends.report[f"{step}_s"]
+    raw = f"{raw_s:.1f} s ({raw_wire / 1e6:.2f} MB, {raw_wire / size:.3f}×)"
+    goal = f"≥ {SPEED_GOAL:.0%} of raw's speed; bytes ≤ {WIRE_GOAL}× raw's"
+    error = sends.report.get(f"{step}_error")
+    if error:
+        return _row(name, what, f"failed after {seconds:.1f} s ({wire / 1e6:.2f} MB): {error.split(':')[0]}", raw,
+                    goal, "no (failed)")
+    speed, overhead = raw_s / seconds, wire / raw_wire
+    met = "yes" if speed >= SPEED_GOAL and overhead <= WIRE_GOAL else "no"
+    return _row(name, what, f"{seconds:.1f} s ({wire / 1e6:.2f} MB, {wire / size:.3f}×)", raw, goal,
+                f"{met} ({speed:.0%}, {overhead:.3f}×)")
+
+
+def link_rows(name: str, rate: int, rtt_ms: int, loss: float, size: int, congestion: str) -> list[str]:
+    """The table's rows for one emulated link."""
+    label = f"{name} ({rtt_ms} ms, {rate} Mbit/s, {loss:g}% loss)"
+    with tempfile.TemporaryDirectory() as folder, linked_namespaces(
+            "the link benchmark", rate_mbit=rate, rtt_ms=rtt_ms, loss_percent=loss,
+            congestion_control=congestion) as link:
+        tmp = Path(folder)
+        with worker_on(link, tmp) as token:
+            sends = notebook_steps(link, SENDS, token, size, tmp)
+            lossless = None
+            if not loss:
+                with StreamRelay(link.run(link.b), link.b_ip, link.a_ip, int(token.address.rsplit(":", 1)[1])) \
+                        as relay:
+                    relayed = token.with_address(f"tcp://{link.b_ip}:{relay.port}")
+                    lossless = notebook_steps(link, LOSSLESS, relayed, size, tmp, relay)
+        raw = raw_pyzmq_over(link, size, tmp)
+        lost = link.relay_stats()
+    print(f"{label}: {json.dumps(sends.__dict__)} {json.dumps(lossless.__dict__ if lossless else None)} "
+          f"raw {raw} relay {lost}", file=sys.stderr)
+    mb, rtt = f"{size / 1e6:g} MB", f"{raw.rtt_s * 1e3:.1f} ms"
+    rows = [
+        _send_row(label, f"{mb} random array sent up (first send)", sends, "up", sends.notebook_sent["up"], size,
+                  raw.seconds["up"], raw.wire["up"]),
+        _send_row(name, f"{mb} random array back down (a first result)", sends, "down", sends.hub_sent["down"],
+                  size, raw.seconds["down"], raw.wire["down"]),
+    ]
+    again = sends.report["again_s"]
+    if sends.report.get("up_error") or sends.report.get("again_error"):  # the hub may not hold it: no figure
+        rows.append(_row(name, "the random array again (the hub holds it)",
+                         f"failed: {sends.report.get('again_error') or 'the first send failed'}"[:120], f"RTT {rtt}",
+                         "≤ 2 × RTT", "no (failed)"))
+    else:
+        rows.append(_row(name, "the random array again (the hub holds it)",
+                         f"{again * 1e3:.0f} ms ({sends.notebook_sent['again'] / 1e3:.1f} kB)", f"RTT {rtt}",
+                         "≤ 2 × RTT", "yes" if again <= 2 * raw.rtt_s else f"no ({again / raw.rtt_s:.1f}×)"))
+    if lossless is not None:
+        ours = lossless.report
         rows += [
-            _row(f"{name} ({rtt_ms} ms, {rate} Mbit/s)", "empty job, round trip", f"{ours['empty_ms']:.1f} ms",
-                 f"tiny message {link_rtt}", "≤ 1.1 × RTT",
-                 "yes" if ours["empty_ms"] <= 1.1 * raw_rtt * 1e3 else f"no ({ours['empty_ms'] / raw_rtt / 1e3:.2f}×)"),
-            _row(name, f"{mb} random array sent", f"{ours['random_s']:.1f} s ({ours['wire']['random'] / 1e6:.1f} MB)",
-                 f"one {mb} message {raw_s:.1f} s", "≥ 90% of raw",
-                 f"{'yes' if raw_s / ours['random_s'] >= 0.9 else 'no'} ({raw_s / ours['random_s']:.0%})"),
+            _row(name, "empty job, round trip", f"{ours['empty_ms']:.1f} ms", f"tiny message {rtt}", "≤ 1.1 × RTT",
+                 "yes" if ours["empty_ms"] <= 1.1 * raw.rtt_s * 1e3
+                 else f"no ({ours['empty_ms'] / raw.rtt_s / 1e3:.2f}×)"),
             _row(name, f"{mb} compressible array sent (95% zeros)",
-                 f"{ours['sparse_s']:.1f} s ({ours['wire']['sparse'] / 1e6:.1f} MB)", f"{raw_s:.1f} s (random)",
-                 "faster than raw", "yes" if ours["sparse_s"] < raw_s else "no"),
-            _row(name, "the random array again (the hub holds it)",
-                 f"{ours['again_s'] * 1e3:.0f} ms ({ours['wire']['again'] / 1e3:.1f} kB)", f"RTT {link_rtt}",
-                 "≤ 2 × RTT", "yes" if ours["again_s"] <= 2 * raw_rtt else f"no ({ours['again_s'] / raw_rtt:.1f}×)"),
+                 f"{ours['sparse_s']:.1f} s ({lossless.notebook_sent['sparse'] / 1e6:.1f} MB)",
+                 f"{raw.seconds['up']:.1f} s (random)", "faster than raw",
+                 "yes" if ours["sparse_s"] < raw.seconds["up"] else "no"),
             _row(name, f"a job's result after a {OUTAGE_S:g} s outage (it ran on; collected with `attach`)",
-                 f"{ours['outage_result_s']:.2f} s after the link's return, all its output",
-                 f"RTT {link_rtt}", "within 1 RTT of the return",
-                 "yes" if ours["outage_result_s"] <= raw_rtt else f"no ({ours['outage_result_s'] / raw_rtt:.0f}×)"),
+                 f"{ours['outage_result_s']:.2f} s after the link's return, all its output", f"RTT {rtt}",
+                 "within 1 RTT of the return", "yes" if ours["outage_result_s"] <= raw.rtt_s
+                 else f"no ({ours['outage_result_s'] / raw.rtt_s:.0f}×)"),
         ]
-    ours_s, raw_s = loopback(int(args.loopback_mb * 1e6))
-    rate = lambda seconds: f"{2 * args.loopback_mb / 1e3 / seconds:.2f} GB/s"  # noqa: E731
-    rows.append(_row("loopback", f"{args.loopback_mb:g} MB there and back", f"{ours_s * 1e3:.0f} ms ({rate(ours_s)})",
-                     f"echo {raw_s * 1e3:.0f} ms ({rate(raw_s)})", "not slower than raw",
-                     f"{'yes' if ours_s <= raw_s else 'no'} ({ours_s / raw_s:.0%} of raw's time)"))
-    return "\n".join(["| link | what | remote-magic (bytes the notebook end sent) | raw pyzmq + CurveZMQ, same link "
-                      "| goal | met? |", "| --- | --- | ---: | ---: | --- | --- |", *rows])
+    return rows
 
 
-NOTES = ("Each link is a veth pair between two network namespaces, with a token bucket (tbf) on each end for the "
-         "rate and a user-space relay in the notebook's namespace holding every byte back by half the round trip "
-         "each way. This machine's kernel has no netem and no tc classifiers or actions, so the links lose no "
-         "packets: the issue's 0.1% and 1% loss are not emulated. Bytes are the notebook end's veth counter "
-         "(TCP/IP and CurveZMQ included). Every array is checked on arrival. The outage: the relay stops 1 s into a "
-         "4 s job and starts again 10 s later; the notebook's call fails after the 5 s heartbeat bound "
-         "(ConnectionFailed), the job runs on, and the time runs from the link's return until `Client.attach` "
-         "has the result and the job's whole output: ZeroMQ's reconnect (backing off up to 2 s) and the "
-         "notebook saying hello again, then one round trip.")
+def run(args: argparse.Namespace) -> str:
+    rows = []
+    for name in args.profiles:
+        rate, rtt_ms = PROFILES[name]
+        for loss in args.losses:
+            size = int((args.lossy_size_mb if loss else args.size_mb) * 1e6)
+            rows += link_rows(name, rate, rtt_ms, loss, size, args.congestion)
+    if args.loopback_mb:
+        ours_s, raw_s = loopback(int(args.loopback_mb * 1e6))
+
+        def speed(seconds: float) -> str:
+            return f"{2 * args.loopback_mb / 1e3 / seconds:.2f} GB/s"
+
+        rows.append(_row("loopback", f"{args.loopback_mb:g} MB there and back",
+                         f"{ours_s * 1e3:.0f} ms ({speed(ours_s)})", f"echo {raw_s * 1e3:.0f} ms ({speed(raw_s)})",
+                         "not slower than raw", f"{'yes' if ours_s <= raw_s else 'no'} ({ours_s / raw_s:.0%} of "
+                         "raw's time)"))
+    return "\n".join(["| link | what | remote-magic (bytes on the wire, per byte of data) | raw pyzmq + CurveZMQ, "
+                      "same link (the same) | goal | met? |", "| --- | --- | ---: | ---: | --- | --- |", *rows])
+
+
+NOTES = ("Each link joins two network namespaces through a user-space packet relay between TUN devices (this "
+         "machine's kernel has no netem): the relay serialises each direction at the link's rate (a queue of at most "
+         "0.25 s, tail drop), loses each packet at random with the link's loss rate, and delivers it half the round "
+         "trip later, so TCP sees the whole round trip and every loss. TCP is reno in both namespaces (loss-based, as"
+         " the cubic of most notebook and worker machines; this machine's bbr hardly slows down for random loss). Raw"
+         " pyzmq moves one message of the same size the same way on the same link, after remote-magic, in the same "
+         "run. Bytes on the wire are the sending end's device counter (TCP/IP, CurveZMQ, resends included): the "
+         "notebook's for what goes up, the hub's for what comes down, beside the data's size. The issue's goal (at "
+         "most 1.05 bytes per byte of data) counts what remote-magic adds; any sender also pays TCP/IP headers (3.6% "
+         "at a 1500-byte MTU) and TCP's own retransmissions, so the goal is read against raw pyzmq's bytes for the "
+         "same data on the same link. A result's time includes making it on the worker (a random array from a seed: a"
+         " fraction of a second). Every array is checked on arrival. The outage: the notebook dials the hub through a"
+         " stream relay, which stops 1 s into a 4 s job and starts again 10 s later; the notebook's call fails after "
+         "the 5 s heartbeat bound (ConnectionFailed), the job runs on, and the time runs from the link's return until"
+         " `Client.attach` has the result and the job's whole output.")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mb", type=float, default=50.0, help="array size over each link (default 50)")
+    parser.add_argument("--profiles", nargs="+", choices=sorted(PROFILES), default=list(PROFILES),
+                        help="which links (default: all)")
+    parser.add_argument("--losses", nargs="+", type=float, default=list(LOSSES),
+                        help="loss rates in percent, each way (default: 0 0.1 1)")
+    parser.add_argument("--size-mb", type=float, default=50.0, help="array size over a lossless link (default 50)")
+    parser.add_argument("--lossy-size-mb", type=float, default=10.0, help="array size over a lossy link (default 10)")
     parser.add_argument("--loopback-mb", type=float, default=100.0, help="array size on loopback (default 100)")
+    parser.add_argument("--no-loopback", dest="loopback_mb", action="store_const", const=0.0,
+                        help="leave the loopback row out")
+    parser.add_argument("--congestion", default="reno", help="TCP congestion control in the namespaces (default reno)")
     parser.add_argument("--no-write", action="store_true", help="print the table only; leave results.md alone")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()

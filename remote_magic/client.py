@@ -73,6 +73,7 @@ class _Job:
     notes: list[str] = field(default_factory=list)  # where sending the inputs differs from a local run, in words
     transfers: progress.TransferState = field(default_factory=progress.TransferState)
     whole: "tuple[dict[str, Any], list[Any]] | None" = None  # its SUBMIT with every frame, for a hub that lost some
+    ticket: int | None = None  # its SUBMIT's (or ATTACH's) place in the connection's queue (Connection.send)
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
@@ -456,7 +457,7 @@ class Client:
                 raise errors.InputError(f"job {job.id!r} is this client's own: wait for it as usual")
             self._jobs[job.id] = job
         try:
-            self._connection.send(T.ATTACH, {"job": job.id}, timeout=self.send_timeout)
+            job.ticket = self._connection.send(T.ATTACH, {"job": job.id}, timeout=self.send_timeout)
         except RemoteMagicError as exc:
             self._end(job.id, exc)
             raise
@@ -536,7 +537,7 @@ class Client:
         with self._lock:
             self._jobs[job.id] = job
         try:
-            self._connection.send(T.SUBMIT, header, sent, timeout=self.send_timeout)
+            job.ticket = self._connection.send(T.SUBMIT, header, sent, timeout=self.send_timeout)
         except RemoteMagicError as exc:  # nothing was sent
             self._end(job.id, exc)
             raise
@@ -718,9 +719,11 @@ class Client:
 
     def _resume(self) -> None:
         """On the I/O thread, after the connection broke and came back: name the jobs this client waits for,
-        so the hub fails any it has no record of (wire/link.py)."""
+        so the hub fails any it has no record of (wire/link.py). Only those whose SUBMIT is on the link
+        already: one that follows this message is not yet the hub's to know."""
+        taken = self._connection.taken
         with self._lock:
-            waiting = list(self._jobs)
+            waiting = [job.id for job in self._jobs.values() if job.ticket is not None and job.ticket <= taken]
         self._connection.send_now(encode(T.RESUME, {"jobs": waiting}))
 
     def _send_whole(self, job_id: str, msg: Message) -> bool:

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from netns import Link
 
 STARTUP_TIMEOUT_S = 120.0
 INSTALL_TIMEOUT_S = 600
@@ -175,3 +182,122 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def worker_token(hub: WorkerProcess, address: str | None = None) -> str:
+    """The worker token of ``hub`` (what `remote-worker token --worker` prints), for joining it at its own
+    address or at ``address`` (a proxy or a tunnel in front of it)."""
+    from remote_magic.wire.tokens import Token
+
+    printed = subprocess.run(["remote-worker", "token", "--worker"], capture_output=True, text=True, check=True,
+                             timeout=60, env={**os.environ, "REMOTE_MAGIC_HOME": str(hub.home)}).stdout.strip()
+    return Token.decode(printed).with_address(address or Token.decode(hub.token).address).encode()
+
+
+def hub_port(hub: WorkerProcess) -> int:
+    """The TCP port a `remote-worker`'s hub listens on (from its client token)."""
+    from remote_magic.wire.tokens import Token
+
+    return int(Token.decode(hub.token).address.rsplit(":", 1)[1])
+
+
+RAW_PYZMQ = r'''
+import json, os, statistics, sys, time, zmq
+role, address = sys.argv[1], sys.argv[2]
+context = zmq.Context()
+if role == "server":  # a ROUTER: "get:N" answers N random bytes; anything else, its length
+    sock = context.socket(zmq.ROUTER)
+    sock.curve_server, sock.curve_publickey, sock.curve_secretkey = True, sys.argv[3].encode(), sys.argv[4].encode()
+    print(sock.bind_to_random_port(f"tcp://{address}"), flush=True)
+    while True:
+        identity, data = sock.recv_multipart(copy=False)
+        asked = bytes(data.buffer[:4]) == b"get:"
+        sock.send_multipart([identity.bytes, os.urandom(int(bytes(data.buffer[4:]))) if asked
+                             else str(len(data)).encode()])
+else:  # a DEALER: ten tiny round trips, then SIZE random bytes sent (up) or fetched (down)
+    direction, size = sys.argv[4], int(sys.argv[5])
+    public, secret = zmq.curve_keypair()
+    sock = context.socket(zmq.DEALER)
+    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = sys.argv[3].encode(), public, secret
+    sock.connect(f"tcp://{address}")
+    sock.send(b"x")
+    sock.recv()
+    times = []
+    for _ in range(10):
+        start = time.perf_counter()
+        sock.send(b"x")
+        sock.recv()
+        times.append(time.perf_counter() - start)
+    payload = os.urandom(size) if direction == "up" else f"get:{size}".encode()
+    start = time.perf_counter()
+    sock.send(payload, copy=False)
+    answer = sock.recv(copy=False)
+    seconds = time.perf_counter() - start
+    assert (int(bytes(answer.buffer)) if direction == "up" else len(answer)) == size
+    print(json.dumps({"rtt_s": statistics.median(times), "seconds": seconds}), flush=True)
+'''
+"""Raw pyzmq with CurveZMQ, as remote-magic's sockets are: the peer a link's figures are measured beside."""
+
+
+@dataclass
+class RawTimes:
+    """What raw pyzmq took on a link: seconds per direction, a tiny message's round trip, and (one direction
+    at a time only) the bytes the sending end put on the wire per direction."""
+
+    seconds: dict[str, float]
+    rtt_s: float
+    wire: dict[str, int]
+
+
+def raw_pyzmq_over(link: Link, size: int, tmp: Path, directions: tuple[str, ...] = ("up", "down"),
+                   together: bool = False, timeout: float = 3600) -> RawTimes:
+    """Time raw pyzmq + CurveZMQ moving ``size`` random bytes over ``link``: up from namespace ``b`` to a
+    ROUTER in ``a``, and down (fetched by ``b``), one after the other (counting the sending end's bytes on
+    the wire) or, with ``together``, at once."""
+    import zmq
+
+    script = tmp / "raw_pyzmq.py"
+    script.write_text(RAW_PYZMQ)
+    public, secret = (key.decode() for key in zmq.curve_keypair())
+    server = subprocess.Popen([*link.run(link.a), sys.executable, str(script), "server", link.a_ip, public, secret],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        address = f"{link.a_ip}:{int(server.stdout.readline())}"
+
+        def start(direction: str) -> subprocess.Popen[str]:
+            return subprocess.Popen([*link.run(link.b), sys.executable, str(script), "client", address, public,
+                                     direction, str(size)], stdout=subprocess.PIPE, text=True)
+
+        deadline = time.monotonic() + timeout
+        answers: dict[str, dict[str, float]] = {}
+        wire: dict[str, int] = {}
+        running = {direction: start(direction) for direction in directions} if together else {}
+        for direction in directions:
+            sender = link.b if direction == "up" else link.a
+            before = link.sent_bytes(sender)
+            client = running.get(direction) or start(direction)
+            out, _ = client.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert client.returncode == 0, f"raw pyzmq {direction} failed ({client.returncode})"
+            answers[direction] = json.loads(out)
+            if not together:
+                wire[direction] = link.sent_bytes(sender) - before
+        return RawTimes({d: a["seconds"] for d, a in answers.items()},
+                        statistics.median(a["rtt_s"] for a in answers.values()), wire)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def in_thread(call: Callable[[], Any], name: str) -> "Future[Any]":
+    """Run a blocking call in a daemon thread; its Future, so a caller can wait with a deadline."""
+    future: Future[Any] = Future()
+
+    def target() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # the caller inspects whatever it raised
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future

@@ -37,7 +37,7 @@ from remote_magic import ConnectionFailed, ExecutorDied, JobCancelled, OutputErr
 from remote_magic.errors import NotConnected
 from remote_magic.wire.protocol import HEARTBEAT_LIVENESS
 from remote_magic.wire.tokens import Token
-from support import WorkerProcess, start_worker, wait_for
+from support import WorkerProcess, in_thread, start_worker, wait_for
 
 SOAK_S = float(os.environ.get("REMOTE_MAGIC_SOAK_S", "30"))
 """How long faults are injected while the clients submit."""
@@ -93,20 +93,6 @@ def _recorder() -> Callable[[str, str, int], str]:
         return f"{token}:{n * n}"
 
     return record
-
-
-def _in_thread(call: Callable[[], Any], name: str) -> "Future[Any]":
-    """Run a blocking call in a daemon thread; its Future, so a caller can wait with a deadline."""
-    future: Future[Any] = Future()
-
-    def target() -> None:
-        try:
-            future.set_result(call())
-        except BaseException as exc:  # the caller inspects whatever it raised
-            future.set_exception(exc)
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
 
 
 # -- the fleet ---------------------------------------------------------------------------------
@@ -230,7 +216,7 @@ class SoakFleet:
         for name in list(self.stopped):
             self.continue_joiner(name)
         if self.monitor is not None:
-            _in_thread(self.monitor.close, "close-monitor").exception(timeout=10)
+            in_thread(self.monitor.close, "close-monitor").exception(timeout=10)
         for worker in self.everything:
             if worker.process.poll() is None:
                 worker.process.send_signal(signal.SIGCONT)
@@ -438,7 +424,7 @@ class Workload(threading.Thread):
                 printed.append(str(header.get("text", "")))
 
         self.doing = f"running a {kind} cell"
-        future = _in_thread(lambda: self.client.execute(
+        future = in_thread(lambda: self.client.execute(
             code, {"runs": self.runs, "token": token, "n": n}, outputs, timeout=CELL_TIMEOUT_S,
             on_stream=on_stream), f"soak-{kind}")
         deadline = time.monotonic() + CELL_TIMEOUT_S + EXPIRY_S + JOB_SLACK_S
@@ -517,7 +503,7 @@ def _serves(client: remote_magic.Client, runs: Path, worker: str | None, within:
     deadline = time.monotonic() + within
     while True:
         token = uuid.uuid4().hex
-        future = _in_thread(lambda: client.run(RECORD, {"runs": str(runs), "token": token, "n": 14}, ["out"],
+        future = in_thread(lambda: client.run(RECORD, {"runs": str(runs), "token": token, "n": 14}, ["out"],
                                                worker=worker, timeout=CELL_TIMEOUT_S), "soak-check")
         try:
             error = future.exception(timeout=max(0.0, deadline - time.monotonic()))
@@ -575,7 +561,7 @@ def test_a_fleet_under_random_faults_ends_every_job_once_and_serves_on(soak_flee
     finally:
         stop.set()
         for client in clients:
-            _in_thread(client.close, "close-client").exception(timeout=10)
+            in_thread(client.close, "close-client").exception(timeout=10)
 
     ran = Counter(runs.read_text().splitlines())
     duplicates = {token: count for token, count in ran.items() if count > 1}

@@ -60,7 +60,7 @@ SUPERVISE_INTERVAL_S = 0.05
 MEMORY_CHECK_INTERVAL_S = 0.5
 """How often the kernels' memory, all they started included, is checked against --max-memory."""
 
-SendToHub = Callable[[T, dict[str, Any], list[Any]], None]
+SendToHub = Callable[[T, dict[str, Any], list[Any]], object]
 
 
 @dataclass

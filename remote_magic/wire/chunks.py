@@ -2,12 +2,13 @@
 
 On a slow link one large message would hold the connection for as long as it takes to cross, and
 every heartbeat, libzmq PONG and interrupt queued behind it would wait as long: the far side takes
-the peer for gone. So a message over ``CHUNKED_OVER`` bytes leaves as CHUNK messages, each naming its
-transfer, its byte offset and the whole message's frame sizes. The receiver copies each into place and
-answers CHUNK_ACK with how many bytes it holds in order. The sender keeps about ``PACE_S`` seconds of
-what the link drained lately (acknowledged bytes over time) unacknowledged, in chunks of at most a
-quarter of that, so whatever is queued behind waits about that long, whatever the size and the loss.
-Messages keep their order: one that follows a large message leaves once its last chunk is acknowledged.
+the peer for gone. So a message larger than the window below (at most ``CHUNKED_OVER`` bytes) leaves as
+CHUNK messages, each naming its transfer, its byte offset and the whole message's frame sizes. The
+receiver copies each into place and answers CHUNK_ACK with how many bytes it holds in order. The sender
+keeps about ``PACE_S`` seconds of what the link drained lately (acknowledged bytes over time)
+unacknowledged, chunks and whole messages alike, in chunks of at most a quarter of that, so whatever is
+queued behind waits about that long, whatever the sizes and the loss. Messages keep their order: one
+that follows a large message leaves once its last chunk is acknowledged.
 
 Nothing is sent again on a timer: on a live connection TCP loses nothing, however slowly it delivers.
 What a broken connection had in flight is sent again when the link says so (``rewind``, wire/link.py):
@@ -123,6 +124,29 @@ class _Whole:
         return _about([_flat(f) for f in self.frames[:3]]).get("job")
 
 
+class _Drain:
+    """What a link drained lately: wire bytes acknowledged per second over about the last ``RATE_SPAN_S``
+    it was busy, whatever it did before it last went idle."""
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def busy_from(self, now: float) -> None:
+        """The link had nothing in flight, and now sends: measure from here."""
+        self._samples.clear()
+        self._samples.append((now, self.acked))
+
+    def add(self, now: float, wire: int) -> float | None:
+        """``wire`` more bytes acknowledged; the rate now (None until there is time to measure)."""
+        self.acked += wire
+        self._samples.append((now, self.acked))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= RATE_SPAN_S:
+            self._samples.popleft()
+        since, acked_then = self._samples[0]
+        return (self.acked - acked_then) / (now - since) if now - since > 1e-6 else None
+
+
 @dataclass
 class _Transfer:
     """One large message on its way out."""
@@ -133,14 +157,11 @@ class _Transfer:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     sent: int = 0        # bytes handed to the socket
     acked: int = 0       # bytes the far side holds in order
-    started: float | None = None
     compressible: bool | None = None  # decided from a sample when the link is slow enough to care
     # What the link carries, compressed or not: the chunks in flight (their end, their size on the
     # wire, when they left), and the wire bytes acknowledged. The rate and the window count these.
     in_flight: deque[tuple[int, int, float]] = field(default_factory=deque)
     wire_in_flight: int = 0
-    wire_acked: int = 0
-    drained: deque[tuple[float, int]] = field(default_factory=deque)  # (when, wire_acked) lately
 
     def __post_init__(self) -> None:
         self.sizes = [f.nbytes for f in self.frames]
@@ -194,11 +215,13 @@ class Outbox:
         self._on_progress = on_progress
         self._queue: deque[_Whole | _Transfer] = deque()
         self._unacked: deque[_Whole] = deque()  # numbered messages that left whole, until acknowledged
+        self._unacked_bytes = 0
         self._next_seq = 1
         self.acked_seq = 0  # the far side holds every numbered message up to this one
         self.pending_bytes = 0
         self.waiting_for_room = False  # True: the socket is full; False with items queued: acknowledgements
         self._rate: float | None = None  # wire bytes/s the far side acknowledged lately
+        self._drain = _Drain()
         self._min_rtt: float | None = None  # the link's round trip without queueing, at least
         self._compressors: dict[int, zstandard.ZstdCompressor] = {}
 
@@ -214,7 +237,7 @@ class Outbox:
             frames = numbered(frames, seq)
         views = [_flat(f) for f in frames]
         size = sum(v.nbytes for v in views)
-        if self._chunked and size > CHUNKED_OVER:
+        if self._chunked and size > min(CHUNKED_OVER, self.window()):
             self._queue.append(_Transfer(views, _about(views), seq))
         else:
             self._queue.append(_Whole(frames, size, seq))
@@ -226,6 +249,7 @@ class Outbox:
         """Drop everything, and number from 1 again (the far side forgot this link, and what it was for)."""
         self._queue.clear()
         self._unacked.clear()
+        self._unacked_bytes = 0
         self._next_seq, self.acked_seq = 1, 0
         self.pending_bytes = 0
         self.waiting_for_room = False
@@ -233,8 +257,13 @@ class Outbox:
     def acked(self, upto: int) -> None:
         """The far side holds every numbered message up to ``upto``."""
         self.acked_seq = max(self.acked_seq, min(upto, self._next_seq - 1))
+        drained = 0
         while self._unacked and (self._unacked[0].seq or 0) <= self.acked_seq:
-            self._unacked.popleft()
+            drained += self._unacked.popleft().size
+        if drained:
+            self._unacked_bytes -= drained
+            self._note_drained(self._clock(), drained)
+            self.pump()
 
     def rewind(self) -> None:
         """The connection broke: send again, in order, what left but wasn't acknowledged, and a large
@@ -245,6 +274,7 @@ class Outbox:
         if self._unacked:
             log.info("the connection broke: sending %d unacknowledged messages again", len(self._unacked))
         self._unacked.clear()
+        self._unacked_bytes = 0
         for item in self._queue:
             if isinstance(item, _Transfer) and item.sent > item.acked:
                 log.info("the connection broke: sending again from byte %d of %d", item.acked, item.total)
@@ -287,13 +317,18 @@ class Outbox:
             if isinstance(head, _Transfer):
                 if not self._pump_transfer(head, now):
                     return
-            elif self._send(head.frames):
+            else:
+                if self._chunked and self._unacked_bytes and self._unacked_bytes + head.size > self.window():
+                    return  # a window's worth is in flight: the next acknowledgement sends more
+                if not self._unacked_bytes:
+                    self._drain.busy_from(now)
+                if not self._send(head.frames):
+                    self.waiting_for_room = True
+                    return
                 self.pending_bytes -= head.size
                 if head.seq is not None:
                     self._unacked.append(head)
-            else:
-                self.waiting_for_room = True
-                return
+                    self._unacked_bytes += head.size
             self._queue.popleft()
 
     def window(self) -> int:
@@ -308,12 +343,11 @@ class Outbox:
         """Send the transfer's next chunks; True once all of it is acknowledged."""
         if transfer.acked >= transfer.total:
             return True
-        if transfer.started is None:
-            transfer.started = now
-            transfer.drained.append((now, 0))
         window = self.window()
         chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, window // 4))
-        while transfer.sent < transfer.total and transfer.wire_in_flight < window:
+        while transfer.sent < transfer.total and transfer.wire_in_flight + self._unacked_bytes < window:
+            if not transfer.wire_in_flight and not self._unacked_bytes:
+                self._drain.busy_from(now)
             length = min(chunk, transfer.total - transfer.sent)
             header: dict[str, Any] = {"transfer": transfer.id, "offset": transfer.sent, "sizes": transfer.sizes,
                                       **transfer.about}
@@ -363,13 +397,12 @@ class Outbox:
             while head.in_flight and head.in_flight[0][0] <= head.acked:
                 _, wire, left = head.in_flight.popleft()
                 head.wire_in_flight -= wire
-                head.wire_acked += wire
                 arrived.append((wire, now - left))
-            self._rate = self._drain_rate(head, now)
+            self._note_drained(now, sum(wire for wire, _ in arrived))
             for wire, took in arrived:  # less the chunk's own time on the link: the round trip's latency
-                rtt = max(0.0, took - wire / max(self._rate, 1.0))
+                rtt = max(0.0, took - wire / max(self._rate or 0.0, 1.0))
                 self._min_rtt = rtt if self._min_rtt is None else min(self._min_rtt, rtt)
-            log.debug("transfer %s: %d of %d bytes acknowledged, %.0f bytes/s",
+            log.debug("transfer %s: %d of %d bytes acknowledged, %s bytes/s",
                       head.id, head.acked, head.total, self._rate)
             if self._on_progress is not None:
                 self._on_progress(head.about, head.acked, head.total)
@@ -377,15 +410,10 @@ class Outbox:
             self.pending_bytes -= head.size
         self.pump()
 
-    @staticmethod
-    def _drain_rate(transfer: _Transfer, now: float) -> float:
-        """Wire bytes acknowledged per second over about the last ``RATE_SPAN_S``: what the link drains
-        now, whatever it did at the transfer's start or on an earlier one."""
-        transfer.drained.append((now, transfer.wire_acked))
-        while len(transfer.drained) > 2 and now - transfer.drained[1][0] >= RATE_SPAN_S:
-            transfer.drained.popleft()
-        since, acked_then = transfer.drained[0]
-        return (transfer.wire_acked - acked_then) / max(now - since, 1e-6)
+    def _note_drained(self, now: float, wire: int) -> None:
+        rate = self._drain.add(now, wire)
+        if rate is not None:
+            self._rate = rate
 
 
 @dataclass

@@ -186,6 +186,8 @@ class Connection:
         self._outbox.linger = 0
         self._outbox.connect(self._endpoint)
         self._send_lock = threading.Lock()
+        self._tickets = 0  # messages send() queued for the I/O thread
+        self.taken = 0  # of those, how many the I/O thread has put on the link (in the same order)
         # What goes to the hub, in order and numbered: large messages in paced chunks, and what the socket's
         # queue had no room for yet. While any of it waits, the inproc outbox isn't read, so it fills and
         # send() blocks: backpressure to the caller instead of loss.
@@ -211,8 +213,9 @@ class Connection:
         return self
 
     def send(self, msg_type: T, header: dict[str, Any] | None = None, buffers: Sequence[Any] = (),
-             timeout: float | None = None) -> None:
-        """Queue a message for the hub; safe from any thread.
+             timeout: float | None = None) -> int:
+        """Queue a message for the hub; safe from any thread. Its ticket: once ``taken`` reaches it, the
+        message is on the link, ahead of whatever the I/O thread sends from then on.
 
         Waits while the queue to the hub is full: forever, or at most ``timeout`` seconds, then
         raises Busy and sends nothing.
@@ -235,6 +238,8 @@ class Connection:
                                                               zmq.POLLOUT):
                 raise self._busy(timeout)
             self._outbox.send_multipart(encode(msg_type, header, buffers), copy=False)
+            self._tickets += 1
+            return self._tickets
         finally:
             self._send_lock.release()
 
@@ -329,6 +334,7 @@ class Connection:
                         self._try_send(encode(T.BYE))
                         return
                     self._send(frames)
+                    self.taken += 1
                     last_sent = now
                 if ready.get(sock, 0) & zmq.POLLIN:
                     last_heard = now
