@@ -157,3 +157,22 @@ def test_chunks_cut_to_another_size_after_a_reconnect_still_make_the_message() -
     wire.a.reconnected()
     wire.flow()
     assert [bytes(m.buffers[0]) for m in wire.got_b] == [payload]
+
+
+def test_a_large_message_that_arrived_after_a_gap_is_sent_again_after_what_was_lost() -> None:
+    wire = Wire()
+    wire.a.put(encode(T.STREAM, {"text": "small"}))
+    wire.to_b.clear()  # lost with the old connection; the sender hasn't seen the reconnect yet
+    payload = os.urandom(5 * CHUNK_BYTES)
+    wire.a.put(encode(T.RESULT, {"job": "big"}, [payload]))
+    while wire.to_b:  # every chunk of it arrives and is acknowledged; the receiver drops it: a gap before it
+        while wire.to_b:
+            wire.b.receive(decode(wire.to_b.pop(0)))
+        while wire.to_a:
+            message = decode(wire.to_a.pop(0))
+            if message.type is T.CHUNK_ACK:
+                wire.a.receive(message)
+    assert wire.got_b == [] and not wire.a.outbox  # the sender thinks it crossed
+    wire.a.reconnected()
+    wire.flow()
+    assert [m.type for m in wire.got_b] == [T.STREAM, T.RESULT] and bytes(wire.got_b[1].buffers[0]) == payload

@@ -214,7 +214,9 @@ class Outbox:
         self._chunked = chunked
         self._on_progress = on_progress
         self._queue: deque[_Whole | _Transfer] = deque()
-        self._unacked: deque[_Whole] = deque()  # numbered messages that left whole, until acknowledged
+        # Numbered messages that left (a large one: all its chunks acknowledged), until the far side says it
+        # took them; and how many bytes of whole ones that is (what is in flight besides chunks).
+        self._unacked: deque[_Whole | _Transfer] = deque()
         self._unacked_bytes = 0
         self._next_seq = 1
         self.acked_seq = 0  # the far side holds every numbered message up to this one
@@ -259,7 +261,8 @@ class Outbox:
         self.acked_seq = max(self.acked_seq, min(upto, self._next_seq - 1))
         drained = 0
         while self._unacked and (self._unacked[0].seq or 0) <= self.acked_seq:
-            drained += self._unacked.popleft().size
+            item = self._unacked.popleft()
+            drained += item.size if isinstance(item, _Whole) else 0
         if drained:
             self._unacked_bytes -= drained
             self._note_drained(self._clock(), drained)
@@ -267,10 +270,14 @@ class Outbox:
 
     def rewind(self) -> None:
         """The connection broke: send again, in order, what left but wasn't acknowledged, and a large
-        message from its last acknowledged byte."""
-        for whole in reversed(self._unacked):
-            self._queue.appendleft(whole)
-            self.pending_bytes += whole.size
+        message from its last acknowledged byte. (One whose chunks all arrived goes again from its start:
+        the far side may have dropped it, after a gap; if it took it, it says so at the first chunk.)"""
+        for item in reversed(self._unacked):
+            if isinstance(item, _Transfer):
+                item.acked = 0
+                item.rewind()
+            self._queue.appendleft(item)
+            self.pending_bytes += item.size
         if self._unacked:
             log.info("the connection broke: sending %d unacknowledged messages again", len(self._unacked))
         self._unacked.clear()
@@ -317,6 +324,8 @@ class Outbox:
             if isinstance(head, _Transfer):
                 if not self._pump_transfer(head, now):
                     return
+                if head.seq is not None and head.seq > self.acked_seq:
+                    self._unacked.append(head)
             else:
                 if self._chunked and self._unacked_bytes and self._unacked_bytes + head.size > self.window():
                     return  # a window's worth is in flight: the next acknowledgement sends more
@@ -505,8 +514,9 @@ class Inbox:
         return memoryview(out)
 
     def abandon(self, transfer: str) -> None:
-        """The sender won't send the rest of ``transfer``: forget what arrived of it."""
+        """The sender won't send the rest of ``transfer``, or will send all of it again: forget it."""
         self._partial.pop(transfer, None)
+        self._finished.pop(transfer, None)
 
     def drop_older_than(self, seconds: float) -> None:
         """Forget messages no chunk of which came for ``seconds`` (their sender gave up)."""

@@ -379,8 +379,9 @@ class Connection:
         self.reconnects += 1
         log.info("the connection to the hub came back; sending again what it had in flight")
         self._link.reconnected()
-        if self._on_reconnect is not None and not self._forgotten:
-            self._guarded(lambda _: self._on_reconnect(), None)  # type: ignore[misc]
+        on_reconnect = self._on_reconnect
+        if on_reconnect is not None and not self._forgotten:
+            self._guarded(lambda _: on_reconnect(), None)
 
     def _run_calls(self) -> None:
         while True:

@@ -77,12 +77,13 @@ class Link:
         """Take one message off the wire: the message to act on (whole, in order, once), if any.
 
         Raises ProtocolError for one that can't be taken (a malformed chunk or acknowledgement)."""
+        transfer = None
         if msg.type is T.CHUNK:
             received, whole = self._inbox.add(msg)
             self._send(ack(msg, received))
             if whole is None:
                 return None
-            msg = decode(whole)
+            transfer, msg = str(msg.header["transfer"]), decode(whole)
             if msg.type is T.CHUNK:
                 raise ProtocolError("a chunk can't carry another chunk")
         if msg.type is T.CHUNK_ACK:
@@ -97,8 +98,12 @@ class Link:
                 self.outbox.rewind()
             return None
         seq = msg.header.pop("seq", None)  # this link's: whoever forwards the message numbers it anew
-        if seq is not None and not self._accept(seq):
-            return None
+        if seq is not None:
+            ahead = type(seq) is int and seq > self.expected
+            if not self._accept(seq):
+                if ahead and transfer is not None:  # dropped after a gap: take it whole when it comes again
+                    self._inbox.abandon(transfer)
+                return None
         if msg.type is T.HEARTBEAT and isinstance(abandoned := msg.header.get("abandons"), str):
             self._inbox.abandon(abandoned)  # the sender stopped a large message midway (Ctrl-C)
         return msg
