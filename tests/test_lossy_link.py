@@ -8,15 +8,17 @@ off on loss as cubic, the usual default at either end, does). One notebook sends
 while the other gets a 10 MB result down, at once; each then runs a small job, which must return
 promptly: the connection is usable right away, not only eventually.
 
-Raw pyzmq (CurveZMQ on, as remote-magic's sockets) moves the same 10 MB each way on the same link in
-the same run, also at once; its times are printed beside remote-magic's. The test asserts no ratio
-(a lossy link's throughput varies from run to run), only a bound no working transfer comes near:
-five times raw pyzmq's time.
+With ``REMOTE_MAGIC_LOSSY_RAW=1``, raw pyzmq (CurveZMQ on, as remote-magic's sockets) first moves the
+same 10 MB each way on the same link, also at once (two more minutes), and its times are printed
+beside remote-magic's; benchmarks/bench_links.py always compares them. The test asserts no ratio (a
+lossy link's throughput varies from run to run), only a bound no working transfer comes near: five
+times raw pyzmq's time, or ``BOUND_S`` without it (raw pyzmq takes about 110 s here).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -36,7 +38,10 @@ SIZE = 10 * 10**6
 """Bytes each way."""
 
 BOUND_TIMES_RAW = 5.0
-"""A transfer fails the test when it takes longer than this many times raw pyzmq's."""
+"""A transfer fails the test when it takes longer than this many times raw pyzmq's ..."""
+
+BOUND_S = 600.0
+"""... or than this, when raw pyzmq isn't timed."""
 
 MIN_BOUND_S = 120.0
 """... or than this, when raw pyzmq happened to be quick."""
@@ -45,7 +50,8 @@ SMALL_JOB_S = 10.0
 """A small job right after a large one returns within this (a few round trips of a busy link)."""
 
 UNCHUNKED_BYTES = 10**6
-"""A message just under the 1 MiB a message is chunked from: it leaves whole (docs/protocol.md)."""
+"""A message just under 1 MiB: it used to leave whole, however slow the link; now a message larger than
+what the link drains in a second is chunked (docs/protocol.md, "Large messages")."""
 
 UNCHUNKED_SENDS = 3
 UNCHUNKED_BOUND_S = 90.0
@@ -155,12 +161,15 @@ def _both_ways(link: Link, worker: WorkerProcess, tmp: Path, bound_s: float) -> 
 def test_ten_megabytes_cross_a_lossy_link_both_ways_intact_and_the_link_stays_usable(
         lossy_link: Link, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     link = lossy_link
-    raw: RawTimes = raw_pyzmq_over(link, SIZE, tmp_path, together=True)
-    bound_s = max(MIN_BOUND_S, BOUND_TIMES_RAW * max(raw.seconds.values()))
+    raw: RawTimes | None = None
+    if os.environ.get("REMOTE_MAGIC_LOSSY_RAW") == "1":
+        raw = raw_pyzmq_over(link, SIZE, tmp_path, together=True)
+    bound_s = BOUND_S if raw is None else max(MIN_BOUND_S, BOUND_TIMES_RAW * max(raw.seconds.values()))
     with capsys.disabled():
-        print(f"\nlossy link ({RTT_MS} ms, {RATE_MBIT} Mbit/s, {LOSS_PERCENT:g}% loss): raw pyzmq {SIZE / 1e6:g} MB "
-              f"up {raw.seconds['up']:.1f} s, down {raw.seconds['down']:.1f} s at once (round trip "
-              f"{raw.rtt_s * 1e3:.0f} ms); remote-magic's bound {bound_s:.0f} s")
+        print(f"\nlossy link ({RTT_MS} ms, {RATE_MBIT} Mbit/s, {LOSS_PERCENT:g}% loss): " + (
+              "" if raw is None else f"raw pyzmq {SIZE / 1e6:g} MB up {raw.seconds['up']:.1f} s, down "
+              f"{raw.seconds['down']:.1f} s at once (round trip {raw.rtt_s * 1e3:.0f} ms); ")
+              + f"remote-magic's bound {bound_s:.0f} s")
     worker = start_worker(tmp_path / "hub", "--listen", f"{link.a_ip}:0", "--gpu", "off", "-v",
                           wrapper=link.run(link.a))
     try:
@@ -174,9 +183,10 @@ def test_ten_megabytes_cross_a_lossy_link_both_ways_intact_and_the_link_stays_us
         worker.stop()
     with capsys.disabled():
         for direction, report in reports.items():
+            versus = "" if raw is None else f" ({report['seconds'] / raw.seconds[direction]:.2f}× raw)"
             print(f"  remote-magic {direction}: " + (
-                f"{report['seconds']:.1f} s ({report['seconds'] / raw.seconds[direction]:.2f}× raw), then a small "
-                f"job in {report['small_seconds']:.2f} s" if "error" not in report else report["error"]))
+                f"{report['seconds']:.1f} s{versus}, then a small job in {report['small_seconds']:.2f} s"
+                if "error" not in report else report["error"]))
         print(f"  on the wire: {up / 1e6:.1f} MB up, {down / 1e6:.1f} MB down for {SIZE / 1e6:g} MB each way; "
               f"packets lost {lost}")
     failed = {direction: report for direction, report in reports.items() if "error" in report}
@@ -190,7 +200,7 @@ def test_ten_megabytes_cross_a_lossy_link_both_ways_intact_and_the_link_stays_us
 
 def test_a_message_just_under_the_chunk_size_crosses_the_lossy_link_without_the_hub_dropping_the_notebook(
         lossy_link: Link, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """1 MB leaves as one message; at this link's pace (~100 kB/s) it takes longer than the 5 s heartbeat bound."""
+    """1 MB at this link's pace (~100 kB/s) takes longer than the 5 s heartbeat bound."""
     link = lossy_link
     worker = start_worker(tmp_path / "hub", "--listen", f"{link.a_ip}:0", "--gpu", "off", "-v",
                           wrapper=link.run(link.a))
