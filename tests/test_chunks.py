@@ -232,3 +232,17 @@ def test_compressed_chunks_acknowledged_quickly_dont_switch_compression_off() ->
         compressed += ["raw" in m.header for m in link.sent[1:] if m.type is T.CHUNK]
         deliver(link)
     assert len(compressed) > 500 and all(compressed)
+
+
+def test_a_compressed_chunk_never_costs_more_than_a_chunk_whatever_it_claims() -> None:
+    import zstandard
+
+    bomb = zstandard.ZstdCompressor().compress(bytes(64 << 20))  # 2 KiB that states 64 MiB inside
+    assert len(bomb) < 16 << 10
+    header = {"transfer": "t", "offset": 0, "sizes": [3, 6, 2, 1 << 30]}
+    for raw, reason in ((CHUNK_BYTES, "states another size"), (1 << 30, "raw length must be"),
+                        (1e400, "raw length must be")):
+        with pytest.raises(ProtocolError, match=reason):
+            Inbox().add(Message(T.CHUNK, {**header, "raw": raw}, [bomb]))
+    with pytest.raises(ProtocolError, match="doesn't decompress"):
+        Inbox().add(Message(T.CHUNK, {**header, "raw": 100}, [b"not zstd at all"]))
