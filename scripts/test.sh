@@ -5,9 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then
-    echo "test: installing Mesa's lavapipe Vulkan driver (mesa-vulkan-drivers)" >&2
-    as_root apt-get update -q && as_root apt-get install -y -q mesa-vulkan-drivers
+missing=()
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)  # Mesa's lavapipe
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # network namespaces for the slow and lossy links
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "test: installing ${missing[*]}" >&2
+    as_root apt-get update -q && as_root apt-get install -y -q "${missing[@]}"
 fi
 bash scripts/setup.sh test
 export PATH="$PWD/.venv/bin:$PATH"
