@@ -769,8 +769,8 @@ class Client:
         self._fail_every_job(ConnectionFailed(
             f"{reason}, so this notebook stopped waiting for the job. Unless the hub itself stopped, the job goes "
             "on there: once the hub answers again, `%offload_jobs` (Client.jobs()) lists it and "
-            "`%offload_attach JOB` (Client.attach(job)) collects its output and result. This connection keeps "
-            "trying"))
+            "`%offload_attach JOB` (Client.attach(job)) collects its output and result; if it isn't listed, run it "
+            "again. This connection keeps trying"))
 
     def _fail_every_job(self, error: RemoteMagicError) -> None:
         """End every job still waiting here (its future, or the run() waiting on it) with ``error``."""

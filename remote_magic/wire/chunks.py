@@ -6,8 +6,8 @@ the peer for gone. So a message larger than the window below (at most ``CHUNKED_
 CHUNK messages, each naming its transfer, its byte offset and the whole message's frame sizes. The
 receiver copies each into place and answers CHUNK_ACK with how many bytes it holds in order. The sender
 keeps about ``PACE_S`` seconds of what the link drained lately (acknowledged bytes over time)
-unacknowledged, chunks and whole messages alike, in chunks of at most a quarter of that, so whatever is
-queued behind waits about that long, whatever the sizes and the loss. Messages keep their order: one
+unacknowledged, in chunks of at most a quarter of that, so whatever is queued behind waits about that
+long, whatever the size and the loss. Messages keep their order: one
 that follows a large message leaves once its last chunk is acknowledged.
 
 Nothing is sent again on a timer: on a live connection TCP loses nothing, however slowly it delivers.
@@ -215,9 +215,8 @@ class Outbox:
         self._on_progress = on_progress
         self._queue: deque[_Whole | _Transfer] = deque()
         # Numbered messages that left (a large one: all its chunks acknowledged), until the far side says it
-        # took them; and how many bytes of whole ones that is (what is in flight besides chunks).
+        # took them.
         self._unacked: deque[_Whole | _Transfer] = deque()
-        self._unacked_bytes = 0
         self._next_seq = 1
         self.acked_seq = 0  # the far side holds every numbered message up to this one
         self.pending_bytes = 0
@@ -251,7 +250,6 @@ class Outbox:
         """Drop everything, and number from 1 again (the far side forgot this link, and what it was for)."""
         self._queue.clear()
         self._unacked.clear()
-        self._unacked_bytes = 0
         self._next_seq, self.acked_seq = 1, 0
         self.pending_bytes = 0
         self.waiting_for_room = False
@@ -259,14 +257,8 @@ class Outbox:
     def acked(self, upto: int) -> None:
         """The far side holds every numbered message up to ``upto``."""
         self.acked_seq = max(self.acked_seq, min(upto, self._next_seq - 1))
-        drained = 0
         while self._unacked and (self._unacked[0].seq or 0) <= self.acked_seq:
-            item = self._unacked.popleft()
-            drained += item.size if isinstance(item, _Whole) else 0
-        if drained:
-            self._unacked_bytes -= drained
-            self._note_drained(self._clock(), drained)
-            self.pump()
+            self._unacked.popleft()
 
     def rewind(self) -> None:
         """The connection broke: send again, in order, what left but wasn't acknowledged, and a large
@@ -281,7 +273,6 @@ class Outbox:
         if self._unacked:
             log.info("the connection broke: sending %d unacknowledged messages again", len(self._unacked))
         self._unacked.clear()
-        self._unacked_bytes = 0
         for item in self._queue:
             if isinstance(item, _Transfer) and item.sent > item.acked:
                 log.info("the connection broke: sending again from byte %d of %d", item.acked, item.total)
@@ -326,18 +317,13 @@ class Outbox:
                     return
                 if head.seq is not None and head.seq > self.acked_seq:
                     self._unacked.append(head)
-            else:
-                if self._chunked and self._unacked_bytes and self._unacked_bytes + head.size > self.window():
-                    return  # a window's worth is in flight: the next acknowledgement sends more
-                if not self._unacked_bytes:
-                    self._drain.busy_from(now)
-                if not self._send(head.frames):
-                    self.waiting_for_room = True
-                    return
+            elif self._send(head.frames):
                 self.pending_bytes -= head.size
                 if head.seq is not None:
                     self._unacked.append(head)
-                    self._unacked_bytes += head.size
+            else:
+                self.waiting_for_room = True
+                return
             self._queue.popleft()
 
     def window(self) -> int:
@@ -354,8 +340,8 @@ class Outbox:
             return True
         window = self.window()
         chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, window // 4))
-        while transfer.sent < transfer.total and transfer.wire_in_flight + self._unacked_bytes < window:
-            if not transfer.wire_in_flight and not self._unacked_bytes:
+        while transfer.sent < transfer.total and transfer.wire_in_flight < window:
+            if not transfer.wire_in_flight:
                 self._drain.busy_from(now)
             length = min(chunk, transfer.total - transfer.sent)
             header: dict[str, Any] = {"transfer": transfer.id, "offset": transfer.sent, "sizes": transfer.sizes,
@@ -407,7 +393,8 @@ class Outbox:
                 _, wire, left = head.in_flight.popleft()
                 head.wire_in_flight -= wire
                 arrived.append((wire, now - left))
-            self._note_drained(now, sum(wire for wire, _ in arrived))
+            if (rate := self._drain.add(now, sum(wire for wire, _ in arrived))) is not None:
+                self._rate = rate
             for wire, took in arrived:  # less the chunk's own time on the link: the round trip's latency
                 rtt = max(0.0, took - wire / max(self._rate or 0.0, 1.0))
                 self._min_rtt = rtt if self._min_rtt is None else min(self._min_rtt, rtt)
@@ -418,12 +405,6 @@ class Outbox:
         if head.acked >= head.total:
             self.pending_bytes -= head.size
         self.pump()
-
-    def _note_drained(self, now: float, wire: int) -> None:
-        rate = self._drain.add(now, wire)
-        if rate is not None:
-            self._rate = rate
-
 
 @dataclass
 class _Partial:
