@@ -358,8 +358,8 @@ class Hub:
             job = _job_id(msg)  # a job sent to a hub that restarted: fail it now, don't leave it waiting
             self._send(identity, T.ERROR, error_header(NotConnected(
                 "the hub forgot this connection (it restarted, or timed it out) and has no record of this job: "
-                "if it ran before, its result is lost. Run it again" if job else "send hello first: this hub doesn't know you (it may have restarted)"),
-                job))
+                "if it ran before, its result is lost. Run it again" if job else
+                "send hello first: this hub doesn't know you (it may have restarted)"), job))
             return
         if msg.type not in _ALLOWED[role]:
             what = "a client token can't act as a worker" if role is Role.CLIENT else "a worker token can't submit jobs"
