@@ -96,7 +96,7 @@ class Relay:
             return
         if msg.type is T.KERNEL_FRAMES:
             sock = self.sockets.get(str(msg.header.get("channel")))
-            if sock is not None:
+            if sock is not None and msg.buffers:
                 sock.send_multipart(msg.buffers, copy=False)
         elif msg.type is T.KERNEL_STARTED:
             self.started = msg.header

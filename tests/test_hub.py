@@ -281,8 +281,14 @@ def test_a_job_for_an_executor_that_died_idle_waits_for_a_fresh_one(tmp_path: Pa
             executor.kill()
             # Until its last thread exits, a killed process can't be reaped: the worker can't know yet.
             tasks = Path(f"/proc/{executor.pid}/task")
-            wait_for(lambda: executor.status() == psutil.STATUS_ZOMBIE and len(list(tasks.iterdir())) <= 1, 10,
-                     "the executor to die")
+
+            def dead() -> bool:
+                try:
+                    return executor.status() == psutil.STATUS_ZOMBIE and len(list(tasks.iterdir())) <= 1
+                except (psutil.NoSuchProcess, FileNotFoundError):  # reaped already
+                    return True
+
+            wait_for(dead, 10, "the executor to die")
             assert client.run("y = 2", timeout=120) == {"y": 2}
             assert "lost its executor: its process" in hub.log()
     finally:

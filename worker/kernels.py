@@ -201,7 +201,7 @@ class KernelHost:
         for kernel in targets:
             if msg.type is T.KERNEL_FRAMES:
                 sock = kernel.sockets.get(str(msg.header.get("channel")))
-                if sock is not None and sock.socket_type != zmq.SUB:
+                if sock is not None and sock.socket_type != zmq.SUB and msg.buffers:
                     sock.send_multipart(msg.buffers, copy=False)
             elif msg.type is T.KERNEL_SIGNAL:
                 signum = int(msg.header.get("signum", 0))

@@ -186,8 +186,9 @@ class Supervisor:
     def _resume(self) -> None:
         """After the connection broke and came back: name the jobs this worker holds, so the hub fails those it
         handed over that never arrived, and has this worker stop those it no longer has (wire/link.py)."""
+        assert self._connection is not None
         held = [job.id for job in (self.job, *self._pending) if job is not None]
-        self._send_hub(T.RESUME, {"jobs": held})
+        self._send_hub(T.RESUME, {"jobs": held, "received": self._connection.received})
 
     def _on_hub_lost(self, reason: str) -> None:
         if self._connection is not None and self._connection.refused:

@@ -504,8 +504,12 @@ class Hub:
                         "the hub has no record of this job after the connection came back: it never arrived, "
                         "or it ended and its end was lost. Run it again"), job_id))
             return
+        # It names what it held once it had taken `received` of our messages: a job handed to it after that
+        # is on its way, or held since.
+        received = msg.header.get("received")
         for job in [j for j in self.fleet.jobs.values() if j.worker == peer.identity]:
-            if job.id not in held_here and job.id not in in_flight:
+            handed_before = job.submit_seq is not None and isinstance(received, int) and job.submit_seq <= received
+            if handed_before and job.id not in held_here and job.id not in in_flight:
                 self._end(job, WorkerLost(
                     f"worker {peer.name!r} has no record of this job after its connection came back, so its result "
                     "is lost. Run the cell again"))
@@ -598,7 +602,7 @@ class Hub:
             log.debug("job %s -> %s", job.id, worker.name)
             frames, job.frames = job.frames, []
             worker.usage.bytes_in += sum(len(frame) for frame in frames)
-            self._send_frames(worker.identity, frames)
+            job.submit_seq = self._send_frames(worker.identity, frames)
         workers = self.fleet.workers()
         if not any(placement.power_hold(w) for w in workers):  # the usual case: no look at a long queue
             return

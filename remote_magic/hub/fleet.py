@@ -85,6 +85,7 @@ class Job:
     timeout: float | None = None  # the job's own; also how long it may wait for a worker held back by battery
     queued_at: float = field(default_factory=time.monotonic)
     sent_at: float = 0.0
+    submit_seq: int | None = None  # its SUBMIT's number on its worker's link
     told_why: bool = False  # its client was told why it waits
     summary: str = ""  # the first line of its code, or its kind: what a listing of detached jobs shows
     journal: Journal = field(default_factory=Journal)  # what it sent its client, for a client that collects it

@@ -273,9 +273,10 @@ class Connection:
         True when some hadn't, so the hub never got all of them."""
         return self.on_io_thread(lambda: self._link.outbox.abort(job)).result(timeout)
 
-    def jobs_in_flight(self) -> set[str]:
-        """The jobs with messages queued or unacknowledged; only from the I/O thread."""
-        return self._link.outbox.jobs()
+    @property
+    def received(self) -> int:
+        """How many of the hub's numbered messages arrived (in order) since the last welcome."""
+        return self._link.expected - 1
 
     def close(self, timeout: float = 2.0) -> None:
         """Say goodbye, stop the I/O thread and close the socket; idempotent."""

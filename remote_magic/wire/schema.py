@@ -375,7 +375,7 @@ HEADERS: dict[str, Record] = {
     "chunk_ack": _header({"transfer": _ID, "received": _SIZE}, "transfer", "received"),
     # Delivery across reconnects (wire/link.py).
     "link_ack": _header({"ack": _SIZE, "resend": Flag()}, "ack"),
-    "resume": _header({"jobs": ListOf(_ID)}, "jobs"),
+    "resume": _header({"jobs": ListOf(_ID), "received": _SIZE}, "jobs"),
     # Whole kernels on a worker (hub/kernels.py, worker/kernels.py).
     "kernel_start": _header({
         "kernel": _KERNEL, "key": _NAME, "signature_scheme": Text(64), "worker": Maybe(_NAME),
