@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -112,14 +113,8 @@ def test_output_in_flight_when_a_connection_breaks_arrives_once_in_order(tmp_pat
 
 
 def test_a_job_that_ends_while_its_notebook_is_cut_off_waits_for_it(tmp_path: Path) -> None:
-    from test_relay import Relay, _listening_port
-
-    tunnel = Relay()
-    worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25")
     release = tmp_path / "release"
-    try:
-        tunnel.target = _listening_port(worker.process.pid)
+    with _behind_a_tunnel(tmp_path) as (tunnel, worker):
         with remote_magic.connect(worker.token) as client:
             def cut_off(header: dict[str, str]) -> None:
                 tunnel.stop()  # the link goes down for longer than the heartbeat bound,
@@ -136,6 +131,19 @@ def test_a_job_that_ends_while_its_notebook_is_cut_off_waits_for_it(tmp_path: Pa
             printed: list[str] = []
             result = client.attach(job["job"], on_stream=lambda header: printed.append(header["text"]))
             assert result.values["z"] == 7 and printed == ["started\n"]
+
+
+@contextmanager
+def _behind_a_tunnel(tmp_path: Path) -> Iterator[tuple[Any, WorkerProcess]]:
+    """A worker whose token points at a relay (a tunnel stand-in) that the test can cut and restore."""
+    from test_relay import Relay, _listening_port
+
+    tunnel = Relay()
+    worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
+                          "--heartbeat-interval", "0.25")
+    try:
+        tunnel.target = _listening_port(worker.process.pid)
+        yield tunnel, worker
     finally:
         tunnel.stop()
         worker.stop()
@@ -151,14 +159,8 @@ def _waiting(client: remote_magic.Client) -> bool:
 def test_the_same_notebook_back_after_an_outage_collects_each_line_once_in_order(tmp_path: Path) -> None:
     """A notebook cut off past the heartbeat bound says hello again as the same client: what its job
     prints meanwhile waits in the job's journal, and `attach` shows each line once, in its place."""
-    from test_relay import Relay, _listening_port
-
-    tunnel = Relay()
-    worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25")
     release = tmp_path / "release"
-    try:
-        tunnel.target = _listening_port(worker.process.pid)
+    with _behind_a_tunnel(tmp_path) as (tunnel, worker):
         with remote_magic.connect(worker.token) as client:
             code = ("import os, time\ni = 0\nwhile not os.path.exists(RELEASE):\n    print(i, flush=True)\n"
                     "    i += 1\n    time.sleep(0.02)\nprint('end')\nz = i")
@@ -176,9 +178,6 @@ def test_the_same_notebook_back_after_an_outage_collects_each_line_once_in_order
             result = client.attach(client.jobs()[0]["job"], on_stream=on_stream)
         lines = "".join(printed).split()
         assert lines[-1] == "end" and lines[:-1] == [str(i) for i in range(result.values["z"])]
-    finally:
-        tunnel.stop()
-        worker.stop()
 
 
 def _raw_collector(token: str) -> Any:
