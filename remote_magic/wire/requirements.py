@@ -2,7 +2,7 @@
 
 A requirement is a trait name alone (``gpu``: the worker has it, and it is true) or ``KEY OP VALUE``
 with OP one of ``>= <= > < == !=``. VALUE is a number, a size (``16GB``, ``512MiB``: kB, MB, GB, TB
-are powers of 1000; KiB, MiB, GiB, TiB and bare K, M, G, T powers of 1024), a version (``3.11``) or
+and bare K, M, G, T are powers of 1000; KiB, MiB, GiB, TiB powers of 1024, as ``wire/sizes.py`` reads them), a version (``3.11``) or
 a word (``system==Linux``, compared without case). The traits are what workers report
 (:func:`traits`) and the labels they were started with (``remote-worker --label KEY=VALUE``).
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..errors import RequirementError
+from .sizes import size_in_bytes
 
 OPERATORS = (">=", "<=", "==", "!=", ">", "<")
 """Comparisons a requirement may use, longest first (so ``>=`` is not read as ``>``)."""
@@ -29,21 +30,13 @@ BUILTIN_TRAITS = ("gpu", "gpu_type", "gpu_adapter", "gpu_buffer", "memory", "cpu
 """Traits every worker reports; a ``--label`` can't take one of these names."""
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)([bB]?)$")
 _VERSION = re.compile(r"^\d+(?:\.\d+)+$")
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
 def parse_quantity(text: str) -> float | None:
     """'16GB' -> 16e9, '512MiB' -> 512 * 2**20, '8' -> 8.0; None when ``text`` is not a number or size."""
-    match = _QUANTITY.match(text.strip())
-    if match is None:
-        return None
-    number, unit, binary, byte = match.groups()
-    if not unit:
-        return None if binary else float(number)
-    base = 1024 if binary or not byte else 1000  # "16GB" is SI; "16GiB" and a bare "16G" are binary
-    return float(number) * float(base ** " kmgt".index(unit.lower()))
+    return size_in_bytes(text.strip())
 
 
 def _version(text: str) -> tuple[int, ...] | None:
