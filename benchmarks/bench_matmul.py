@@ -101,7 +101,7 @@ class Bench:
 
     def __init__(self, rt: GpuRuntime) -> None:
         self.rt = rt
-        self.ctx = rt.engine.ctx
+        self.ctx = rt.dispatcher.ctx
         self.timestamps = self.ctx.timer.timestamps
         module = compile_module(self.ctx.handle, NAIVE_WGSL, "naive matmul")
         self.naive = create_pipeline(self.ctx.handle, module, "main", "naive matmul")

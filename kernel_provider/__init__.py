@@ -5,5 +5,5 @@
 - ``relay``: the process it starts, which relays the kernel's five channels over the hub connection;
 - ``kernelspec``: ``remote-worker kernelspec install|list|remove``.
 
-The worker's half is ``remote_magic.worker.kernels``. docs/kernel.md says how to set it up.
+The worker's half is ``remote_magic.worker.jupyter_kernels``. docs/kernel.md says how to set it up.
 """

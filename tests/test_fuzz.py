@@ -67,7 +67,7 @@ from remote_magic.wire.protocol import (
 )
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
-from remote_magic.worker.executors import ExecutorLink, ExecutorOptions
+from remote_magic.worker.executor_processes import ExecutorLink, ExecutorOptions
 from support import WorkerProcess, start_worker, wait_for
 
 MIN_CASES = 10_000

@@ -404,7 +404,7 @@ def test_a_result_over_the_limit_fails_its_job_and_the_worker_serves_on(fleet, w
         wait_for(lambda: len(client.workers()) == 2, 10, "both workers to join")
         with pytest.raises(remote_magic.OutputError) as info:  # before: the client waited forever
             client.run("big = bytearray(2 * 2**20)\nsmall = 1", worker=worker_name)
-        assert "`big` needs a 2.0 MiB frame, over the hub's 1.0 MiB limit" in str(info.value)
+        assert "`big` needs a 2.1 MB frame, over the hub's 1.0 MB limit" in str(info.value)
         assert "--max-message-size" in str(info.value) and info.value.name == "big"
         assert client.run("after = 3", worker=worker_name) == {"after": 3}
         assert {w["name"]: w["state"] for w in client.workers()}[worker_name] == "idle"

@@ -2,7 +2,7 @@
 
 ``cli`` starts a hub and a worker (or joins a hub); ``supervisor`` holds the hub connection and
 runs each notebook's jobs in its session (``sessions``: one executor child process per notebook,
-``executors`` starts and watches them); ``executor`` runs each job, with ``outputs`` sending what it
+``executor_processes`` starts and watches them); ``executor`` runs each job, with ``outputs`` sending what it
 prints and shows; ``gpu`` runs array work as WGSL compute pipelines. Needs the [worker] extra.
 ``dask_task`` runs a job with the executor's machinery inside a Dask worker (``dask://`` connections).
 """

@@ -35,7 +35,7 @@ from remote_magic.wire.tokens import Token, write_private
 from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S, WORKER_INSTALL
 
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
-    from .executors import ExecutorOptions
+    from .executor_processes import ExecutorOptions
     from .supervisor import Supervisor
 
 log = logging.getLogger("remote-worker")
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
               "notebook side.)", file=sys.stderr)
         return 2
     from .descendants import hide_process_memory, tree
-    from .executors import ExecutorOptions
+    from .executor_processes import ExecutorOptions
     from .supervisor import Supervisor
 
     try:

@@ -532,6 +532,17 @@ def _exit_with_parent(parent: int) -> None:
         time.sleep(PARENT_CHECK_INTERVAL_S)  # a watchdog's period, not synchronisation
 
 
+def _largest_over(packed: serialization.Packed, budget: int) -> str | None:
+    """The name whose frames are largest, when ``packed`` as a whole is over ``budget`` bytes (never the
+    cell's value, which has no name to keep it under); None when it fits."""
+    if serialization.nbytes(packed.frames) <= budget:
+        return None
+    sizes = {name: serialization.nbytes(frames)
+             for name, frames in serialization.per_name(packed.names, packed.counts, packed.frames)
+             if not is_dunder(name)}  # the cell's value and shared module state have no name to keep them under
+    return max(sizes, key=lambda name: sizes[name]) if sizes else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m remote_magic.worker.executor")
     parser.add_argument("endpoint")
@@ -561,14 +572,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _largest_over(packed: serialization.Packed, budget: int) -> str | None:
-    """The name whose frames are largest, when ``packed`` as a whole is over ``budget`` bytes (never the
-    cell's value, which has no name to keep it under); None when it fits."""
-    if serialization.nbytes(packed.frames) <= budget:
-        return None
-    sizes = {name: serialization.nbytes(frames)
-             for name, frames in serialization.per_name(packed.names, packed.counts, packed.frames)
-             if not is_dunder(name)}  # the cell's value and shared module state have no name to keep them under
-    return max(sizes, key=lambda name: sizes[name]) if sizes else None

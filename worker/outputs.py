@@ -22,6 +22,7 @@ from traitlets import TraitError
 
 from remote_magic.wire.displays import FRAMED, TEXT_FORMAT, frame_parts
 from remote_magic.wire.protocol import MAX_HEADER_BYTES, MessageType as T, encode_header
+from remote_magic.wire.sizes import human_size
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,8 @@ class JobOutputs:
                 return None
             # not silently: say what was left out, where the output would be
             kinds = ", ".join(sorted(clean))
-            self.stderr.write(f"[remote-magic: a display output ({kinds}) of {size / 2**20:.1f} MiB was left out: "
-                              f"one output may be at most {MAX_DISPLAY_BYTES / 2**20:.0f} MiB. Save it to a file "
+            self.stderr.write(f"[remote-magic: a display output ({kinds}) of {human_size(size)} was left out: "
+                              f"one output may be at most {human_size(MAX_DISPLAY_BYTES)}. Save it to a file "
                               "or make it smaller]\n")
             self.stderr.flush()
             return None

@@ -2,7 +2,7 @@
 (imports, module globals, RNG state, print options, working directory) lasts between its cells
 and no other notebook sees it.
 
-The hub names each job's session (derived from its client's identity) and says when one ends.
+The hub names each job's session (derived from its client's key) and says when one ends.
 A spare executor, started ahead, is what a new session takes, so its first cell doesn't wait for
 Python and numpy to start. At most ``max_sessions`` live at once: a new one beyond that evicts the
 least recently used (all are idle then: a worker runs one job at a time). A session whose state
@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from . import DEFAULT_MAX_SESSIONS
-from .executors import ExecutorLink, ExecutorProcess
+from .executor_processes import ExecutorLink, ExecutorProcess
 
 log = logging.getLogger(__name__)
 

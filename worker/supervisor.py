@@ -34,13 +34,14 @@ from remote_magic.wire.connection import Connection, dial
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.lifecycle import JobState, Lifecycle
 from remote_magic.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role, encode
+from remote_magic.wire.sizes import human_size
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
 
 from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S
 from .capabilities import battery_state, host_capabilities
-from .executors import EXECUTOR_START_TIMEOUT_S, ExecutorLink, ExecutorOptions
-from .kernels import KernelHost
+from .executor_processes import EXECUTOR_START_TIMEOUT_S, ExecutorLink, ExecutorOptions
+from .jupyter_kernels import KernelHost
 from .sessions import Session, Sessions
 
 __all__ = ["ExecutorOptions", "HeldJob", "Supervisor"]
@@ -199,7 +200,7 @@ class Supervisor:
         self.kernels.stop_all(f"worker {self.name!r} lost its link to the hub ({reason})")
         # Their clients can't get their results: stop the running job (its executor is killed if it
         # doesn't stop), so this worker is free when the hub takes it back, and drop the waiting ones.
-        # Sessions stay: a notebook keeps its identity, and so its session, across a reconnect.
+        # Sessions stay: a notebook keeps its routing id, and so its session, across a reconnect.
         if self.job is not None:
             self._interrupt("lost")
         for job in list(self._pending):
@@ -215,7 +216,7 @@ class Supervisor:
             self._send_hub(T.ERROR, error_header(gone, job.id))
         for job in [j for j in self._pending if j.session == session_id]:
             self._end_pending(job, gone)
-        # A notebook the hub timed out may come back with the same identity: tell it its state went.
+        # A notebook the hub timed out may come back with the same routing id: tell it its state went.
         self.sessions.end(session_id, lost=f"the hub ended this notebook's session ({reason})")
         self._start_pending()
 
@@ -332,7 +333,7 @@ class Supervisor:
         name, largest = over
         shown = "the cell's value" if name == "__value__" else f"`{name}`"
         return OutputError(
-            f"{shown} needs a {largest / 2**20:.1f} MiB frame, over the hub's {limit / 2**20:.1f} MiB limit: "
+            f"{shown} needs a {human_size(largest)} frame, over the hub's {human_size(limit)} limit: "
             "return less (or a part at a time), or start the hub's remote-worker with a larger "
             "--max-message-size", None if name == "__value__" else name)
 

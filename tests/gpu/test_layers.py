@@ -17,9 +17,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the device and everything that needs no other module of the package
     ("convert", "device", "host_ops", "memory", "notices", "pipelines", "stats", "uniforms"),
     ("context",),  # one device: pool, transfers, pipelines, timer, dispatch
-    ("kernels", "custom"),  # launching the built-in shaders and users' kernels
+    ("launch", "custom"),  # launching the built-in shaders and users' kernels
     ("matmul",),
-    ("engine",),  # where each operation runs; knows arrays through a Protocol
+    ("dispatch",),  # where each operation runs; knows arrays through a Protocol
     ("numpy_api",),  # __array_ufunc__ / __array_function__
     ("arrays",),  # DeviceArray
     ("namespace",),  # the cell's `gpu`; knows the runtime through a Protocol
@@ -75,14 +75,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from remote_magic.errors import GpuError
 from . import custom, DeviceArray
-from .engine import Engine
+from .dispatch import Dispatcher
 if TYPE_CHECKING:
     from .runtime import GpuRuntime
 
 def later():
     from .numpy_api import array_ufunc
-    import remote_magic.worker.gpu.kernels
+    import remote_magic.worker.gpu.launch
     from .. import executor
     from remote_magic.worker.gpu import GpuNamespace
 """
-    assert package_imports(source) == {"custom", "__init__", "engine", "runtime", "numpy_api", "kernels"}
+    assert package_imports(source) == {"custom", "__init__", "dispatch", "runtime", "numpy_api", "launch"}

@@ -98,7 +98,7 @@ def narrow_runtime() -> Iterator[GpuRuntime]:
 
 def test_more_workgroups_than_one_dimension_allows(narrow_runtime: GpuRuntime, rng: np.random.Generator) -> None:
     a, b = operands(rng, (70_000, 1, 2), (70_000, 2, 1))  # one workgroup per batch entry: folded into y
-    assert narrow_runtime.engine.ctx.max_groups < 70_000
+    assert narrow_runtime.dispatcher.ctx.max_groups < 70_000
     check(narrow_runtime.gpu, a, b)
 
 

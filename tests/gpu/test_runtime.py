@@ -95,7 +95,7 @@ def fresh() -> Iterator[GpuRuntime]:
 
 def test_kernels_that_cannot_split_refuse_past_the_binding_limit(fresh: GpuRuntime) -> None:
     big = np.ones(20_000, np.float32)  # 80,000 bytes > 64 KiB
-    with pytest.raises(GpuLimitError, match=r"add needs 80,000 bytes in one binding.*at most 65,536 bytes"
+    with pytest.raises(GpuLimitError, match=r"add needs 80.0 kB in one binding.*at most 65.5 kB"
                                             r".*max_storage_buffer_binding_size"):
         fresh.gpu.add(big, 1.0)
     with pytest.raises(GpuLimitError, match="softmax"):
@@ -105,7 +105,7 @@ def test_kernels_that_cannot_split_refuse_past_the_binding_limit(fresh: GpuRunti
 
 def test_every_kernel_folds_workgroups_past_the_per_dimension_limit(rng: np.random.Generator) -> None:
     rt = make_runtime()
-    rt.engine.ctx.max_groups = 7  # as if the GPU allowed 7 workgroups per dimension (49 per dispatch)
+    rt.dispatcher.ctx.max_groups = 7  # as if the GPU allowed 7 workgroups per dimension (49 per dispatch)
     gpu = rt.gpu
     a = rng.standard_normal((40, 300)).astype(np.float32)  # 47 elementwise workgroups
     c = rng.standard_normal((20, 1000)).astype(np.float32)

@@ -20,7 +20,7 @@ import numpy as np
 from remote_magic.errors import GpuError
 
 from .context import DeviceContext
-from .engine import Engine
+from .dispatch import Dispatcher
 from .memory import Allocation
 from .numpy_api import array_function, array_ufunc
 
@@ -29,13 +29,13 @@ class DeviceArray:
     """A float32 (or boolean) array in GPU memory; see the module docstring."""
 
     __array_priority__ = 1000  # win over ndarray in mixed binary operators
-    __slots__ = ("_engine", "_shape", "_dtype", "_alloc", "_ctx", "_host", "_enabled")
+    __slots__ = ("_dispatcher", "_shape", "_dtype", "_alloc", "_ctx", "_host", "_enabled")
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in numpy
 
-    def __init__(self, engine: Engine, shape: tuple[int, ...], *, alloc: Allocation | None = None,
+    def __init__(self, dispatcher: Dispatcher, shape: tuple[int, ...], *, alloc: Allocation | None = None,
                  ctx: DeviceContext | None = None, host: np.ndarray | None = None,
                  dtype: Any = np.float32, enabled: frozenset[str] | None = None) -> None:
-        self._engine = engine
+        self._dispatcher = dispatcher
         self._shape = tuple(int(s) for s in shape)
         self._dtype = np.dtype(dtype)
         self._alloc = alloc
@@ -93,7 +93,7 @@ class DeviceArray:
     def host(self) -> np.ndarray:
         """The values on the host (read-only, cached after the first readback)."""
         if self._host is None:
-            self._host = self._engine.download(self)
+            self._host = self._dispatcher.download(self)
             self._host.flags.writeable = False
         return self._host
 
@@ -108,10 +108,10 @@ class DeviceArray:
         return np.array(data, copy=True) if copy else data
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        return array_ufunc(self._engine, ufunc, method, inputs, kwargs)
+        return array_ufunc(self._dispatcher, ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        return array_function(self._engine, func, args, kwargs)
+        return array_function(self._dispatcher, func, args, kwargs)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickle as the numpy array it holds (read back), so results leave as plain arrays."""
@@ -121,25 +121,25 @@ class DeviceArray:
     def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
         """Sum over ``axis`` (an int, a tuple, or None for all): a DeviceArray, or numpy's result
         when the cell did not enable this kernel."""
-        return self._engine.reduce("sum", self, axis, keepdims)
+        return self._dispatcher.reduce("sum", self, axis, keepdims)
 
     def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
         """Mean over ``axis``."""
-        return self._engine.reduce("mean", self, axis, keepdims)
+        return self._dispatcher.reduce("mean", self, axis, keepdims)
 
     def max(self, axis: Any = None, keepdims: bool = False) -> Any:
         """Maximum over ``axis`` (NaN if any value is NaN)."""
-        return self._engine.reduce("max", self, axis, keepdims)
+        return self._dispatcher.reduce("max", self, axis, keepdims)
 
     def min(self, axis: Any = None, keepdims: bool = False) -> Any:
         """Minimum over ``axis`` (NaN if any value is NaN)."""
-        return self._engine.reduce("min", self, axis, keepdims)
+        return self._dispatcher.reduce("min", self, axis, keepdims)
 
     def transpose(self, *axes: Any) -> Any:
         """The array with axes permuted (reversed when none are given), as numpy's."""
         one_sequence = len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list)))
         order = tuple(axes[0] or ()) if one_sequence else axes
-        return self._engine.transpose(self, order or None)
+        return self._dispatcher.transpose(self, order or None)
 
     def reshape(self, *shape: Any) -> "DeviceArray":
         """The same values with a new shape (no copy; one dimension may be -1)."""
@@ -147,14 +147,14 @@ class DeviceArray:
             shape = tuple(shape[0])
         new_shape = _infer_shape(tuple(int(s) for s in shape), self.size)
         host = self._host.reshape(new_shape) if self._host is not None else None
-        return DeviceArray(self._engine, new_shape, alloc=self._alloc, ctx=self._ctx, host=host, dtype=self._dtype,
+        return DeviceArray(self._dispatcher, new_shape, alloc=self._alloc, ctx=self._ctx, host=host, dtype=self._dtype,
                            enabled=self._enabled)
 
     def astype(self, dtype: Any) -> Any:
         """float32 stays a DeviceArray; any other dtype reads the values back as numpy."""
         if np.dtype(dtype) == self._dtype:
             return self
-        return self._engine.fallback("astype", lambda x: np.asarray(x).astype(dtype), (self,), {}, notice=False)
+        return self._dispatcher.fallback("astype", lambda x: np.asarray(x).astype(dtype), (self,), {}, notice=False)
 
     def copy(self) -> "DeviceArray":
         """The same values (arrays are immutable, so this is the array itself)."""
@@ -196,7 +196,7 @@ class DeviceArray:
 
     # -- host conveniences (each reads back) ---------------------------------------------
     def __getitem__(self, index: Any) -> Any:
-        return self._engine.fallback("indexing (x[...])", lambda x: x[index], (self,), {})
+        return self._dispatcher.fallback("indexing (x[...])", lambda x: x[index], (self,), {})
 
     def __len__(self) -> int:
         if not self._shape:

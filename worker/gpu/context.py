@@ -13,6 +13,7 @@ from typing import Any, Mapping, Union
 import numpy as np
 
 from remote_magic.errors import GpuLimitError
+from remote_magic.wire.sizes import human_size
 
 from .device import GpuDevice
 from .memory import UNIFORM_USAGE, Allocation, BufferPool, Transfers
@@ -25,11 +26,6 @@ Binding = Union[Allocation, tuple[Allocation, int, int]]
 """A whole allocation, or (allocation, byte offset, byte size) for a slice of it."""
 
 MIB = 1 << 20
-
-
-def human(nbytes: int) -> str:
-    """``nbytes`` for messages: MiB from one MiB up, else bytes."""
-    return f"{nbytes / MIB:,.1f} MiB" if nbytes >= MIB else f"{nbytes:,} bytes"
 
 
 class DeviceContext:
@@ -65,15 +61,15 @@ class DeviceContext:
     def check_buffer(self, what: str, nbytes: int) -> None:
         """Refuse a buffer larger than the device's ``max_buffer_size``."""
         if nbytes > self.max_buffer:
-            raise GpuLimitError(f"{what} needs a buffer of {human(nbytes)}, but this GPU allows at most "
-                                f"{human(self.max_buffer)} per buffer (max_buffer_size); use smaller arrays "
+            raise GpuLimitError(f"{what} needs a buffer of {human_size(nbytes)}, but this GPU allows at most "
+                                f"{human_size(self.max_buffer)} per buffer (max_buffer_size); use smaller arrays "
                                 "or compute this with numpy")
 
     def check_binding(self, what: str, nbytes: int) -> None:
         """Refuse to bind more than one binding may hold (``max_storage_buffer_binding_size``)."""
         if nbytes > self.max_binding:
-            raise GpuLimitError(f"{what} needs {human(nbytes)} in one binding, but this GPU binds at most "
-                                f"{human(self.max_binding)} at once (max_storage_buffer_binding_size) and "
+            raise GpuLimitError(f"{what} needs {human_size(nbytes)} in one binding, but this GPU binds at most "
+                                f"{human_size(self.max_binding)} at once (max_storage_buffer_binding_size) and "
                                 "this kernel cannot split its work; use smaller arrays or compute this with numpy")
 
     def upload(self, host: np.ndarray) -> Allocation:

@@ -192,7 +192,7 @@ def _shapes(out_shape: Any, inputs: Sequence[Any]) -> list[tuple[int, ...]]:
             for shape in out_shape]
 
 
-def run(engine: Any, spec: KernelSpec, args: Sequence[Any], out_shape: Any = None,
+def run(dispatcher: Any, spec: KernelSpec, args: Sequence[Any], out_shape: Any = None,
         params: Sequence[Any] | None = None, workgroups: Sequence[int] | None = None) -> Any:
     """Call kernel ``spec``: inputs ``args``, outputs of ``out_shape``; one result or a tuple."""
     if len(args) != spec.inputs:
@@ -200,14 +200,14 @@ def run(engine: Any, spec: KernelSpec, args: Sequence[Any], out_shape: Any = Non
     if spec.has_params != (params is not None):
         raise GpuError(f"kernel {spec.name} " + ("declares a var<uniform>, so pass params=[...]" if spec.has_params
                                                  else "declares no var<uniform>, so it takes no params"))
-    inputs = [engine.asarray(a, f"input {i} of gpu.{spec.name}", force=True) for i, a in enumerate(args)]
+    inputs = [dispatcher.asarray(a, f"input {i} of gpu.{spec.name}", force=True) for i, a in enumerate(args)]
     shapes = _shapes(out_shape, inputs)
     if len(shapes) != spec.outputs:
         raise GpuError(f"kernel {spec.name} declares {spec.outputs} output(s) but out_shape gives {len(shapes)}")
     if any(a.size == 0 for a in inputs):
         raise GpuError(f"gpu.{spec.name} got an empty input; arrayLength() cannot describe it, so skip the call")
     sizes = [math.prod(s) for s in shapes]
-    ctx = engine.ctx
+    ctx = dispatcher.ctx
     pipeline = compile_spec(ctx, spec)
     bindings: dict[int, Any] = {}
     for i, array in enumerate(inputs):
@@ -224,7 +224,7 @@ def run(engine: Any, spec: KernelSpec, args: Sequence[Any], out_shape: Any = Non
                      spec.inputs + spec.outputs, groups)
     elif any(sizes):
         raise GpuError(f"gpu.{spec.name}: an output of size zero cannot be bound next to non-empty ones")
-    results = [engine.wrap(alloc, shape, ctx, inputs) for alloc, shape in zip(outputs, shapes)]
-    if not engine.active:
+    results = [dispatcher.wrap(alloc, shape, ctx, inputs) for alloc, shape in zip(outputs, shapes)]
+    if not dispatcher.active:
         results = [r.numpy() for r in results]
     return results[0] if len(results) == 1 else tuple(results)

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from .context import Binding, DeviceContext
-from .kernels import MAX_DIMS, Shape, Unsupported, broadcast_strides, collapse, contiguous_strides, size_of
+from .launch import MAX_DIMS, Shape, Unsupported, broadcast_strides, collapse, contiguous_strides, size_of
 from .memory import Allocation
 from .uniforms import MATMUL
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import custom
 from .arrays import DeviceArray
-from .engine import Engine
+from .dispatch import Dispatcher
 from .host_ops import BINARY, UNARY
 
 
@@ -23,7 +23,7 @@ class KernelRuntime(Protocol):
     """What the ``gpu`` object needs of its runtime; ``runtime.GpuRuntime`` is the one it gets."""
 
     @property
-    def engine(self) -> Engine:
+    def dispatcher(self) -> Dispatcher:
         """Where operations run."""
 
     @property
@@ -41,12 +41,12 @@ class GpuNamespace:
         self._runtime = runtime
 
     @property
-    def _engine(self) -> Engine:
-        return self._runtime.engine
+    def _dispatcher(self) -> Dispatcher:
+        return self._runtime.dispatcher
 
     def array(self, x: Any) -> Any:
         """``x`` copied to a DeviceArray (float32; float64 with a notice, integers only when exact)."""
-        return self._engine.asarray(x, "gpu.array's argument", copy=True)
+        return self._dispatcher.asarray(x, "gpu.array's argument", copy=True)
 
     def asnumpy(self, x: Any) -> np.ndarray:
         """``x`` as a numpy array, read back from the GPU if it is a DeviceArray."""
@@ -54,36 +54,36 @@ class GpuNamespace:
 
     def matmul(self, a: Any, b: Any) -> Any:
         """``a @ b`` with numpy's matmul semantics, on the GPU."""
-        return self._engine.matmul(a, b, explicit=True)
+        return self._dispatcher.matmul(a, b, explicit=True)
 
     def softmax(self, x: Any, axis: int = -1) -> Any:
         """Numerically stable softmax along ``axis``."""
-        return self._engine.softmax(x, axis, explicit=True)
+        return self._dispatcher.softmax(x, axis, explicit=True)
 
     def transpose(self, x: Any, axes: Any = None) -> Any:
         """``x`` with axes permuted (reversed by default)."""
-        return self._engine.transpose(x, None if axes is None else tuple(axes), explicit=True)
+        return self._dispatcher.transpose(x, None if axes is None else tuple(axes), explicit=True)
 
     def sum(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Sum over ``axis`` (None: all)."""
-        return self._engine.reduce("sum", x, axis, keepdims, explicit=True)
+        return self._dispatcher.reduce("sum", x, axis, keepdims, explicit=True)
 
     def mean(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Mean over ``axis`` (None: all)."""
-        return self._engine.reduce("mean", x, axis, keepdims, explicit=True)
+        return self._dispatcher.reduce("mean", x, axis, keepdims, explicit=True)
 
     def max(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Maximum over ``axis`` (None: all); NaN if any value is NaN."""
-        return self._engine.reduce("max", x, axis, keepdims, explicit=True)
+        return self._dispatcher.reduce("max", x, axis, keepdims, explicit=True)
 
     def min(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Minimum over ``axis`` (None: all); NaN if any value is NaN."""
-        return self._engine.reduce("min", x, axis, keepdims, explicit=True)
+        return self._dispatcher.reduce("min", x, axis, keepdims, explicit=True)
 
     def synchronize(self) -> None:
         """Wait until the GPU has finished everything submitted (for timing cell code)."""
-        if self._engine.active:
-            self._engine.ctx.wait()
+        if self._dispatcher.active:
+            self._dispatcher.ctx.wait()
 
     @property
     def kernels(self) -> list[str]:
@@ -97,7 +97,7 @@ class GpuNamespace:
             raise AttributeError(f"gpu has no kernel {name!r} (custom kernels: {known})")
 
         def call(*inputs: Any, out_shape: Any = None, params: Any = None, workgroups: Any = None) -> Any:
-            return custom.run(self._engine, spec, inputs, out_shape, params, workgroups)
+            return custom.run(self._dispatcher, spec, inputs, out_shape, params, workgroups)
 
         call.__name__ = name
         call.__doc__ = f"Custom kernel {name}: {spec.inputs} input(s), {spec.outputs} output(s)."
@@ -116,7 +116,7 @@ class GpuNamespace:
 
 def _unary(name: str) -> Callable[..., Any]:
     def method(self: GpuNamespace, x: Any) -> Any:
-        return self._engine.elementwise(name, x, explicit=True)
+        return self._dispatcher.elementwise(name, x, explicit=True)
     method.__name__ = name
     method.__doc__ = f"Elementwise {name}, on the GPU."
     return method
@@ -124,7 +124,7 @@ def _unary(name: str) -> Callable[..., Any]:
 
 def _binary(name: str) -> Callable[..., Any]:
     def method(self: GpuNamespace, a: Any, b: Any) -> Any:
-        return self._engine.elementwise(name, a, b, explicit=True)
+        return self._dispatcher.elementwise(name, a, b, explicit=True)
     method.__name__ = name
     method.__doc__ = f"Elementwise {name} with numpy broadcasting, on the GPU."
     return method

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .engine import Engine
+from .dispatch import Dispatcher
 
 UFUNC_KERNELS = {
     "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide", "true_divide": "divide",
@@ -27,59 +27,60 @@ REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min"}
 """``np.<ufunc>.reduce`` with a kernel."""
 
 
-def array_ufunc(engine: Engine, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...],
+def array_ufunc(dispatcher: Dispatcher, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
     """``DeviceArray.__array_ufunc__``: a kernel when there is one, else numpy with a notice."""
     out = kwargs.get("out")
-    if out is not None and any(engine.is_array(o) for o in (out if isinstance(out, tuple) else (out,))):
+    if out is not None and any(dispatcher.is_array(o) for o in (out if isinstance(out, tuple) else (out,))):
         raise TypeError("DeviceArrays are immutable, so out= cannot be one; assign the result instead")
     name = ufunc.__name__
     if method == "__call__" and not kwargs and name in UFUNC_KERNELS and len(inputs) == ufunc.nin:
         kernel = UFUNC_KERNELS[name]
         if kernel == "matmul":
-            return engine.matmul(*inputs)
-        return engine.elementwise(kernel, *inputs)
+            return dispatcher.matmul(*inputs)
+        return dispatcher.elementwise(kernel, *inputs)
     if method == "reduce" and name in REDUCE_KERNELS and len(inputs) == 1 and set(kwargs) <= {"axis", "keepdims"}:
-        return engine.reduce(REDUCE_KERNELS[name], inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims", False))
+        return dispatcher.reduce(REDUCE_KERNELS[name], inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims", False))
     label = f"np.{name}" if method == "__call__" else f"np.{name}.{method}"
-    return engine.fallback(label, getattr(ufunc, method), inputs, kwargs)
+    return dispatcher.fallback(label, getattr(ufunc, method), inputs, kwargs)
 
 
 def _reduction(kernel: str) -> Callable[..., Any]:
-    def handler(engine: Engine, a: Any, axis: Any = None, *rest: Any, keepdims: bool = False, **options: Any) -> Any:
+    def handler(dispatcher: Dispatcher, a: Any, axis: Any = None, *rest: Any, keepdims: bool = False,
+                **options: Any) -> Any:
         if rest or options:
             raise _Unhandled
-        return engine.reduce(kernel, a, axis, keepdims)
+        return dispatcher.reduce(kernel, a, axis, keepdims)
     return handler
 
 
-def _transpose(engine: Engine, a: Any, axes: Any = None) -> Any:
-    return engine.transpose(a, None if axes is None else tuple(axes))
+def _transpose(dispatcher: Dispatcher, a: Any, axes: Any = None) -> Any:
+    return dispatcher.transpose(a, None if axes is None else tuple(axes))
 
 
-def _dot(engine: Engine, a: Any, b: Any) -> Any:
-    if all((engine.is_array(v) or isinstance(v, np.ndarray)) and 1 <= v.ndim <= 2 and v.dtype.kind in "fiub"
+def _dot(dispatcher: Dispatcher, a: Any, b: Any) -> Any:
+    if all((dispatcher.is_array(v) or isinstance(v, np.ndarray)) and 1 <= v.ndim <= 2 and v.dtype.kind in "fiub"
            for v in (a, b)):
-        return engine.matmul(a, b)  # numpy's dot and matmul agree on 1-D and 2-D operands
+        return dispatcher.matmul(a, b)  # numpy's dot and matmul agree on 1-D and 2-D operands
     raise _Unhandled
 
 
-def _reshape(engine: Engine, a: Any, shape: Any = None, order: str = "C", **options: Any) -> Any:
+def _reshape(dispatcher: Dispatcher, a: Any, shape: Any = None, order: str = "C", **options: Any) -> Any:
     shape = options.pop("newshape", shape)
-    if order != "C" or options or not engine.is_array(a) or shape is None:
+    if order != "C" or options or not dispatcher.is_array(a) or shape is None:
         raise _Unhandled
     return a.reshape(shape)
 
 
-def _shape(engine: Engine, a: Any) -> Any:
+def _shape(dispatcher: Dispatcher, a: Any) -> Any:
     return a.shape
 
 
-def _ndim(engine: Engine, a: Any) -> Any:
+def _ndim(dispatcher: Dispatcher, a: Any) -> Any:
     return a.ndim
 
 
-def _size(engine: Engine, a: Any, axis: int | None = None) -> Any:
+def _size(dispatcher: Dispatcher, a: Any, axis: int | None = None) -> Any:
     return a.size if axis is None else a.shape[axis]
 
 
@@ -98,15 +99,15 @@ for _alias, _kernel in (("amax", "max"), ("amin", "min")):
         FUNCTIONS.setdefault(getattr(np, _alias), _reduction(_kernel))
 
 
-def array_function(engine: Engine, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def array_function(dispatcher: Dispatcher, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``DeviceArray.__array_function__``: a kernel when there is one, else numpy with a notice."""
     handler = FUNCTIONS.get(func)
     if handler is not None:
         try:
-            return handler(engine, *args, **kwargs)
+            return handler(dispatcher, *args, **kwargs)
         except _Unhandled:
             pass
-    return engine.fallback(_qualified(func), func, args, kwargs)
+    return dispatcher.fallback(_qualified(func), func, args, kwargs)
 
 
 def _qualified(func: Any) -> str:

@@ -25,7 +25,7 @@ from .arrays import DeviceArray
 from .context import DeviceContext
 from .convert import is_lossy_float
 from .device import GpuDevice, open_device
-from .engine import Engine
+from .dispatch import Dispatcher
 from .host_ops import GROUPS, KERNEL_NAMES
 from .namespace import BUILTIN_NAMES, GpuNamespace
 from .notices import Notices
@@ -62,14 +62,14 @@ class GpuRuntime:
             self._reason = (f"the adapter {device.info.name} is a software renderer, slower than numpy "
                             "on this CPU (--gpu on forces it)")
         threads = matmul_threads or DEFAULT_MATMUL_THREADS
-        self.engine = Engine(self._open_context if device is not None else None, self._stats, self.notices,
+        self.dispatcher = Dispatcher(self._open_context if device is not None else None, self._stats, self.notices,
                              array_type=DeviceArray, active=self.active, matmul_threads=threads)
         if not self.active and mode != "off":
-            self.engine.inactive_notice = f"computing with numpy, not the GPU: {self._reason}"
+            self.dispatcher.inactive_notice = f"computing with numpy, not the GPU: {self._reason}"
         self.gpu = GpuNamespace(self)
         self._closed = False
         if device is not None:
-            self.engine.ctx  # noqa: B018 - make the device context now, not in the first cell
+            self.dispatcher.ctx  # noqa: B018 - make the device context now, not in the first cell
 
     @classmethod
     def create(cls, mode: str = "auto", adapter: str | None = None, backend: str | None = None, *,
@@ -111,7 +111,7 @@ class GpuRuntime:
     @property
     def device(self) -> GpuDevice | None:
         """The current wgpu device wrapper (None in mode off or without an adapter)."""
-        ctx = self.engine.current_context
+        ctx = self.dispatcher.current_context
         return ctx.device if ctx is not None else self._device
 
     def capabilities(self) -> dict[str, Any]:
@@ -142,14 +142,14 @@ class GpuRuntime:
         """
         enabled = self._enabled(kernels)
         if not self.active:
-            self.engine.notice_inactive()
+            self.dispatcher.notice_inactive()
             return dict(values)
         converted, lossy = {}, []
         for name, value in values.items():
             if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
                 if is_lossy_float(value.dtype):
                     lossy.append(name)
-                value = self.engine.asarray(value, name, enabled, notice=False)
+                value = self.dispatcher.asarray(value, name, enabled, notice=False)
             converted[name] = value
         if lossy:
             self.notices.say(f"{', '.join(lossy)} {'is' if len(lossy) == 1 else 'are'} float64; the GPU computes "
@@ -181,13 +181,13 @@ class GpuRuntime:
         if self._device is None:
             raise GpuError(f"kernel {name} cannot be compiled: {self._reason}")
         spec = custom.parse(name, source)
-        custom.compile_spec(self.engine.ctx, spec)
+        custom.compile_spec(self.dispatcher.ctx, spec)
         self.custom_kernels[name] = spec
         log.info("registered GPU kernel %s (%d inputs, %d outputs)", name, spec.inputs, spec.outputs)
 
     # -- counters --------------------------------------------------------------------------
     def _flush(self) -> None:
-        ctx = self.engine.current_context
+        ctx = self.dispatcher.current_context
         if ctx is not None and not ctx.lost:
             try:
                 ctx.flush_timer()
@@ -214,7 +214,7 @@ class GpuRuntime:
         if self._closed:
             return
         self._closed = True
-        self.engine.close()
+        self.dispatcher.close()
         if self._device is not None:
             self._device.close()
 

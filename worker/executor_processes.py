@@ -92,7 +92,7 @@ class ExecutorProcess:
 
     def __init__(self, link: "ExecutorLink", number: int) -> None:
         self.number = number
-        self.identity = b"executor-%d" % number
+        self.routing_id = b"executor-%d" % number
         self.ready = False
         self.capabilities: dict[str, Any] = {}
         self._socket = link.socket
@@ -116,7 +116,7 @@ class ExecutorProcess:
 
     def send(self, frames: list[Any]) -> None:
         """Raises ZMQError when the executor's connection is gone (it died)."""
-        self._socket.send_multipart([self.identity, *frames], copy=False)
+        self._socket.send_multipart([self.routing_id, *frames], copy=False)
 
     def died(self) -> str | None:
         """None while alive, else how it ended, in words."""
@@ -183,12 +183,12 @@ class ExecutorLink:
         """Start a new executor; it is ready once its hello comes through ``receive``."""
         self._started += 1
         executor = ExecutorProcess(self, self._started)
-        self._live[executor.identity] = executor
+        self._live[executor.routing_id] = executor
         return executor
 
     def stop(self, executor: ExecutorProcess) -> None:
         """Kill an executor; what it sent and nobody read yet is dropped from now on."""
-        self._live.pop(executor.identity, None)
+        self._live.pop(executor.routing_id, None)
         executor.kill()
 
     def receive(self, frames: list[zmq.Frame]) -> tuple[ExecutorProcess, Message | None] | None:

@@ -1,4 +1,4 @@
-"""The engine: decides where each operation runs and runs it.
+"""The dispatcher: decides where each operation runs and runs it.
 
 For every operation on DeviceArrays it checks, in order: is the runtime computing on the GPU at
 all (``active``); is this kernel enabled for the arrays involved (a cell may enable only some
@@ -7,7 +7,7 @@ unusual dtypes, too many dimensions fall back to numpy with a one-time notice na
 operation). Then it converts operands to float32 (float64 with a notice, integers only when
 exact), launches the kernel and wraps the result in a new DeviceArray.
 
-The engine sits below the array class, which calls it for every operation: it knows device
+The dispatcher sits below the array class, which calls it for every operation: it knows device
 arrays through the :class:`DeviceArrayLike` protocol and makes them with the class it is given
 (``arrays.DeviceArray``, passed in by the runtime).
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from remote_magic.errors import GpuError
 
-from . import kernels
+from . import launch
 from .context import DeviceContext
 from .convert import FLOAT64_NOTICE, convertible, is_lossy_float, to_float32
 from .host_ops import HOST_OPS
@@ -40,9 +40,9 @@ except ImportError:  # numpy 1.x
 
 
 class DeviceArrayLike(Protocol):
-    """What the engine needs of a device array; ``arrays.DeviceArray`` is the class it is given."""
+    """What the dispatcher needs of a device array; ``arrays.DeviceArray`` is the class it is given."""
 
-    def __init__(self, engine: Engine, shape: tuple[int, ...], *, alloc: Allocation | None = None,
+    def __init__(self, dispatcher: Dispatcher, shape: tuple[int, ...], *, alloc: Allocation | None = None,
                  ctx: DeviceContext | None = None, host: np.ndarray | None = None, dtype: Any = np.float32,
                  enabled: frozenset[str] | None = None) -> None: ...
 
@@ -71,7 +71,7 @@ class DeviceArrayLike(Protocol):
     def reshape(self, *shape: Any) -> DeviceArrayLike: ...
 
 
-class Engine:
+class Dispatcher:
     """Runs operations on the current device, or with numpy when that is the right answer.
 
     ``array_type`` is the device-array class it makes results of (``arrays.DeviceArray``).
@@ -87,7 +87,7 @@ class Engine:
         self.active = active
         self.matmul_threads = matmul_threads
         self.inactive_notice: str | None = None
-        """Said once when an operation computes with numpy because the engine is inactive."""
+        """Said once when an operation computes with numpy because the dispatcher is inactive."""
 
     # -- the device ------------------------------------------------------------------------
     @property
@@ -116,7 +116,7 @@ class Engine:
 
     # -- values ----------------------------------------------------------------------------
     def is_array(self, value: Any) -> TypeGuard[DeviceArrayLike]:
-        """True if ``value`` is a device array (of the class this engine makes)."""
+        """True if ``value`` is a device array (of the class this dispatcher makes)."""
         return isinstance(value, self._array_type)
 
     def asarray(self, value: Any, what: str = "the array", enabled: frozenset[str] | None = None,
@@ -124,7 +124,7 @@ class Engine:
         """``value`` as a DeviceArray (float32, or bool for boolean data); numpy when inactive.
 
         float64 data is converted with a notice; integers only when exact in float32. ``force``
-        makes a DeviceArray even when the engine computes with numpy (for custom kernels);
+        makes a DeviceArray even when the dispatcher computes with numpy (for custom kernels);
         ``copy`` detaches it from ``value``'s memory (for arrays handed back to user code).
         """
         if self.is_array(value):
@@ -244,13 +244,13 @@ class Engine:
             return self.fallback(_label(name), HOST_OPS[name], args, {})
         out_shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
         ctx = self.ctx
-        launch_ops: list[kernels.Operand] = [op if isinstance(op, float) else (op.buffer(ctx), op.shape)
+        launch_ops: list[launch.Operand] = [op if isinstance(op, float) else (op.buffer(ctx), op.shape)
                                              for op in operands if op is not None]
         try:
-            alloc = kernels.elementwise(ctx, name, launch_ops, out_shape)
-        except kernels.Unsupported:
+            alloc = launch.elementwise(ctx, name, launch_ops, out_shape)
+        except launch.Unsupported:
             return self.fallback(_label(name), HOST_OPS[name], args, {})
-        dtype = np.bool_ if name in kernels.COMPARISONS else np.float32
+        dtype = np.bool_ if name in launch.COMPARISONS else np.float32
         return self.wrap(alloc, out_shape, ctx, arrays, dtype)
 
     def reduce(self, name: str, x: Any, axis: Any = None, keepdims: bool = False, *, explicit: bool = False) -> Any:
@@ -270,7 +270,7 @@ class Engine:
             outer = int(np.prod(shape[:first], dtype=np.int64))
             length = int(np.prod(shape[first:last + 1], dtype=np.int64))
             inner = int(np.prod(shape[last + 1:], dtype=np.int64))
-            alloc = kernels.reduce(ctx, name, alloc, outer, length, inner)
+            alloc = launch.reduce(ctx, name, alloc, outer, length, inner)
             shape[first:last + 1] = [1] * (last + 1 - first) if keepdims else []
         return self.wrap(alloc, tuple(shape), ctx, [x])
 
@@ -285,7 +285,7 @@ class Engine:
         ctx = self.ctx
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
         inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-        alloc = kernels.softmax(ctx, x.buffer(ctx), outer, x.shape[axis], inner)
+        alloc = launch.softmax(ctx, x.buffer(ctx), outer, x.shape[axis], inner)
         return self.wrap(alloc, x.shape, ctx, [x])
 
     def transpose(self, x: Any, axes: Sequence[int] | None = None, *, explicit: bool = False) -> Any:
@@ -301,7 +301,7 @@ class Engine:
         if order == tuple(range(x.ndim)):
             return x
         ctx = self.ctx
-        alloc = kernels.transpose(ctx, x.buffer(ctx), x.shape, order)
+        alloc = launch.transpose(ctx, x.buffer(ctx), x.shape, order)
         return self.wrap(alloc, tuple(x.shape[a] for a in order), ctx, [x], x.dtype)
 
     def matmul(self, a: Any, b: Any, *, explicit: bool = False) -> Any:
@@ -326,7 +326,7 @@ class Engine:
         try:
             alloc, shape = matmul_kernel(ctx, x2.buffer(ctx), x2.shape, y2.buffer(ctx), y2.shape,
                                          self.matmul_threads)
-        except kernels.Unsupported:
+        except launch.Unsupported:
             return self.fallback("np.matmul", np.matmul, (a, b), {})
         if x.ndim == 1:
             shape = shape[:-2] + shape[-1:]

@@ -1,7 +1,7 @@
 """Launching the built-in elementwise, reduction, softmax and transpose kernels.
 
 Functions here take a :class:`DeviceContext`, buffers and shapes, and return new buffers; they
-fill the uniforms declared in ``uniforms`` and know nothing about numpy's API (see ``engine``).
+fill the uniforms declared in ``uniforms`` and know nothing about numpy's API (see ``dispatch``).
 All arrays are contiguous float32; broadcasting is expressed with zero strides.
 """
 

@@ -41,7 +41,7 @@ from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 
 from . import DEFAULT_ORPHAN_GRACE_S
 from .descendants import child_environment, tree
-from .executors import TEMP_PREFIX
+from .executor_processes import TEMP_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ class KernelHost:
                        f"already, the most it allows: shut one down, or start that remote-worker with a larger "
                        f"--max-kernels (now {self.max_kernels})")
             return
-        # Owner-only (the key is inside), and named after this worker: removed if it is killed (executors.py).
+        # Owner-only (the key is inside), and named after this worker: removed if it is killed (executor_processes.py).
         folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-kernel-"))
         self._started += 1
         owner = f"kernel-{self._started}"
@@ -250,7 +250,7 @@ class KernelHost:
             shutil.rmtree(folder, ignore_errors=True)
             self._died(kernel_id, None, f"the worker could not start {self.python} -m ipykernel_launcher: {exc}")
             return
-        identity = os.urandom(16)
+        routing_id = os.urandom(16)
         sockets: dict[str, zmq.Socket[Any]] = {}
         for channel in CHANNELS:
             sock = self._context.socket(zmq.SUB if channel == "iopub" else zmq.DEALER)
@@ -258,7 +258,7 @@ class KernelHost:
             if channel == "iopub":
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
             else:
-                sock.routing_id = identity if channel in ("shell", "stdin") else os.urandom(16)
+                sock.routing_id = routing_id if channel in ("shell", "stdin") else os.urandom(16)
             sock.connect(f"tcp://127.0.0.1:{info[f'{channel}_port']}")  # type: ignore[literal-required]
             sockets[channel] = sock
         self._kernels[kernel_id] = HostedKernel(kernel_id, process, sockets, folder, owner)
