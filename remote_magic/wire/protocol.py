@@ -103,11 +103,11 @@ class Message:
     buffers: list[Any] = field(default_factory=list)
 
 
-def session_id(identity: bytes) -> str:
+def session_id(routing_id: bytes) -> str:
     """The session a client's jobs run in on every worker, from its routing id (which survives its
     reconnects). Hashed: the listing every client sees shows sessions, and a routing id would let a
     peer with a client token take over that client's connection (ROUTER_HANDOVER)."""
-    return hashlib.sha256(b"remote-magic session " + identity).hexdigest()[:16]
+    return hashlib.sha256(b"remote-magic session " + routing_id).hexdigest()[:16]
 
 
 def encode_header(header: dict[str, Any]) -> bytes:
