@@ -2,9 +2,11 @@
 
 ``cli`` starts a hub and a worker (or joins a hub); ``supervisor`` holds the hub connection and
 runs each notebook's jobs in its session (``sessions``: one executor child process per notebook,
-``executor_processes`` starts and watches them); ``executor`` runs each job, with ``outputs`` sending what it
-prints and shows; ``gpu`` runs array work as WGSL compute pipelines. Needs the [worker] extra.
-``dask_task`` runs a job with the executor's machinery inside a Dask worker (``dask://`` connections).
+``executor_processes`` starts and watches them); ``executor`` is that child process, and
+``job_runner`` runs each job in it, with ``outputs`` sending what it prints and shows; ``gpu`` runs
+array work as WGSL compute pipelines; ``jupyter_kernels`` runs whole Jupyter kernels. Needs the
+[worker] extra. ``dask_task`` runs a job with the same ``job_runner`` inside a Dask worker
+(``dask://`` connections).
 """
 
 WORKER_INSTALL = 'pip install "remote-magic[worker]"'

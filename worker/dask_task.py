@@ -22,7 +22,7 @@ from typing import Any
 
 from remote_magic.wire.protocol import Message, MessageType as T
 
-from .executor import MATPLOTLIB_BACKEND, JobRunner
+from .job_runner import MATPLOTLIB_BACKEND, JobRunner
 from .outputs import flush_periodically, install_display
 
 NO_GPU_ON_DASK = ("a Dask worker has no remote-magic GPU runtime (WGSL kernels run on a remote-worker): "

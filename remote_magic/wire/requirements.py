@@ -1,10 +1,10 @@
 """What a job asks of the worker that runs it: ``--require`` and ``--prefer``, parsed once for both sides.
 
 A requirement is a trait name alone (``gpu``: the worker has it, and it is true) or ``KEY OP VALUE``
-with OP one of ``>= <= > < == !=``. VALUE is a number, a size (``16GB``, ``512MiB``: kB, MB, GB, TB
-and bare K, M, G, T are powers of 1000; KiB, MiB, GiB, TiB powers of 1024, as ``wire/sizes.py`` reads them), a version (``3.11``) or
-a word (``system==Linux``, compared without case). The traits are what workers report
-(:func:`traits`) and the labels they were started with (``remote-worker --label KEY=VALUE``).
+with OP one of ``>= <= > < == !=``. VALUE is a number, a size (``16GB``, ``512MiB``, read as
+``sizes.py`` reads every size), a version (``3.11``) or a word (``system==Linux``, compared without
+case). The traits are what workers report (:func:`traits`) and the labels they were started with
+(``remote-worker --label KEY=VALUE``).
 
 The client parses requirements before sending, so a malformed one never leaves the notebook; the
 hub parses the SUBMIT header's ``require`` again and places the job on a worker that matches.
