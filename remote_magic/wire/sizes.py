@@ -22,7 +22,8 @@ def size_in_bytes(text: str) -> float | None:
     number, unit, binary = match.groups()
     if not unit:
         return float(number)
-    return float(number) * (1024 if binary else 1000) ** " kmgt".index(unit.lower())
+    scale: int = (1024 if binary else 1000) ** " kmgt".index(unit.lower())
+    return float(number) * scale
 
 
 def parse_size(text: str) -> int:
