@@ -204,7 +204,7 @@ def test_on_a_fast_link_nothing_is_compressed() -> None:
 
 def test_a_chunk_that_cant_be_part_of_a_message_is_refused_saying_why() -> None:
     inbox = Inbox(max_bytes=1 << 20)
-    with pytest.raises(ProtocolError, match="over this hub's 1 MiB limit"):
+    with pytest.raises(ProtocolError, match="over this hub's 1.0 MB limit"):
         inbox.add(Message(T.CHUNK, {"transfer": "t", "offset": 0, "sizes": [3, 6, 2, 2 << 20]}, [b"RM2"]))
     with pytest.raises(ProtocolError, match="transfer id, an offset"):
         inbox.add(Message(T.CHUNK, {"transfer": "t", "offset": "0", "sizes": [3, 6, 2]}, [b"RM2"]))

@@ -1,6 +1,6 @@
 """The notebook side as Colab runs it: Colab's pinned packages, its Python, a real kernel.
 
-A venv is built from Colab's published runtime (``shared/colab/pip-freeze.txt`` as pip
+A venv is built from Colab's published runtime (``tests/data/colab-pip-freeze.txt`` as pip
 constraints), with Python 3.13 when this machine has it. The project's wheel must install there
 without changing one pinned version, and ``examples/colab_quickstart.ipynb`` then runs in a real
 kernel of that venv (nbclient) against a real worker from the test environment: the newest

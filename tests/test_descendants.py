@@ -87,7 +87,7 @@ def test_a_double_forked_setsid_child_counts_against_max_memory(limited: WorkerP
             " HOG], capture_output=True, text=True).stdout)\n"
             "open(PIDS, 'w').write(str(hog))\ntime.sleep(60)\n")
     with remote_magic.connect(limited.token, timeout=10) as client:
-        with pytest.raises(remote_magic.ExecutorDied, match=r"over the 0\.29 GiB limit \(--max-memory\)"):
+        with pytest.raises(remote_magic.ExecutorDied, match=r"over the 300\.0 MB limit \(--max-memory\)"):
             client.run(cell, {"HOG": HOG, "PIDS": str(pids)})
         hog = int(pids.read_text())
         wait_for(lambda: gone(hog), 10, "the process over the limit to end")

@@ -5,6 +5,7 @@ The flags come from the real parsers: `remote-worker`'s argparse and each magic'
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from remote_magic.worker.cli import build_parser
 REPO = Path(__file__).resolve().parents[1]
 DOCS = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / "README.md",
                                                                         *sorted((REPO / "docs").glob("*.md"))]}
-MAGICS = {name: getattr(OffloadMagics, method) for kind in ("line", "cell")  # as the extension registers them
-          for name, method in OffloadMagics.magics[kind].items()}
+MAGICS = {name: getattr(magics, method) for magics in OffloadMagics.__subclasses__()  # each group the extension
+          for kind in ("line", "cell") for name, method in magics.magics[kind].items()}  # registers, as it does
 
 
 def _worker_flags() -> set[str]:
@@ -74,3 +75,112 @@ def test_every_flag_and_magic_the_docs_name_is_exercised_by_a_test_or_an_example
     named |= {m for m in MAGICS}
     assert sorted(n for n in named if f'"{n}"' not in exercised and f" {n}" not in exercised
                   and f"%{n}" not in exercised and f'"{n.lstrip("-")}"' not in exercised) == []
+
+
+# -- the messages in the source ------------------------------------------------------------------
+# A user reads the package's strings too: errors, notices, help texts, docstrings (`%magic?`). Every
+# `--flag` and `%magic` named in one must exist, as in the docs.
+
+SOURCE_FOLDERS = ("remote_magic", "worker", "kernel_provider")
+CLI_FOLDERS = (*SOURCE_FOLDERS, "benchmarks")  # every command of this repository: what --flags exist
+
+OTHER_TOOLS = {  # flags of other programs, allowed only where the same line or string names the program
+    "pip": {"--no-deps"},
+    "dask worker": {"--nthreads", "--nworkers"},
+    "cloudflared": {"--hostname", "--url"},
+    "mypy": {"--strict"},
+    "systemd-run": {"--user"},
+    "jupyter console": {"--kernel"},
+}
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+_OUR_MAGIC = re.compile(r"%%?(offload\w*)((?: \[?--[a-z-]+)*)")  # a magic and the flags right after it
+_ANY_MAGIC = re.compile(r"(?<![\w%])%%?([a-z][a-z_]{2,})\b")  # 3 letters or more: not a %s or %d format
+
+
+def _source_strings() -> list[tuple[str, str]]:
+    """(file:line, text) of every string literal in the package, f-strings' literal parts included."""
+    found = []
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            where = path.relative_to(REPO).as_posix()
+            found += [(f"{where}:{node.lineno}", node.value) for node in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    return found
+
+
+def _docs_lines() -> list[tuple[str, str]]:
+    return [(f"{doc}:{number}", line) for doc, text in DOCS.items()
+            for number, line in enumerate(text.splitlines(), 1)]
+
+
+def _defined_flags() -> set[str]:
+    """Every --flag some parser of this repository defines: remote-worker's and the magics' (their real
+    parsers), and the other commands' (`add_argument("--x", ...)`: the kernel relay, the executor, the
+    benchmarks), read from their source."""
+    flags = _worker_flags() | {flag for name in MAGICS for flag in _magic_flags(name)} | {"--help"}
+    for folder in CLI_FOLDERS:
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                    flags |= {arg.value for arg in node.args if isinstance(arg, ast.Constant)
+                              and isinstance(arg.value, str) and arg.value.startswith("--")}
+    return flags
+
+
+def _ipython_magics() -> set[str]:
+    """The magics IPython itself defines (`%load_ext`, `%config`, `%precision`, ...)."""
+    from IPython.core import magics as builtin
+    from IPython.core.magic import Magics
+
+    classes = [getattr(builtin, name) for name in dir(builtin)]
+    return {name for cls in classes if isinstance(cls, type) and issubclass(cls, Magics)
+            for kind in ("line", "cell") for name in cls.magics.get(kind, {})}
+
+
+def _unknown_flags(texts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    defined = _defined_flags()
+    return [(where, flag) for where, text in texts for flag in _FLAG.findall(text)
+            if flag not in defined
+            and not any(tool in text and flag in flags for tool, flags in OTHER_TOOLS.items())]
+
+
+def _unknown_magics(texts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    known = set(MAGICS) | _ipython_magics()
+    wrong = []
+    for where, text in texts:
+        for magic, flags in _OUR_MAGIC.findall(text):
+            if magic not in MAGICS:
+                wrong.append((where, f"%{magic}"))
+            wrong += [(where, f"%{magic} {flag}") for flag in re.findall(r"--[a-z-]+", flags)
+                      if magic in MAGICS and flag not in _magic_flags(magic) | {"--help"}]
+        wrong += [(where, f"%{name}") for name in _ANY_MAGIC.findall(text)
+                  if name not in known and not name.startswith("offload")]
+    return wrong
+
+
+def test_every_flag_the_docs_name_exists() -> None:
+    assert _unknown_flags(_docs_lines()) == []
+
+
+def test_every_magic_the_docs_name_exists_with_its_flags() -> None:
+    assert _unknown_magics(_docs_lines()) == []
+
+
+def test_every_flag_the_source_names_exists() -> None:
+    strings = _source_strings()
+    assert any("--max-message-size" in text for _, text in strings)  # the walk sees messages at all
+    assert _unknown_flags(strings) == []
+
+
+def test_every_magic_the_source_names_exists_with_its_flags() -> None:
+    strings = _source_strings()
+    assert any("%%offload --" in text for _, text in strings)
+    assert _unknown_magics(strings) == []
+
+
+def test_other_tools_flags_are_allowed_only_beside_their_tool() -> None:
+    assert _unknown_flags([("example", "pip wheel --no-deps")]) == []
+    assert _unknown_flags([("example", "remote-worker --no-deps")]) == [("example", "--no-deps")]
+    assert _unknown_magics([("example", "%offload_connect --no-such-flag")]) == [
+        ("example", "%offload_connect --no-such-flag")]

@@ -197,6 +197,6 @@ def test_kernels_count_against_max_memory_with_what_they_start(guarded: WorkerPr
         hog = int(printed)
         wait_for(lambda: not km.is_alive(), 30, "the kernel over --max-memory to be killed")
         wait_for(lambda: gone(hog), 10, "what the kernel started to end")
-        assert "over the 0.29 GiB limit (--max-memory)" in guarded.log()
+        assert "over the 300.0 MB limit (--max-memory)" in guarded.log()
     finally:
         _stop(km, kc)

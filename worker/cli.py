@@ -121,10 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep at most N notebooks' interpreters at once; a new one beyond that replaces the "
                              f"least recently used (default {DEFAULT_MAX_SESSIONS})")
     parser.add_argument("--max-message-size", type=parse_size, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="SIZE",
-                        help="largest frame the hub accepts (default 2G)")
+                        help="largest frame the hub accepts (default 2GiB)")
     parser.add_argument("--cache-size", type=parse_size, default=DEFAULT_CACHE_BYTES, metavar="SIZE",
                         help="how much of each notebook's large values the hub keeps, so one sent again crosses "
-                             "as its digest (default 1G; 0: none)")
+                             "as its digest (default 1GiB; 0: none)")
     parser.add_argument("--label", type=parse_label, action="append", default=[], metavar="KEY=VALUE",
                         help="a trait of your own that jobs can require (%%%%offload --require zone==lab); repeatable")
     parser.add_argument("--on-battery", choices=ON_BATTERY, default="last",

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=os.environ.get("REMOTE_MAGIC_LOG_LEVEL", "WARNING"),
                         format="executor: %(levelname)s %(name)s: %(message)s")
     os.environ["MPLBACKEND"] = MATPLOTLIB_BACKEND
-    as_in_a_kernel.install()  # pandas shows wide frames as in the notebook's kernel
+    as_in_a_kernel.install()  # pandas shows wide frames as in the notebook
     warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
     threading.Thread(target=_exit_with_parent, args=(args.parent or os.getppid(),), name="parent-watchdog",
                      daemon=True).start()

@@ -38,6 +38,7 @@ from jupyter_client.connect import write_connection_file
 
 from remote_magic.errors import ConnectionFailed
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
+from remote_magic.wire.sizes import human_size
 
 from . import DEFAULT_ORPHAN_GRACE_S
 from .descendants import child_environment, tree
@@ -293,9 +294,9 @@ class KernelHost:
         if total <= self.max_memory_bytes:
             return
         largest = self._kernels[max(used, key=lambda k: used[k])]
-        largest.why = (f"remote-worker killed it: the kernels on this worker used {total / 2**30:.2f} GiB together, "
-                       f"over the {self.max_memory_bytes / 2**30:.2f} GiB limit (--max-memory), and this one the most "
-                       f"({used[largest.id] / 2**30:.2f} GiB, with what it started)")
+        largest.why = (f"remote-worker killed it: the kernels on this worker used {human_size(total)} together, "
+                       f"over the {human_size(self.max_memory_bytes)} limit (--max-memory), and this one the most "
+                       f"({human_size(used[largest.id])}, with what it started)")
         log.warning("kernel %s: %s", largest.id, largest.why)
         largest.signal_group(signal.SIGKILL)
         tree().kill(largest.owner)

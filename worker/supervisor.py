@@ -363,8 +363,8 @@ class Supervisor:
         death = session.executor.died()
         limit = self.options.max_memory_bytes
         if death is None and limit and (used := session.executor.memory_bytes()) > limit:
-            death = (f"was killed by remote-worker: it used {used / 2**30:.2f} GiB, over the "
-                     f"{limit / 2**30:.2f} GiB limit (--max-memory)")  # _fail_job kills it
+            death = (f"was killed by remote-worker: it used {human_size(used)}, over the "
+                     f"{human_size(limit)} limit (--max-memory)")  # _fail_job kills it
         if death is None and job.interrupted_at is not None and now - job.interrupted_at > INTERRUPT_GRACE_S:
             self._fail_job(job, session, self._interrupted_error(
                 job, f" (it ignored the interrupt for {INTERRUPT_GRACE_S:g} s, so its process was replaced and "

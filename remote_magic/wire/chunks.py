@@ -34,6 +34,7 @@ import zstandard
 
 from ..errors import ProtocolError
 from .protocol import Message, MessageType as T, encode
+from .sizes import human_size
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ class _Drain:
 
 
 @dataclass
-class _Transfer:
+class _ChunkedMessage:
     """One large message on its way out."""
 
     frames: list[memoryview]
@@ -213,10 +214,10 @@ class Outbox:
         self._clock = clock
         self._chunked = chunked
         self._on_progress = on_progress
-        self._queue: deque[_Whole | _Transfer] = deque()
+        self._queue: deque[_Whole | _ChunkedMessage] = deque()
         # Numbered messages that left (a large one: all its chunks acknowledged), until the far side says it
         # took them.
-        self._unacked: deque[_Whole | _Transfer] = deque()
+        self._unacked: deque[_Whole | _ChunkedMessage] = deque()
         self._next_seq = 1
         self.acked_seq = 0  # the far side holds every numbered message up to this one
         self.pending_bytes = 0
@@ -239,7 +240,7 @@ class Outbox:
         views = [_flat(f) for f in frames]
         size = sum(v.nbytes for v in views)
         if self._chunked and size > min(CHUNKED_OVER, self.window()):
-            self._queue.append(_Transfer(views, _about(views), seq))
+            self._queue.append(_ChunkedMessage(views, _about(views), seq))
         else:
             self._queue.append(_Whole(frames, size, seq))
         self.pending_bytes += size
@@ -265,7 +266,7 @@ class Outbox:
         message from its last acknowledged byte. (One whose chunks all arrived goes again from its start:
         the far side may have dropped it, after a gap; if it took it, it says so at the first chunk.)"""
         for item in reversed(self._unacked):
-            if isinstance(item, _Transfer):
+            if isinstance(item, _ChunkedMessage):
                 item.acked = 0
                 item.rewind()
             self._queue.appendleft(item)
@@ -274,7 +275,7 @@ class Outbox:
             log.info("the connection broke: sending %d unacknowledged messages again", len(self._unacked))
         self._unacked.clear()
         for item in self._queue:
-            if isinstance(item, _Transfer) and item.sent > item.acked:
+            if isinstance(item, _ChunkedMessage) and item.sent > item.acked:
                 log.info("the connection broke: sending again from byte %d of %d", item.acked, item.total)
                 item.rewind()
         self.pump()
@@ -284,7 +285,7 @@ class Outbox:
 
         A numbered one leaves as a numbered heartbeat instead (the far side's numbering has no gap),
         naming the transfer the far side may hold part of, so it drops that part."""
-        found, kept = False, deque[_Whole | _Transfer]()
+        found, kept = False, deque[_Whole | _ChunkedMessage]()
         for item in self._queue:
             if item.job != job:
                 kept.append(item)
@@ -293,7 +294,7 @@ class Outbox:
             self.pending_bytes -= item.size
             if item.seq is not None:
                 header: dict[str, Any] = {"seq": item.seq}
-                if isinstance(item, _Transfer) and item.sent:
+                if isinstance(item, _ChunkedMessage) and item.sent:
                     header["abandons"] = item.id
                 stand_in = encode(T.HEARTBEAT, header)
                 kept.append(_Whole(stand_in, sum(len(f) for f in stand_in), item.seq))
@@ -312,8 +313,8 @@ class Outbox:
         self.waiting_for_room = False
         while self._queue:
             head = self._queue[0]
-            if isinstance(head, _Transfer):
-                if not self._pump_transfer(head, now):
+            if isinstance(head, _ChunkedMessage):
+                if not self._pump_chunks(head, now):
                     return
                 if head.seq is not None and head.seq > self.acked_seq:
                     self._unacked.append(head)
@@ -334,20 +335,20 @@ class Outbox:
         span = max(PACE_S, 2 * (self._min_rtt or 0.0))
         return int(min(MAX_WINDOW_BYTES, max(MIN_WINDOW_BYTES, self._rate * span)))
 
-    def _pump_transfer(self, transfer: _Transfer, now: float) -> bool:
-        """Send the transfer's next chunks; True once all of it is acknowledged."""
-        if transfer.acked >= transfer.total:
+    def _pump_chunks(self, message: _ChunkedMessage, now: float) -> bool:
+        """Send the message's next chunks; True once all of it is acknowledged."""
+        if message.acked >= message.total:
             return True
         window = self.window()
         chunk = max(MIN_CHUNK_BYTES, min(CHUNK_BYTES, window // 4))
-        while transfer.sent < transfer.total and transfer.wire_in_flight < window:
-            if not transfer.wire_in_flight:
+        while message.sent < message.total and message.wire_in_flight < window:
+            if not message.wire_in_flight:
                 self._drain.busy_from(now)
-            length = min(chunk, transfer.total - transfer.sent)
-            header: dict[str, Any] = {"transfer": transfer.id, "offset": transfer.sent, "sizes": transfer.sizes,
-                                      **transfer.about}
-            piece: Sequence[Any] = transfer.piece(transfer.sent, length)
-            if self._worth_compressing(transfer):
+            length = min(chunk, message.total - message.sent)
+            header: dict[str, Any] = {"transfer": message.id, "offset": message.sent, "sizes": message.sizes,
+                                      **message.about}
+            piece: Sequence[Any] = message.piece(message.sent, length)
+            if self._worth_compressing(message):
                 level = 3 if self._rate is not None and self._rate < SLOW_LINK_BYTES_PER_S else 1
                 packed = self._compressor(level).compress(b"".join(bytes(v) for v in piece))
                 if len(packed) < length:
@@ -355,19 +356,19 @@ class Outbox:
             if not self._send(encode(T.CHUNK, header, piece)):
                 self.waiting_for_room = True
                 return False
-            transfer.sent += length
+            message.sent += length
             wire = sum(memoryview(p).nbytes for p in piece)
-            transfer.in_flight.append((transfer.sent, wire, now))
-            transfer.wire_in_flight += wire
+            message.in_flight.append((message.sent, wire, now))
+            message.wire_in_flight += wire
         return False
 
-    def _worth_compressing(self, transfer: _Transfer) -> bool:
+    def _worth_compressing(self, message: _ChunkedMessage) -> bool:
         # Compressing a chunk costs length / ZSTD_BYTES_PER_S; it wins when the link is several times slower.
         if self._rate is None or self._rate * 4 > ZSTD_BYTES_PER_S:
             return False
-        if transfer.compressible is None:
-            transfer.compressible = transfer.sample_shrinks(self._compressor(1))
-        return transfer.compressible
+        if message.compressible is None:
+            message.compressible = message.sample_shrinks(self._compressor(1))
+        return message.compressible
 
     def _compressor(self, level: int) -> zstandard.ZstdCompressor:
         # One per outbox and level: an outbox is used by one thread, and compressors aren't thread-safe.
@@ -380,7 +381,7 @@ class Outbox:
         now = self._clock()
         head = self._queue[0] if self._queue else None
         received = header.get("received")
-        if not isinstance(head, _Transfer) or head.id != header.get("transfer") or type(received) is not int:
+        if not isinstance(head, _ChunkedMessage) or head.id != header.get("transfer") or type(received) is not int:
             return  # an acknowledgement of something already done, or dropped
         if received < head.acked:  # the far side lost what it held (it forgot this link): start again there
             head.acked = max(0, received)
@@ -398,13 +399,14 @@ class Outbox:
             for wire, took in arrived:  # less the chunk's own time on the link: the round trip's latency
                 rtt = max(0.0, took - wire / max(self._rate or 0.0, 1.0))
                 self._min_rtt = rtt if self._min_rtt is None else min(self._min_rtt, rtt)
-            log.debug("transfer %s: %d of %d bytes acknowledged, %s bytes/s",
+            log.debug("message %s: %d of %d bytes acknowledged, %s bytes/s",
                       head.id, head.acked, head.total, self._rate)
             if self._on_progress is not None:
                 self._on_progress(head.about, head.acked, head.total)
         if head.acked >= head.total:
             self.pending_bytes -= head.size
         self.pump()
+
 
 @dataclass
 class _Partial:
@@ -444,8 +446,8 @@ class Inbox:
             raise ProtocolError("a chunk needs a transfer id, an offset and its message's frame sizes")
         total = sum(sizes)
         if self._max_bytes is not None and total > self._max_bytes:
-            raise ProtocolError(f"a message of {total / 2**20:.0f} MiB is over this hub's "
-                                f"{self._max_bytes / 2**20:.0f} MiB limit (remote-worker --max-message-size)")
+            raise ProtocolError(f"a message of {human_size(total)} is over this hub's "
+                                f"{human_size(self._max_bytes)} limit (remote-worker --max-message-size)")
         if transfer in self._finished:  # sent again after a reconnect: we have it all
             return self._finished[transfer], None
         partial = self._partial.get(transfer)

@@ -3,7 +3,7 @@
 `remote-worker --lan` publishes its hub as a ``_remote-magic._tcp.local.`` service whose TXT
 record holds only public facts::
 
-    name=box  host=box.example  proto=RM2  version=0.9.0  fp=<hub key fingerprint>  port=5587
+    name=box  host=box.example  proto=RM3  version=0.9.0  fp=<hub key fingerprint>  port=5587
 
 ``fp`` is a digest of the hub's CurveZMQ public key, which every token of that hub carries too: a
 notebook holding a token picks the discovered hub whose ``fp`` matches, and then authenticates with

@@ -24,7 +24,7 @@ CACHED_OVER = 1 << 20
 """Frames at least this large are digested and cached; smaller ones always travel."""
 
 DEFAULT_CACHE_BYTES = 1 << 30
-"""How much the hub keeps per client by default (remote-worker --cache-mb)."""
+"""How much the hub keeps per client by default (remote-worker --cache-size)."""
 
 
 def digest(frame: Any) -> str:

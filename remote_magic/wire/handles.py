@@ -23,7 +23,7 @@ class RemoteValue:
     type_name: str   # the value's type, module-qualified
     why: str         # why it stayed there
     worker: str
-    summary: str = ""  # its shape and size, where the worker could tell: "float64 (1000, 1000), 7.6 MiB"
+    summary: str = ""  # its shape and size, where the worker could tell: "float64 (1000, 1000), 8.0 MB"
 
     @property
     def kind(self) -> str:

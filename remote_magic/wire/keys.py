@@ -36,7 +36,7 @@ class HubKeys:
 
     @classmethod
     def generate(cls) -> "HubKeys":
-        """Fresh keys, e.g. for a hub that lives only as long as a notebook kernel."""
+        """Fresh keys, e.g. for a hub that lives only as long as its notebook."""
         return cls(*zmq.curve_keypair(), {role: zmq.curve_keypair() for role in Role})
 
     def role_of(self, public: bytes) -> Role | None:

@@ -75,7 +75,7 @@ class MessageType(str, Enum):
     ATTACH = "attach"          # client -> hub: collect one of those; the hub replays what it sent
     LINK_ACK = "link_ack"      # any link: every numbered message up to this seq arrived; or send again (wire/link.py)
     RESUME = "resume"          # peer -> hub, after a reconnect: the jobs it holds, to reconcile (wire/link.py)
-    # A whole Jupyter kernel on a worker (kernel_provider/, worker/kernels.py); the hub only routes these.
+    # A whole Jupyter kernel on a worker (kernel_provider/, worker/jupyter_kernels.py); the hub only routes these.
     KERNEL_START = "kernel_start"      # client -> hub -> worker: start an ipykernel with this key
     KERNEL_STARTED = "kernel_started"  # worker -> hub -> client: it runs (pid, worker, python)
     KERNEL_FRAMES = "kernel_frames"    # both ways: one ZeroMQ message on one of the kernel's channels

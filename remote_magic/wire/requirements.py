@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..errors import RequirementError
-from .sizes import size_in_bytes
+from .sizes import human_size, size_in_bytes
 
 OPERATORS = (">=", "<=", "==", "!=", ">", "<")
 """Comparisons a requirement may use, longest first (so ``>=`` is not read as ``>``)."""
@@ -157,7 +157,7 @@ def _label_value(text: str) -> Any:
 
 
 def describe(found: Mapping[str, Any], keys: Iterable[str] | None = None) -> str:
-    """Traits as people read them ('memory 15.6 GiB, cpus 8, gpu no'), all of them or only ``keys``."""
+    """Traits as people read them ('memory 16.8 GB, cpus 8, gpu no'), all of them or only ``keys``."""
     shown = list(found) if keys is None else [key for key in dict.fromkeys(keys)]
     parts = []
     for key in shown:
@@ -167,7 +167,7 @@ def describe(found: Mapping[str, Any], keys: Iterable[str] | None = None) -> str
         elif isinstance(value, bool):
             parts.append(f"{key} {'yes' if value else 'no'}")
         elif key in ("memory", "gpu_buffer") and isinstance(value, (int, float)):
-            parts.append(f"{key} {value / 2**30:.1f} GiB")
+            parts.append(f"{key} {human_size(value)}")
         elif isinstance(value, (int, float)) and value >= 1e6:  # a size from a label, as it was likely written
             parts.append(f"{key} {value / 1e9:g} GB" if value >= 1e9 else f"{key} {value / 1e6:g} MB")
         else:

@@ -322,7 +322,7 @@ def _header(fields: Mapping[str, Field], *required: str) -> Record:
 
 HEADERS: dict[str, Record] = {
     "hello": _header({
-        "role": Text(16), "name": _NAME, "acks": Flag(), "versions": _VERSIONS,
+        "role": Text(16), "name": _NAME, "versions": _VERSIONS,
         "capabilities": Record({
             "hostname": _NAME, "platform": _NAME, "system": _NAME, "machine": _NAME, "python": _NAME,
             "cpu_count": _SIZE, "memory_bytes": _SIZE, "speed": _SECONDS, "battery": _BATTERY, "gpu": Object(),
@@ -376,7 +376,7 @@ HEADERS: dict[str, Record] = {
     # Delivery across reconnects (wire/link.py).
     "link_ack": _header({"ack": _SIZE, "resend": Flag()}, "ack"),
     "resume": _header({"jobs": ListOf(_ID), "received": _SIZE}, "jobs"),
-    # Whole kernels on a worker (hub/kernels.py, worker/kernels.py).
+    # Whole kernels on a worker (hub/jupyter_kernels.py, worker/jupyter_kernels.py).
     "kernel_start": _header({
         "kernel": _KERNEL, "key": _NAME, "signature_scheme": Text(64), "worker": Maybe(_NAME),
         "env": MapOf(_TEXT),
