@@ -13,7 +13,7 @@ From a script::
 
 from ._version import __version__
 from .client import Client, connect
-from .dask_engine import DaskClient
+from .dask_client import DaskClient
 from .errors import (
     Busy,
     ConnectionFailed,
@@ -47,10 +47,10 @@ from .errors import (
     VersionMismatch,
     WorkerLost,
 )
+from .file_copy import Transfer
 from .lan import discover
 from .results import FileChanges, JobResult
 from .split_gather import SplitResult
-from .transfer import Transfer
 from .wire.discovery import DiscoveredHub
 from .wire.handles import RemoteValue
 

@@ -1,4 +1,4 @@
-"""Jobs as Dask tasks, for ``DaskClient`` (``dask_engine.py``): each carries what a hub would forward
+"""Jobs as Dask tasks, for ``DaskClient`` (``dask_client.py``): each carries what a hub would forward
 to a worker (the SUBMIT header and frames) to ``run_on_dask``, which runs it with the executor's own
 machinery on a Dask worker (``remote_magic.worker.dask_task``). What a job prints and shows arrives while
 it runs as Dask events on one topic per client (``Worker.log_event``, ``Client.subscribe_topic``); its
@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping, TypeAlias
 
+from .engine import JobRequest, OnStream
 from .errors import (
     ConnectionFailed,
     DaskError,
@@ -40,7 +41,6 @@ SCATTER_BYTES = 1 << 20
 """Frames this large go to the worker with ``scatter`` before the task, as Dask advises for large data,
 rather than inside the task through the scheduler."""
 
-OnStream = Callable[[Mapping[str, Any]], None]
 Events: TypeAlias = "queue.SimpleQueue[tuple[str, str, Any]]"
 """(kind, job id, payload): an ``event`` (a STREAM or DISPLAY header) or ``done`` (the task ended)."""
 
@@ -91,22 +91,21 @@ class DaskJobs:
         return [self._track(job_id, future, {}, "", events, write_stream, show_display)
                 for (job_id, _, _), future in zip(packed, futures)]
 
-    def submit(self, header: dict[str, Any], inputs: Mapping[str, Any] | None, worker: str | None,
-               addresses: list[str] | None, events: Events, on_stream: OnStream, on_display: OnStream,
-               update_inputs: bool = True, module_state: Mapping[str, Any] | None = None) -> Job:
+    def submit(self, request: JobRequest, addresses: list[str] | None, events: Events) -> Job:
         """Pack a cell's job as a hub would forward it and hand it to Dask as one task; what it sends and
         its end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may
-        run on (None: any), ``worker`` their name; ``module_state`` as ``Client.execute``'s."""
-        values = dict(inputs or {})
+        run on (None: any), the request's ``worker`` their name."""
+        values = dict(request.inputs)
         sent, refs = identity.references(values)  # names sharing an object, and views, go as references
-        if module_state is not None:
-            sent[MODULE_STATE] = dict(module_state)
-        job_id, full, frames = self._pack(header, sent, addresses)
+        if request.module_state is not None:
+            sent[MODULE_STATE] = dict(request.module_state)
+        job_id, full, frames = self._pack(request.header(), sent, addresses)
         if refs:
             full["refs"] = refs
         future = self._dask.submit(run_on_dask, full, frames, self._topic, key=f"offload-{job_id}", pure=False,
                                    workers=addresses, allow_other_workers=False)
-        return self._track(job_id, future, values, worker or "", events, on_stream, on_display, update_inputs)
+        return self._track(job_id, future, values, request.worker or "", events, request.on_stream,
+                           request.on_display, request.update_inputs)
 
     def _pack(self, header: dict[str, Any], values: Mapping[str, Any], addresses: list[str] | None
               ) -> tuple[str, dict[str, Any], list[Any]]:

@@ -1,8 +1,10 @@
 """Jobs on several workers, in the notebook: labelled output, retries, map in chunks, scatter and gather.
 
-``Client`` keeps the one job machinery (submit, wait, finish); this module decides which jobs to send
-and puts what comes back together. The helpers ``_run_chunk`` and ``_values`` run on the worker
-(they travel by reference: the worker has the same remote-magic).
+The engines keep the job machinery (submit, wait, finish); this module decides which jobs to send and
+puts what comes back together. ``map_chunks``, ``scatter`` and ``gather`` send call jobs through
+``Calls``, the one method they need of a hub client's job table (``hub_jobs.HubJobs``). The helpers
+``run_chunk`` and ``values_there`` run on the worker (they travel by reference: the worker has the same
+remote-magic).
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ import traceback
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .errors import FleetError, InputError, JobError, NoSuchWorker, RemoteError, RemoteMagicError, WorkerLost
 from .wire.failures import error_from_header
 from .wire.handles import RemoteValue
 
 if TYPE_CHECKING:
-    from .client import Client
     from .results import JobResult
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,27 @@ waiting at the hub when it finishes one."""
 
 _ITEM_REPR = reprlib.Repr()
 _ITEM_REPR.maxstring = _ITEM_REPR.maxother = 60
+
+
+class CallJob(Protocol):
+    """A call job as ``Calls.submit_call`` gives it back."""
+
+    @property
+    def worker(self) -> str:
+        """The worker running it, once it started ("" before)."""
+        ...
+
+
+class Calls(Protocol):
+    """What ``map_chunks``, ``scatter`` and ``gather`` need of an engine: call jobs."""
+
+    def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
+                    worker: str | None = None, timeout: float | None = None, keep: Sequence[str] | None = None,
+                    placement: Mapping[str, Any] | None = None) -> "tuple[CallJob, Future[Any]]":
+        """Call ``fn`` on a worker (the one named, or any that matches ``placement``): its job, and a Future
+        of its return value. With ``keep``, the call returns a sequence whose values stay on the worker: the
+        future holds ``{name: RemoteValue}``. Cancelling the future cancels the job."""
+        ...
 
 
 # -- retries -------------------------------------------------------------------------------------------
@@ -169,7 +191,7 @@ class ItemFailed:
         return error
 
 
-def _run_chunk(fn: Callable[[Any], Any], start: int, items: Sequence[Any]) -> list[Any] | ItemFailed:
+def run_chunk(fn: Callable[[Any], Any], start: int, items: Sequence[Any]) -> list[Any] | ItemFailed:
     """On the worker: ``fn`` over one chunk; at the first item it raises on, what it raised."""
     results = []
     for offset, item in enumerate(items):
@@ -189,45 +211,52 @@ def default_chunksize(items: int, workers: int) -> int:
     return max(1, math.ceil(items / (CHUNKS_PER_WORKER * max(1, workers))))
 
 
+def chunks(items: Sequence[Any], chunksize: int | None, workers: Sequence[str] | None,
+           list_workers: Callable[[], Sequence[Any]]) -> list[tuple[int, list[Any]]]:
+    """``map``'s chunks, each ``(index of its first item, its items)``: of ``chunksize`` items, or (None) of
+    ``default_chunksize`` for the ``workers`` named (None: as many as ``list_workers`` lists); ValueError
+    for a size under 1."""
+    if not items:
+        return []
+    if chunksize is None:
+        chunksize = default_chunksize(len(items), len(workers) if workers is not None else len(list_workers()))
+    elif chunksize < 1:
+        raise ValueError(f"chunksize must be 1 or more, not {chunksize}")
+    return [(start, list(items[start:start + chunksize])) for start in range(0, len(items), chunksize)]
+
+
 @dataclass
 class _Chunk:
     start: int
     items: list[Any]
     attempts: Attempts
     worker: str | None = None  # the named worker it was sent to (``workers=``)
-    job: Any = field(default=None, repr=False)  # the client's job for its latest attempt (its ``worker`` ran it)
+    job: CallJob | None = field(default=None, repr=False)  # its latest attempt (its ``worker`` ran it)
 
 
-def map_chunks(client: "Client", fn: Callable[[Any], Any], iterable: Iterable[Any], *, chunksize: int | None,
-               retries: int, workers: Iterable[str] | None, timeout: float | None,
+def map_chunks(calls: Calls, fn: Callable[[Any], Any], chunked: Sequence[tuple[int, list[Any]]], *, retries: int,
+               workers: Sequence[str] | None, timeout: float | None,
                placement: Mapping[str, Any] | None = None) -> list[Any]:
-    """``Client.map``: the chunks as call jobs, every worker kept busy, the results in input order."""
-    items = list(iterable)
-    if not items:
-        return []
-    names = list(dict.fromkeys(workers)) if workers is not None else None
-    if chunksize is None:
-        chunksize = default_chunksize(len(items), len(names) if names is not None else len(client.workers()))
-    elif chunksize < 1:
-        raise ValueError(f"chunksize must be 1 or more, not {chunksize}")
-    waiting = deque(_Chunk(start, items[start:start + chunksize],
-                           Attempts(retries, f"map items {start}-{min(start + chunksize, len(items)) - 1}"))
-                    for start in range(0, len(items), chunksize))
-    load = dict.fromkeys(names, 0) if names is not None else None  # named workers: chunks sent to each
-    results: list[Any] = [None] * len(items)
+    """A hub client's ``map``: the chunks (from ``chunks``) as call jobs, every worker kept busy (only
+    ``workers``, when named), the results in input order."""
+    waiting = deque(_Chunk(start, items, Attempts(retries, f"map items {start}-{start + len(items) - 1}"))
+                    for start, items in chunked)
+    load = dict.fromkeys(workers, 0) if workers is not None else None  # named workers: chunks sent to each
+    results: list[Any] = [None] * sum(len(chunk.items) for chunk in waiting)
     running: dict[Future[Any], _Chunk] = {}
     try:
         while waiting or running:
             while waiting and (load is None or (load and min(load.values()) < IN_FLIGHT_PER_WORKER)):
                 chunk = waiting.popleft()
                 chunk.worker = None if load is None else min(load, key=load.__getitem__)
-                chunk.job, future = client._submit_call(_run_chunk, (fn, chunk.start, chunk.items), {},
-                                                        worker=chunk.worker, timeout=timeout, placement=placement)
+                chunk.job, future = calls.submit_call(run_chunk, (fn, chunk.start, chunk.items), {},
+                                                      worker=chunk.worker, timeout=timeout, placement=placement)
                 running[future] = chunk
                 if load is not None and chunk.worker is not None:
                     load[chunk.worker] += 1
             if not running:  # every named worker left
-                raise NoSuchWorker(f"none of the workers map was given is connected any more: {', '.join(names or [])}")
+                raise NoSuchWorker("none of the workers map was given is connected any more: "
+                                   f"{', '.join(workers or [])}")
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 chunk = running.pop(future)
@@ -256,7 +285,7 @@ def _settle(chunk: _Chunk, future: "Future[Any]", results: list[Any], waiting: "
         waiting.appendleft(chunk)
         return
     except JobError as error:
-        worker = str(chunk.job.worker)  # set when it started, before its ending arrived
+        worker = chunk.job.worker if chunk.job is not None else ""  # set when it started, before its ending arrived
         if chunk.attempts.retry(worker, error):
             if load is not None and chunk.worker in load and isinstance(error, WorkerLost):
                 del load[chunk.worker]  # it is gone: the retry goes to another named worker
@@ -270,31 +299,30 @@ def _settle(chunk: _Chunk, future: "Future[Any]", results: list[Any], waiting: "
 
 # -- scatter and gather --------------------------------------------------------------------------------
 
-def _values(*values: Any) -> tuple[Any, ...]:
+def values_there(*values: Any) -> tuple[Any, ...]:
     """On the worker: its arguments, as they are there (a handle is the value it stands for)."""
     return values
 
 
-def scatter(client: "Client", data: Iterable[Any], workers: Iterable[str] | None) -> list[RemoteValue]:
-    """``Client.scatter``: the values spread over the workers in turn, one job per worker; handles in order."""
-    values = list(data)
-    names = list(dict.fromkeys(workers)) if workers is not None else [w["name"] for w in client.workers()]
-    if not names:
+def scatter(calls: Calls, data: Iterable[Any], workers: Sequence[str]) -> list[RemoteValue]:
+    """A hub client's ``scatter``: the values spread over ``workers`` in turn, one job per worker; handles in order."""
+    given = list(data)
+    if not workers:
         raise NoSuchWorker("no worker is connected to scatter to: start one (`remote-worker --join`)")
     share: dict[str, list[int]] = {}
-    for index in range(len(values)):
-        share.setdefault(names[index % len(names)], []).append(index)
-    futures = {name: client._submit_call(_values, [values[i] for i in indexes], {}, worker=name,
-                                         keep=[f"scattered[{i}]" for i in indexes])[1]
+    for index in range(len(given)):
+        share.setdefault(workers[index % len(workers)], []).append(index)
+    futures = {name: calls.submit_call(values_there, [given[i] for i in indexes], {}, worker=name,
+                                       keep=[f"scattered[{i}]" for i in indexes])[1]
                for name, indexes in share.items()}
     handles: dict[str, RemoteValue] = {}
     for future in futures.values():
         handles.update(future.result())
-    return [handles[f"scattered[{index}]"] for index in range(len(values))]
+    return [handles[f"scattered[{index}]"] for index in range(len(given))]
 
 
-def gather(client: "Client", handles: Iterable[RemoteValue]) -> list[Any]:
-    """``Client.gather``: the values behind handles, one job per worker that holds some, in order."""
+def gather(calls: Calls, handles: Iterable[RemoteValue]) -> list[Any]:
+    """A hub client's ``gather``: the values behind handles, one job per worker that holds some, in order."""
     wanted = list(handles)
     for handle in wanted:
         if not isinstance(handle, RemoteValue):
@@ -302,10 +330,10 @@ def gather(client: "Client", handles: Iterable[RemoteValue]) -> list[Any]:
     held: dict[str, list[int]] = {}
     for index, handle in enumerate(wanted):
         held.setdefault(handle.worker, []).append(index)
-    futures = {name: client._submit_call(_values, [wanted[i] for i in indexes], {}, worker=name)[1]
+    futures = {name: calls.submit_call(values_there, [wanted[i] for i in indexes], {}, worker=name)[1]
                for name, indexes in held.items()}
-    values: list[Any] = [None] * len(wanted)
+    brought: list[Any] = [None] * len(wanted)
     for name, future in futures.items():
         for index, value in zip(held[name], future.result(), strict=True):
-            values[index] = value
-    return values
+            brought[index] = value
+    return brought

@@ -1,13 +1,12 @@
 """Split and gather: inputs cut along axis 0 into one contiguous piece per worker, sized by each worker's
 measured speed; the same code run on every piece at once; the named results concatenated in piece order.
 
-``Client.split`` is the entry point; the jobs themselves go through ``Client.execute_all`` (its
-``inputs_for``). Nothing here touches sockets: it cuts, sizes and joins values.
+``Engine.split`` (``engine.py``) is the entry point; the jobs themselves go through ``execute_all`` (its
+``inputs_for``). Nothing here touches an engine: it chooses workers, cuts, sizes and joins values.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -15,11 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from .errors import FleetError, GatherError, NoSuchWorker, SplitError
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .dask_engine import DaskClient
     from .results import JobResult
-
-log = logging.getLogger(__name__)
 
 SPLITTABLE = "numpy arrays, lists, tuples, pandas DataFrames and Series"
 """What ``split`` cuts and ``gather`` joins, in words for messages."""
@@ -27,7 +22,7 @@ SPLITTABLE = "numpy arrays, lists, tuples, pandas DataFrames and Series"
 
 @dataclass
 class SplitResult:
-    """What ``Client.split`` returns: the gathered values, and what each worker's piece gave."""
+    """What ``split`` returns: the gathered values, and what each worker's piece gave."""
 
     gathered: dict[str, Any]
     """Each name in ``gather``: its pieces' values concatenated in piece order."""
@@ -163,14 +158,9 @@ def _speed(worker: Mapping[str, Any]) -> float:
     return float(speed) if isinstance(speed, (int, float)) else 0.0
 
 
-def run(client: "Client | DaskClient", code: str, inputs: Mapping[str, Any] | None, split: Iterable[str] | str,
-        gather: Iterable[str] | str, workers: Iterable[str] | None, outputs: Iterable[str] | None,
-        **execute_all: Any) -> SplitResult:
-    """``Client.split``: plan the pieces, run them with ``execute_all``, concatenate what ``gather`` names."""
-    split_names = _names(split)
-    gather_names = _names(gather)
-    given = dict(inputs or {})
-    fleet = client.workers()
+def chosen(fleet: Sequence[Mapping[str, Any]], workers: Iterable[str] | None) -> list[Mapping[str, Any]]:
+    """The workers of ``fleet`` (as ``Engine.workers()`` lists them) named in ``workers``, in that order
+    (default: all of them); NoSuchWorker for none, or for a name not among them."""
     known = {str(w["name"]): w for w in fleet}
     names = list(dict.fromkeys(workers)) if workers is not None else list(known)
     if not names:
@@ -179,22 +169,21 @@ def run(client: "Client | DaskClient", code: str, inputs: Mapping[str, Any] | No
     if unknown:
         raise NoSuchWorker(f"no worker named {', '.join(repr(n) for n in unknown)} is connected (connected: "
                            f"{', '.join(repr(n) for n in known) or 'none'}): name one of those")
-    chosen = plan(given, split_names, [known[name] for name in names])
-    for note in chosen.notes:
-        log.info("split: %s", note)
-    common = {name: value for name, value in given.items() if name not in split_names}
-    wanted = None if outputs is None else list(dict.fromkeys([*outputs, *gather_names]))
-    try:
-        results = client.execute_all(code, common, wanted, workers=list(chosen.pieces), inputs_for=chosen.inputs_for,
-                                     **execute_all)
-    except FleetError as error:
-        if gather_names:
-            error.args = (f"{error} Nothing was gathered ({', '.join(gather_names)}): fix the failure and run "
-                          "it again.",)
-        raise
-    ordered = {worker: results[worker] for worker in chosen.pieces}
-    gathered = {name: _gather(name, ordered, chosen.pieces) for name in gather_names}
-    return SplitResult(gathered, ordered, chosen.pieces, chosen.notes)
+    return [known[name] for name in names]
+
+
+def say_nothing_gathered(error: FleetError, gather: Sequence[str]) -> None:
+    """Add to a failed split's FleetError that nothing was gathered (when something was to be)."""
+    if gather:
+        error.args = (f"{error} Nothing was gathered ({', '.join(gather)}): fix the failure and run it again.",)
+
+
+def gathered(plan: Plan, results: Mapping[str, "JobResult"], gather: Sequence[str]) -> SplitResult:
+    """What a split returns once every piece ran: the pieces' results in piece order, ``gather``'s names
+    concatenated."""
+    ordered = {worker: results[worker] for worker in plan.pieces}
+    joined = {name: _gather(name, ordered, plan.pieces) for name in gather}
+    return SplitResult(joined, ordered, plan.pieces, plan.notes)
 
 
 def _gather(name: str, results: Mapping[str, "JobResult"], pieces: Mapping[str, range]) -> Any:
@@ -214,7 +203,7 @@ def _gather(name: str, results: Mapping[str, "JobResult"], pieces: Mapping[str, 
         raise
 
 
-def _names(names: Iterable[str] | str) -> list[str]:
+def names(names: Iterable[str] | str) -> list[str]:
     """``"X,y"`` or ``["X", "y"]`` as a list of names, without repeats."""
     listed = names.split(",") if isinstance(names, str) else list(names)
     return list(dict.fromkeys(name.strip() for name in listed if name.strip()))

@@ -302,7 +302,7 @@ def test_outputs_and_errors_over_a_headers_size_travel_or_say_what_was_cut(clien
     shown: list[dict[str, object]] = []
     client.execute("display({'text/plain': 'p' * 2_000_000}, raw=True)", on_display=shown.append)
     assert [header["data"] for header in shown] == [{"text/plain": "p" * 2_000_000}]  # its part came as a frame
-    with pytest.raises(InputError, match=r"the cell's source is 1\.1 MiB, over the 1 MiB"):
+    with pytest.raises(InputError, match=r"the cell's source is 1\.2 MB, over the 1\.0 MB"):
         client.run("big = '" + "a" * 1_200_000 + "'")  # before: the cell hung
     assert client.run("fine = True") == {"fine": True}
 

@@ -20,7 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import remote_magic
 from remote_magic import DaskError, FleetError, RemoteError
-from remote_magic.dask_engine import DaskClient
+from remote_magic.dask_client import DaskClient
 from support import connected_shell, run, wait_for
 
 

@@ -152,8 +152,8 @@ def test_offload_serve_hosts_a_hub_that_workers_join(tmp_path, monkeypatch) -> N
         token = command.split()[0].removeprefix("REMOTE_MAGIC_JOIN_TOKEN=")
         advertised = Token.decode(token)
         assert advertised.role.value == "worker" and advertised.address == "tcp://127.0.0.1:45999"
-        magics = shell.magics_manager.registry["OffloadMagics"]
-        real = advertised.with_address(f"tcp://127.0.0.1:{magics.served.hub.port}").encode()  # no forwarder here
+        served = shell.magics_manager.registry["ConnectionMagics"].connection.served
+        real = advertised.with_address(f"tcp://127.0.0.1:{served.hub.port}").encode()  # no forwarder here
         joined = start_worker(tmp_path, "--join", "--gpu", "off", "--name", "dialed-in", token_file=False,
                               env={"REMOTE_MAGIC_JOIN_TOKEN": real})
         try:
@@ -181,11 +181,12 @@ def test_timeouts_on_the_magics_line(ip: InteractiveShell, worker: WorkerProcess
 
 
 def test_unloading_the_extension_removes_every_magic_it_added() -> None:
-    from remote_magic.notebook.magics import OffloadMagics
+    from remote_magic.notebook.magics import MAGICS_CLASSES
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "remote_magic")
-    ours = {kind: set(names) for kind, names in OffloadMagics.magics.items()}
+    ours = {kind: {name for magics in MAGICS_CLASSES for name in magics.magics[kind]} for kind in ("line", "cell")}
+    assert len(ours["line"]) + len(ours["cell"]) == 12
     assert "offload_pull" in ours["line"] and ours["line"] <= set(shell.magics_manager.magics["line"])
     shell.run_line_magic("unload_ext", "remote_magic")
     assert not any(ours[kind] & set(shell.magics_manager.magics[kind]) for kind in ours)

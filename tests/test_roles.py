@@ -18,7 +18,7 @@ import pytest
 from jupyter_client import BlockingKernelClient, KernelManager
 
 import remote_magic
-from remote_magic import transfer
+from remote_magic import file_copy
 from remote_magic.errors import FileTransferError
 from remote_magic.wire.filetree import checked_listing, inside
 from support import WorkerProcess, start_worker, wait_for
@@ -128,15 +128,15 @@ def test_a_hostile_listing_is_refused_and_nothing_is_written_outside(tmp_path: P
     destination = tmp_path / "inbox" / "copy"
     asked: list[dict[str, Any]] = []
 
-    def hostile_worker(op: dict[str, Any], frames: Any, worker: str | None) -> transfer.Reply:
+    def hostile_worker(op: dict[str, Any], frames: Any, worker: str | None) -> file_copy.Reply:
         asked.append(op)
         if op["op"] == "stat":
             listing = {"files": [["fine.txt", 2], [entry, 5]], "dirs": []}
-            return transfer.Reply({"kind": "dir", "path": "/remote/src"}, [json.dumps(listing).encode()], "evil")
-        return transfer.Reply({"digest": "none"}, [b"owned"[:op["length"]]], "evil")
+            return file_copy.Reply({"kind": "dir", "path": "/remote/src"}, [json.dumps(listing).encode()], "evil")
+        return file_copy.Reply({"digest": "none"}, [b"owned"[:op["length"]]], "evil")
 
     with pytest.raises(FileTransferError, match="absolute or leaves the folder") as refused:
-        transfer.get(hostile_worker, "src", destination, worker=None, overwrite=False, progress=False)
+        file_copy.get(hostile_worker, "src", destination, worker=None, overwrite=False, progress=False)
     assert refused.value.path == entry and repr(entry) in str(refused.value)
     assert [op["op"] for op in asked] == ["stat"]  # refused before a byte was read
     assert list(tmp_path.rglob("*")) == []  # nothing written, inside the destination or out

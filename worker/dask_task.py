@@ -1,7 +1,7 @@
 """A job run as a Dask task (``%offload_connect dask://...``): the executor's own job machinery, in a
 Dask worker process.
 
-The notebook side (``remote_magic.dask_engine``) sends the SUBMIT header and frames a hub would forward;
+The notebook side (``remote_magic.dask_client``) sends the SUBMIT header and frames a hub would forward;
 ``run`` gives them to a ``JobRunner`` here, so a cell's inputs, what it changed (tracking), its figures
 and its exception are handled exactly as in a ``remote-worker`` executor. What the job prints and shows
 goes out while it runs as Dask events on the client's topic (``Worker.log_event``); its RESULT or ERROR

@@ -1,6 +1,6 @@
 """The worker's side of copying files: the operations of a "file" job, one small step each.
 
-The notebook moves a file or folder as a series of jobs (``remote_magic/transfer.py``), each one
+The notebook moves a file or folder as a series of jobs (``remote_magic/file_copy.py``), each one
 operation named in the job's header::
 
     stat     PATH                      what PATH is: a file (size) or a folder (its files and folders)

@@ -1,16 +1,21 @@
 """%%offload --all, --workers A,B and --split X --gather Y: which workers, which inputs are cut, labelled
-output, and names that come back as {worker: value} (or, gathered, concatenated)."""
+output, and running the cell on each at once; `apply_result.apply_results` brings back what they did."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Mapping
 
 from IPython.core.error import UsageError
 
+from ..engine import Engine
+from ..errors import DaskError, FleetError, GatherError, NoSuchWorker, RemoteError, SplitError
 from ..fleet_jobs import LabelledOutput
 from ..results import JobResult
+from ..wire.handles import RemoteValue
+from .apply_result import apply_results
+from .notices import notice
 
 
 @dataclass(frozen=True)
@@ -21,11 +26,14 @@ class Several:
 
 
 def chosen_workers(every: bool, names: str | None, worker: str | None, retries: int,
-                   placed: bool = False) -> Several | None:
+                   placed: bool = False, split: bool = False) -> Several | None:
     """What --all / --workers ask for (None: one worker, as usual); a contradiction (with --worker,
-    --retries, or ``placed``: --require/--prefer) is a UsageError."""
+    --retries, or ``placed``: --require/--prefer) is a UsageError. With ``split`` (--split) and no worker
+    named, every worker (unless --workers names some)."""
     if retries < 0:
         raise UsageError(f"--retries takes 0 or more, not {retries}")
+    if split and worker is None and not (placed or retries):
+        every = every or names is None
     if not every and names is None:
         return None
     if every and names is not None:
@@ -97,23 +105,41 @@ def _write(header: Mapping[str, Any]) -> None:
     stream.flush()
 
 
-def apply(namespace: dict[str, Any], results: Mapping[str, JobResult], notice: Callable[[str], None],
-          leave: Collection[str] = ()) -> None:
-    """Bring what the cell did on each worker into the namespace: each name it assigned, as
-    ``{worker: value}`` over the workers that assigned it; a name every worker deleted, deleted.
-    Names in ``leave`` (gathered, or not to be) are left to the caller."""
-    merged: dict[str, dict[str, Any]] = {}
-    for worker, result in results.items():
-        for name, value in {**result.values, **result.kept_on_worker}.items():
-            if name not in leave:
-                merged.setdefault(name, {})[worker] = value
-        if result.kept_on_worker:
-            kept = ", ".join(handle.describe() for handle in result.kept_on_worker.values())
-            notice(f"{kept} stayed on worker {worker!r}: the notebook holds a handle")
-        for note in result.notes:
-            notice(f"on worker {worker!r}: {note}")
-    namespace.update(merged)
-    if results:
-        deleted = set.intersection(*(set(result.deleted) for result in results.values()))
-        for name in deleted - set(merged) - set(leave):
-            namespace.pop(name, None)
+def run_on_several(client: Engine, cell: str, inputs: dict[str, Any], several: Several,
+                   split: Split | None, namespace: dict[str, Any], show: Callable[[Mapping[str, Any]], None],
+                   **options: Any) -> dict[str, JobResult]:
+    """Run the cell on each worker (or piece) at once, output labelled by worker, and bring what it did
+    into ``namespace``: names as {worker: value}, gathered ones concatenated; ``{worker: JobResult}``.
+
+    ``show`` shows a display; ``options`` go to ``execute_all`` or ``split`` as they are. When some
+    workers fail, what the others did (and the failed ones did before failing) lands all the same, and
+    the error is raised; a mistake in what was asked is a UsageError.
+    """
+    if any(isinstance(value, RemoteValue) for value in inputs.values()):
+        raise UsageError("this cell reads values that live on one worker (handles): it can run only there, "
+                         "not on several workers")
+    labelled = Labels(show)
+    options.update(workers=several.workers, on_stream=labelled.stream, on_display=labelled.display)
+    gathered: dict[str, Any] = {}
+    try:
+        if split is None:
+            results = client.execute_all(cell, inputs, **options)
+        else:
+            outcome = client.split(cell, inputs, split=split.names, gather=split.gather, **options)
+            results, gathered = outcome.results, outcome.gathered
+            for note in outcome.notes:
+                notice(note)
+    except (NoSuchWorker, SplitError, DaskError) as exc:
+        raise UsageError(str(exc)) from None
+    except FleetError as error:  # as locally: what the cells did stays done, on the workers that ran it
+        partial = {worker: failed.partial for worker, failed in error.failures.items()
+                   if isinstance(failed, RemoteError) and failed.partial is not None}
+        apply_results(namespace, {**error.results, **partial},
+                      leave=split.gather if split else ())  # nothing gathered: those names stay as they were
+        raise
+    except GatherError as error:  # every piece ran: what they assigned comes back as with --all
+        apply_results(namespace, error.results)
+        notice("nothing was gathered: every name the cell assigned is in the notebook as {worker: value}")
+        raise
+    apply_results(namespace, results, gathered=gathered)
+    return results

@@ -5,11 +5,11 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
-from ..wire.sizes import human_size as _size_si
+from ..wire.sizes import human_size
 
 
-def _gib(n: Any) -> str:
-    return f"{n / 2**30:.1f} GiB" if isinstance(n, (int, float)) and n else "?"
+def _size(n: Any) -> str:
+    return human_size(n) if isinstance(n, (int, float)) else "?"
 
 
 def _gpu(worker: dict[str, Any]) -> str:
@@ -30,7 +30,7 @@ def _gpu_counters(worker: dict[str, Any]) -> str:
 
 
 def _sessions(worker: dict[str, Any]) -> str:
-    """'3 (1.2 GiB; yours 410 MiB)': the notebooks' interpreters a worker keeps, and this one's."""
+    """'3 (1.2 GB; yours 410.0 MB)': the notebooks' interpreters a worker keeps, and this one's."""
     count = worker.get("sessions")
     if not isinstance(count, int):
         return "?"
@@ -71,31 +71,14 @@ def _work(worker: dict[str, Any]) -> str:
 
 
 def _data(worker: dict[str, Any]) -> str:
-    """'1.0 MiB / 2.0 KiB': bytes of jobs sent to the worker, and of what it sent back."""
+    """'1.0 MB / 2.0 kB': bytes of jobs sent to the worker, and of what it sent back."""
     sent, back = worker.get("bytes_in"), worker.get("bytes_out")
-    return f"{_bytes(sent)} / {_bytes(back)}" if isinstance(sent, int) and isinstance(back, int) else "?"
-
-
-def _bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    value = n / 1024
-    for unit in ("KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
+    return f"{human_size(sent)} / {human_size(back)}" if isinstance(sent, int) and isinstance(back, int) else "?"
 
 
 def _labels(worker: dict[str, Any]) -> str:
     labels = worker.get("labels")
     return ", ".join(f"{k}={v}" for k, v in labels.items()) if isinstance(labels, dict) else ""
-
-
-def _size(n: Any) -> str:
-    if not isinstance(n, int):
-        return "?"
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 COLUMNS = ("name", "host", "platform", "python", "CPUs", "memory", "GPU", "power", "state", "jobs", "data in / out",
@@ -105,7 +88,7 @@ COLUMNS = ("name", "host", "platform", "python", "CPUs", "memory", "GPU", "power
 def rows(workers: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     return [(
         str(w.get("name", "?")), str(w.get("hostname", "?")), str(w.get("platform", "?")),
-        str(w.get("python", "?")), _cpus(w), _gib(w.get("memory_bytes")), _gpu(w), _power(w),
+        str(w.get("python", "?")), _cpus(w), _size(w.get("memory_bytes") or None), _gpu(w), _power(w),
         str(w.get("state", "?")), _work(w), _data(w), _sessions(w), _gpu_counters(w), _labels(w),
     ) for w in workers]
 
@@ -124,12 +107,13 @@ class WorkersTable:
         notes = []
         if self.transferred is not None:
             sent, received, budget = self.transferred
-            left = f", {_size_si(max(0, budget - sent - received))} left of its {_size_si(budget)} budget" \
+            left = f", {human_size(max(0, budget - sent - received))} left of its {human_size(budget)} budget" \
                 if budget is not None else ""
-            notes.append(f"This notebook sent {_size_si(sent)} and received {_size_si(received)}{left}.")
+            notes.append(f"This notebook sent {human_size(sent)} and received {human_size(received)}{left}.")
         if self.hub_cache.get("max_bytes"):
-            notes.append(f"The hub keeps {_size_si(self.hub_cache.get('bytes', 0))} of this notebook's large values "
-                         f"(at most {_size_si(self.hub_cache['max_bytes'])}): sent again, they cross as their digest.")
+            kept, most = human_size(self.hub_cache.get("bytes", 0)), human_size(self.hub_cache["max_bytes"])
+            notes.append(f"The hub keeps {kept} of this notebook's large values (at most {most}): sent again, they "
+                         "cross as their digest.")
         return notes
 
     def __repr__(self) -> str:

@@ -1,0 +1,315 @@
+"""The seam between the notebook API and the engines that run its jobs.
+
+``Engine`` is what ``%%offload`` (``execute``), ``--all`` (``execute_all``), ``--split`` (``split``) and
+``map`` need of a backend. Two implement it, and ``connect`` picks one by the address's scheme
+(``client.ENGINES``)::
+
+    Engine ─┬─ client.Client           a remote-worker hub: sessions, files, placement, retries
+            └─ dask_client.DaskClient  a Dask scheduler: Dask places the jobs
+
+Both inherit the public calls from here, so their signatures and the work they share are written once:
+the arguments become a ``JobRequest`` (as httpx's ``client.get(...)`` builds a ``Request``), ``execute_all``
+labels each worker's output, ``split`` plans the pieces and gathers them, ``map`` becomes a ``MapRequest``.
+An engine supplies three hooks, each taking requests:
+
+- ``run_job(request)``: one job, to its JobResult or its error;
+- ``run_each(requests)``: one job per request at once, each on its request's worker;
+- ``run_map(request)``: ``map``'s chunks (``fleet_jobs.chunks`` sizes them).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+
+from . import fleet_jobs, split_gather
+from .errors import FleetError
+from .results import FileChanges, JobResult, show_display, write_stream
+from .split_gather import SplitResult
+from .wire.requirements import placement_header
+
+log = logging.getLogger(__name__)
+
+_Self = TypeVar("_Self", bound="Engine")
+
+OnStream = Callable[[Mapping[str, Any]], None]
+"""A callback for a job's STREAM or DISPLAY header."""
+OnWorkerOutput = Callable[[str, Mapping[str, Any]], None]
+"""A callback for output of a job run on several workers: the worker's name, then the STREAM or DISPLAY header."""
+OnModuleError = Callable[[str, Any, Exception], None]
+"""Called when a value can't be loaded here because its module can't be imported: its name, the reference, why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRequest:
+    """One code job, as ``Engine.execute`` takes it: what to run, with what, where, and how to show it."""
+
+    code: str
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    outputs: tuple[str, ...] | None = None  # None: every name the code binds
+    worker: str | None = None
+    timeout: float | None = None
+    gpu: bool | tuple[str, ...] | None = None
+    kernels: Mapping[str, str] | None = None
+    on_stream: OnStream = write_stream
+    on_display: OnStream = show_display
+    on_module_error: OnModuleError | None = None
+    figure_formats: tuple[str, ...] = ("png",)
+    text_format: Mapping[str, Any] | None = None
+    on_files: Callable[[FileChanges], None] | None = None
+    retries: int = 0
+    on_retry: Callable[[str], None] | None = None
+    require: tuple[str, ...] | str | None = None
+    prefer: str | None = None
+    keep: tuple[str, ...] = ()
+    module_state: Mapping[str, Any] | None = None
+    update_inputs: bool = True
+    """Inputs the code changes in place are changed in place here too; False for jobs on several workers,
+    where each worker's change comes back as an object of its own."""
+
+    def header(self) -> dict[str, Any]:
+        """What the job's SUBMIT says before its inputs are packed. RequirementError for a malformed
+        ``require`` or ``prefer``, before anything is sent."""
+        header: dict[str, Any] = {"kind": "code", "code": self.code, "figure_formats": list(self.figure_formats),
+                                  "outputs": None if self.outputs is None else list(self.outputs),
+                                  **placement_header(self.require, self.prefer)}
+        if self.text_format:
+            header["text_format"] = dict(self.text_format)
+        if self.gpu:
+            header["gpu"] = list(self.gpu) if isinstance(self.gpu, tuple) else True
+        if self.kernels:
+            header["kernels"] = dict(self.kernels)
+        if self.keep:
+            header["keep"] = list(self.keep)
+        return header
+
+
+@dataclass(frozen=True, kw_only=True)
+class MapRequest:
+    """``Engine.map``'s arguments: ``fn`` over ``items`` in chunks."""
+
+    fn: Callable[[Any], Any]
+    items: tuple[Any, ...]
+    chunksize: int | None = None  # None: about fleet_jobs.CHUNKS_PER_WORKER chunks per worker
+    retries: int = 0
+    workers: tuple[str, ...] | None = None  # without repeats; None: any
+    timeout: float | None = None
+    require: tuple[str, ...] | str | None = None
+    prefer: str | None = None
+
+
+class Engine(Protocol):
+    """What runs offloaded work: ``run``, ``execute``, ``execute_all``, ``split``, ``map``, ``workers``, ``close``.
+
+    An engine subclasses this for the public calls and implements ``run_job``, ``run_each``, ``run_map``
+    and ``workers``. It is a context manager (``close`` on exit).
+    """
+
+    version_notes: list[str]
+    """Version differences with the workers at connect, in words."""
+    hub_cache: dict[str, int]
+    """How many bytes of this client's large values the hub keeps (``bytes``, ``max_bytes``; empty without a hub)."""
+
+    # -- what an engine implements ---------------------------------------------------------
+
+    def run_job(self, request: JobRequest) -> JobResult:
+        """Run one job to its end: its JobResult, or its error raised (a RemoteError carries ``partial``)."""
+        ...
+
+    def run_each(self, requests: Sequence[JobRequest]) -> list[Callable[[], JobResult]]:
+        """Run one job per request at once, each on its request's worker, and wait for all; for each, in order,
+        a call that reads its JobResult or raises its error. NoSuchWorker, with what to do, when there
+        are no requests (no worker to run on)."""
+        ...
+
+    def run_map(self, request: MapRequest) -> list[Any]:
+        """``fn`` over the items, in chunks, on the workers: the results in input order."""
+        ...
+
+    def workers(self, timeout: float = ...) -> list[dict[str, Any]]:
+        """The workers: one dict each, with at least ``name`` and ``state``."""
+        ...
+
+    def close(self) -> None:
+        """Disconnect; jobs still running are cancelled."""
+        ...
+
+    # -- the public calls, the same on every engine ----------------------------------------
+
+    def run(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+            *, worker: str | None = None, timeout: float | None = None,
+            gpu: bool | list[str] | None = None, require: Iterable[str] | str | None = None,
+            prefer: str | None = None) -> dict[str, Any]:
+        """Run ``code`` on a worker with ``inputs`` as its globals; return its outputs.
+
+        Returns ``{name: value}`` for the names in ``outputs``, or, when ``outputs`` is None, for
+        every name the code binds (star imports and ``globals()`` included) and every input it
+        changes in place (``L.sort()``). Remote stdout/stderr stream to the local ones while it
+        runs. A remote exception raises ``RemoteError`` with the remote traceback; Ctrl-C stops
+        the remote job and re-raises KeyboardInterrupt. ``gpu`` runs numpy array work on the
+        worker's GPU: True for every built-in kernel, or a list of kernel names. ``require`` places
+        the job on a worker that has what it needs (``["gpu", "memory>=16GB"]``: see docs/fleet.md),
+        ``prefer="fastest"`` on the fastest idle one; NoMatchingWorker when no worker could.
+        """
+        result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu, require=require,
+                              prefer=prefer)
+        if result.kept_on_worker:  # not silently: name what didn't come back
+            log.warning("not returned, left on the worker: %s",
+                        ", ".join(handle.describe() for handle in result.kept_on_worker.values()))
+        return result.values
+
+    def execute(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+                *, worker: str | None = None, timeout: float | None = None, gpu: bool | list[str] | None = None,
+                kernels: Mapping[str, str] | None = None, on_stream: OnStream = write_stream,
+                on_display: OnStream = show_display, on_module_error: OnModuleError | None = None,
+                figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
+                on_files: Callable[[FileChanges], None] | None = None,
+                retries: int = 0, on_retry: Callable[[str], None] | None = None,
+                require: Iterable[str] | str | None = None, prefer: str | None = None,
+                keep: Iterable[str] | None = None, module_state: Mapping[str, Any] | None = None) -> JobResult:
+        """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
+
+        ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
+        Matplotlib figures come back as images in ``figure_formats`` (png, retina, jpeg, svg, pdf).
+        ``text_format``: how the notebook shows values as text (IPython's PlainTextFormatter settings
+        ``pprint``, ``float_precision``, ``max_width``, ``max_seq_length``; ``%precision``, ``%pprint``),
+        for the worker to render the value alike.
+        ``on_files`` is called with the files the code wrote or removed in the worker's working
+        directory, when there are any, also when the code then raised.
+
+        ``retries``: when the worker running the code is lost (WorkerLost), run it again, up to this
+        many times, on whichever worker is free (the one named by ``worker``, if it rejoined); the code
+        may then have run partly on the lost worker. Each retry is logged and told to ``on_retry``.
+        No other error is retried; without retries nothing ever runs twice. ``require`` and ``prefer``:
+        as ``run``; a malformed requirement raises RequirementError before anything is sent.
+
+        ``keep``: names whose values stay on the worker when the code binds them: the result's
+        ``kept_on_worker`` holds a handle for each (later code there uses it in place; ``gather`` brings
+        values back).
+
+        ``module_state``: this process's global random generators, numpy print options, rcParams and
+        pandas display options (``wire.module_state.capture()``), for the code to run with; what it
+        changes of them comes back in ``JobResult.module_state`` (also in a RemoteError's ``partial``),
+        for this process to take.
+
+        On a Dask cluster, ``timeout`` stops the waiting (JobTimeout; Dask can't stop a task that started),
+        ``gpu``, ``kernels``, ``retries``, ``require``, ``prefer`` and ``keep`` raise DaskError, and files the
+        code writes stay on the Dask worker, unlisted.
+        """
+        return self.run_job(JobRequest(
+            code=code, inputs=dict(inputs or {}), outputs=None if outputs is None else tuple(outputs), worker=worker,
+            timeout=timeout, gpu=_kernel_names(gpu), kernels=kernels, on_stream=on_stream, on_display=on_display,
+            on_module_error=on_module_error, figure_formats=tuple(figure_formats), text_format=text_format,
+            on_files=on_files, retries=retries, on_retry=on_retry, require=_requirements(require), prefer=prefer,
+            keep=tuple(keep or ()), module_state=module_state))
+
+    def execute_all(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
+                    *, workers: Iterable[str] | None = None, timeout: float | None = None,
+                    gpu: bool | list[str] | None = None, kernels: Mapping[str, str] | None = None,
+                    on_stream: OnWorkerOutput | None = None, on_display: OnWorkerOutput | None = None,
+                    on_module_error: OnModuleError | None = None,
+                    figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
+                    inputs_for: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, JobResult]:
+        """Run ``code`` on several workers at once, each in this client's session there; ``{worker: JobResult}``.
+
+        ``workers``: their names (default: every worker connected now). Each gets the same ``inputs``,
+        and, with ``inputs_for`` ({worker: {name: value}}), its own values on top of them (``split`` sends
+        each worker its piece this way); inputs the code changes in place come back per worker, as new
+        objects (the notebook's stay as they were). Output is labelled by worker: ``on_stream`` and
+        ``on_display`` get the worker's name and the output; by default each part is written under a line
+        such as ``[stdout:box]``.
+        One worker failing cancels nothing: when any fails, FleetError says which and why, with
+        ``failures`` ({worker: error}) and ``results`` (the others' JobResults). Never retried.
+        """
+        names = worker_names(self, workers)
+        labelled = fleet_jobs.LabelledOutput(write_stream, show_display)
+        stream, display = on_stream or labelled.stream, on_display or labelled.display
+        common = JobRequest(code=code, outputs=None if outputs is None else tuple(outputs), timeout=timeout,
+                            gpu=_kernel_names(gpu), kernels=kernels, on_module_error=on_module_error,
+                            figure_formats=tuple(figure_formats), text_format=text_format, update_inputs=False)
+        requests = [replace(common, worker=name, inputs={**(inputs or {}), **(inputs_for or {}).get(name, {})},
+                            on_stream=_for_worker(stream, name), on_display=_for_worker(display, name))
+                    for name in names]
+        return fleet_jobs.each_result(zip(names, self.run_each(requests)), names)
+
+    def split(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None, *,
+              split: Iterable[str] | str, gather: Iterable[str] | str = (), workers: Iterable[str] | None = None,
+              timeout: float | None = None, gpu: bool | list[str] | None = None,
+              kernels: Mapping[str, str] | None = None, on_stream: OnWorkerOutput | None = None,
+              on_display: OnWorkerOutput | None = None, on_module_error: OnModuleError | None = None,
+              figure_formats: Iterable[str] = ("png",),
+              text_format: Mapping[str, Any] | None = None) -> SplitResult:
+        """Run ``code`` on pieces of the ``split`` inputs, one piece per worker at once; concatenate ``gather``.
+
+        Each input named in ``split`` (numpy arrays, lists, tuples, pandas DataFrames and Series, all of one
+        length) is cut along axis 0 into contiguous pieces, one per worker of ``workers`` (default: every
+        worker connected now), in that order, sized in proportion to each worker's measured ``speed``
+        (equal pieces when one has none, as on a Dask cluster). An input shorter than the workers runs on
+        fewer of them (the fastest; ``SplitResult.notes`` says so). The other inputs go whole to every
+        worker. Each name in ``gather`` is concatenated over the pieces in order (``np.concatenate``, list or
+        tuple concatenation, ``pd.concat``) into ``SplitResult.gathered``; ``SplitResult.results`` has each
+        worker's JobResult.
+
+        Raises SplitError (nothing ran) when an input can't be split as asked, GatherError (with
+        ``results``) when a gathered name's values can't be concatenated, and FleetError as ``execute_all``
+        when a piece failed: then nothing is gathered. The other arguments are ``execute_all``'s.
+        """
+        split_names, gather_names = split_gather.names(split), split_gather.names(gather)
+        given = dict(inputs or {})
+        plan = split_gather.plan(given, split_names, split_gather.chosen(self.workers(), workers))
+        for note in plan.notes:
+            log.info("split: %s", note)
+        common = {name: value for name, value in given.items() if name not in split_names}
+        wanted = None if outputs is None else list(dict.fromkeys([*outputs, *gather_names]))
+        try:
+            results = self.execute_all(
+                code, common, wanted, workers=list(plan.pieces), inputs_for=plan.inputs_for, timeout=timeout, gpu=gpu,
+                kernels=kernels, on_stream=on_stream, on_display=on_display, on_module_error=on_module_error,
+                figure_formats=figure_formats, text_format=text_format)
+        except FleetError as error:
+            split_gather.say_nothing_gathered(error, gather_names)
+            raise
+        return split_gather.gathered(plan, results, gather_names)
+
+    def map(self, fn: Callable[[Any], Any], iterable: Iterable[Any], *, chunksize: int | None = None,
+            retries: int = 0, workers: Iterable[str] | None = None, timeout: float | None = None,
+            require: Iterable[str] | str | None = None, prefer: str | None = None) -> list[Any]:
+        """``[fn(item) for item in iterable]``, run on the workers; the results in input order.
+
+        Blocks until every item is done, as ``multiprocessing.Pool.map``. Items go in chunks of
+        ``chunksize``, one job each (default: about four chunks per worker); chunks wait at the hub
+        and each worker takes the next as it finishes one, so every worker stays busy. ``workers``:
+        only these (default: any). ``timeout``: seconds one chunk may run. When ``fn`` raises, the
+        RemoteError names the item, and the chunks not yet done are cancelled. ``retries``: a chunk
+        whose worker is lost runs again elsewhere, up to this many times (see ``execute``). ``require``
+        and ``prefer``: as ``run``. On a Dask cluster the chunks are Dask tasks, all handed to its
+        scheduler at once, and ``retries``, ``require`` and ``prefer`` raise DaskError.
+        """
+        return self.run_map(MapRequest(
+            fn=fn, items=tuple(iterable), chunksize=chunksize, retries=retries,
+            workers=None if workers is None else tuple(dict.fromkeys(workers)), timeout=timeout,
+            require=_requirements(require), prefer=prefer))
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def worker_names(engine: Engine, workers: Iterable[str] | None) -> list[str]:
+    """The workers named, without repeats, in order; None: every worker ``engine`` lists now."""
+    return list(dict.fromkeys(workers)) if workers is not None else [str(w["name"]) for w in engine.workers()]
+
+
+def _for_worker(callback: OnWorkerOutput, worker: str) -> OnStream:
+    return lambda header: callback(worker, header)
+
+
+def _kernel_names(gpu: bool | Iterable[str] | None) -> bool | tuple[str, ...] | None:
+    return gpu if gpu is None or isinstance(gpu, bool) else tuple(gpu)
+
+
+def _requirements(require: Iterable[str] | str | None) -> tuple[str, ...] | str | None:
+    return require if require is None or isinstance(require, str) else tuple(require)

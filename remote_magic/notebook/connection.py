@@ -1,0 +1,104 @@
+"""What the notebook's groups of magics share: one connection (`NotebookConnection`), and the settings
+users configure as ``c.OffloadMagics.*`` (`OffloadMagics`, the class every group subclasses).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics
+from traitlets import Float
+
+from ..client import Client, connect
+from ..dask_client import DaskClient
+from ..engine import Engine
+from ..hub.served import ServedHub
+from ..wire.keys import HubKeys
+from ..wire.protocol import Role
+
+
+class NotebookConnection:
+    """The hub (or Dask scheduler) this notebook is connected to, and the hub it serves, if any."""
+
+    def __init__(self) -> None:
+        self.client: Client | DaskClient | None = None  # DaskClient: %offload_connect dask://HOST:PORT
+        self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)
+
+    def connected(self) -> Client | DaskClient:
+        """The client, or a UsageError saying how to connect."""
+        if self.client is None:
+            raise UsageError("not connected: run %offload_connect TOKEN first "
+                             "(the token is the line remote-worker printed)")
+        return self.client
+
+    def connect(self, token: str | None, timeout: float) -> Client | DaskClient:
+        """Connect to the hub ``token`` opens (or the Dask scheduler it names; default: $REMOTE_MAGIC_TOKEN),
+        in place of any connection."""
+        self.disconnect()
+        self.client = connect(token, timeout=timeout)
+        return self.client
+
+    def connect_on_lan(self, token: str | None, browse_s: float | None, timeout: float) -> Client | None:
+        """List the hubs advertised on this network; with a token, connect to its hub where it is found now.
+
+        Without a token this only lists (None): the connection this notebook has stays.
+        """
+        from ..lan import connect_discovered  # zeroconf: only for --lan
+        from .lan import find_lan_hub
+
+        found = find_lan_hub(token, browse_s)
+        if found is None:
+            return None
+        self.disconnect()
+        client = self.client = connect_discovered(*found, timeout=timeout)
+        return client
+
+    def serve(self, host: str, port: int, *, ngrok: bool, ngrok_authtoken: str | None, advertise: str | None,
+              timeout: float) -> ServedHub:
+        """Host a hub in this kernel (in place of any connection) and connect to it."""
+        self.disconnect()
+        # A notebook's hub lives as long as the kernel: fresh keys each time.
+        served = self.served = ServedHub(HubKeys.generate(), host, port, ngrok=ngrok,
+                                         ngrok_authtoken=ngrok_authtoken, advertise=advertise)
+        try:
+            self.client = connect(served.loopback_token(Role.CLIENT), timeout=timeout)
+        except BaseException:
+            self.disconnect()
+            raise
+        return served
+
+    def disconnect(self) -> None:
+        """Close the client, and a hub this kernel serves; running jobs are cancelled."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.served is not None:
+            self.served.close()
+            self.served = None
+
+
+def bytes_crossed(engine: Engine) -> tuple[int, int]:
+    """Bytes a hub's client has sent and received over its link so far (another engine: none counted)."""
+    return (engine.bytes_sent, engine.bytes_received) if isinstance(engine, Client) else (0, 0)
+
+
+class OffloadMagics(Magics):
+    """What every group of remote-magic magics shares: the notebook's connection, and the settings
+    configured as ``c.OffloadMagics.default_timeout`` (or ``%config OffloadMagics.default_timeout = 60``)."""
+
+    connect_timeout = Float(10.0, help="Seconds %offload_connect waits for the hub.").tag(config=True)
+    default_timeout = Float(None, allow_none=True, help="Default --timeout of %%offload, in seconds.").tag(config=True)
+
+    def __init__(self, shell: Any, connection: NotebookConnection, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self.connection = connection
+
+    @property
+    def namespace(self) -> dict[str, Any]:
+        """The notebook's variables."""
+        assert self.shell is not None  # IPython registers magics with their shell
+        return self.shell.user_ns  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Undo what this group hooked into the shell (the extension is unloading)."""

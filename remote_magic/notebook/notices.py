@@ -1,0 +1,126 @@
+"""What the magics tell the user in words: `notice` prints a line on stderr, beside a cell's output, and the
+``describe_*`` functions word what happened (files a cell wrote, a copy, GPU stats, a connection, a reset).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..client import Client
+from ..dask_client import DaskClient
+from ..file_copy import Transfer
+from ..results import FileChanges
+from ..wire.definitions import INSTALLED
+from ..wire.sizes import human_size
+
+NOTICE_FILES = 3
+"""How many files a notice about the files a cell wrote names; it counts the rest."""
+
+NOTICE_SIZE_BYTES = 1_000_000
+"""Files at least this large are named with their size."""
+
+
+def notice(text: str) -> None:
+    """Say ``text`` on stderr, marked as remote-magic's: where an offloaded cell differs from a local run."""
+    print(f"remote-magic: {text}", file=sys.stderr)
+
+
+def describe_connection(client: Client | DaskClient, workers: Sequence[Mapping[str, Any]]) -> str:
+    """'Connected to tcp://… — workers: box, laptop': what %offload_connect prints."""
+    names = ", ".join(w["name"] for w in workers) or "none yet"
+    if isinstance(client, DaskClient):
+        return f"Connected to {client.address} — Dask workers: {names}"
+    return f"Connected to {client.token.address} — workers: {names}"
+
+
+def describe_reset(reset: Sequence[str], asked: str | None) -> str:
+    """What %offload_reset did: the workers whose session for this notebook ended, or that there was none."""
+    if reset:
+        names = ", ".join(repr(name) for name in reset)
+        return (f"Reset this notebook's session on worker{'s' if len(reset) > 1 else ''} {names}: the next "
+                "offloaded cell there starts in a fresh interpreter.")
+    if asked:
+        return f"Nothing to reset: this notebook has no session on worker {asked!r}."
+    return "Nothing to reset: this notebook has no session on any worker."
+
+
+def describe_jobs(waiting: Sequence[Mapping[str, Any]]) -> str:
+    """What %offload_jobs prints: one line per job that waits to be collected, and how to collect one."""
+    if not waiting:
+        return "No job waits to be collected: jobs whose notebook went away while they ran show here."
+    lines = []
+    for job in waiting:
+        ended = f"{job['state']} {job['ended_s']:.0f} s ago" if job.get("ended_s") is not None else "running"
+        lines.append(f"{job['job']}  {ended} on {job['worker']!r}, {human_size(job['output_bytes'])} of output: "
+                     f"{job['summary']}")
+    lines.append("Collect one with %offload_attach JOB: its output is shown again and its values land here.")
+    return "\n".join(lines)
+
+
+def describe_files(files: FileChanges) -> str:
+    """One line: which files the cell wrote or removed on the worker, and how to copy them here."""
+    def listed(names: list[str], count: int) -> str:
+        more = count - len(names)
+        return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+    written = [f"{path} ({human_size(size)})" if size >= NOTICE_SIZE_BYTES else path
+               for path, size in list(files.written.items())[:NOTICE_FILES]]
+    deleted = files.deleted[:NOTICE_FILES]
+    done = [f"wrote {listed(written, files.written_count)}" if files.written_count else "",
+            f"deleted {listed(deleted, files.deleted_count)}" if files.deleted_count else ""]
+    text = f"the cell {' and '.join(d for d in done if d)} on worker {files.worker!r}"
+    if files.written:
+        first = next(iter(files.written))
+        text += f" — they are there, not here: %offload_get {shlex.quote(first)} copies one here"
+    if not files.complete:
+        text += f" (its folder {files.folder} is too large to look through: some changes may be missing)"
+    return text
+
+
+def describe_copy(copied: Transfer) -> str:
+    """'data (4 files, 21.0 MB)': what %offload_get or %offload_put copied."""
+    what = f"{copied.files:,} file{'s' if copied.files != 1 else ''}, " if copied.files != 1 else ""
+    return f"{os.path.basename(copied.source)} ({what}{human_size(copied.bytes)})"
+
+
+def describe_stats(worker: str, stats: Mapping[str, Any]) -> str:
+    """What ``%%offload --stats`` says of a cell: the GPU kernels and numpy functions it ran, GPU time, bytes moved."""
+    def counts(key: str) -> str:
+        return ", ".join(f"{name}×{count}" for name, count in (stats.get(key) or {}).items()) or "none"
+
+    return (f"ran on {worker}: GPU kernels {counts('kernels')}; with numpy {counts('numpy')}; "
+            f"GPU time {stats.get('gpu_time_s', 0.0) * 1e3:.2f} ms; "
+            f"uploaded {human_size(stats.get('bytes_uploaded', 0))}, "
+            f"read back {human_size(stats.get('bytes_downloaded', 0))}")
+
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def say_if_a_local_module(error: str) -> None:
+    """When the worker lacks a module that is a file or folder beside the notebook (not an installed
+    package), say so, and how to copy it there."""
+    missing = _NO_MODULE.search(error)
+    if missing is None:
+        return
+    top = missing[1].partition(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return
+    origin = spec.origin if spec is not None else None
+    if not origin or origin in ("built-in", "frozen") or origin.startswith(INSTALLED):
+        return
+    path = Path(origin).parent if spec is not None and spec.submodule_search_locations else Path(origin)
+    try:
+        shown = str(path.relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(path)
+    notice(f"`{top}` is {shown} here, next to the notebook, not a package installed on the worker: "
+           f"`%offload_put {shown}` copies it into the worker's working directory, where offloaded cells import from")
