@@ -9,13 +9,13 @@ import ast
 import re
 from pathlib import Path
 
-from remote_magic.notebook.magics import OffloadMagics
+from remote_magic.notebook.magics import MAGICS_CLASSES
 from remote_magic.worker.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / "README.md",
                                                                         *sorted((REPO / "docs").glob("*.md"))]}
-MAGICS = {name: getattr(magics, method) for magics in OffloadMagics.__subclasses__()  # each group the extension
+MAGICS = {name: getattr(magics, method) for magics in MAGICS_CLASSES  # each group the extension
           for kind in ("line", "cell") for name, method in magics.magics[kind].items()}  # registers, as it does
 
 

@@ -180,6 +180,17 @@ def test_timeouts_on_the_magics_line(ip: InteractiveShell, worker: WorkerProcess
     assert "slept" not in ip.user_ns
 
 
+def test_the_settings_are_one_configurable_every_magic_reads(ip: InteractiveShell) -> None:
+    """``%config OffloadMagics`` lists and sets them, as for any IPython configurable."""
+    run(ip, "%config OffloadMagics.default_timeout = 1")
+    assert ip.run_line_magic("config", "OffloadMagics.default_timeout") == 1
+    result, out = run(ip, "%config OffloadMagics")
+    assert "default_timeout" in out.stdout and "connect_timeout" in out.stdout
+    result, _ = run(ip, "%%offload\nimport time\ntime.sleep(60)\nslept = True")
+    assert isinstance(result.error_in_exec, JobTimeout) and "1 s timeout" in str(result.error_in_exec)
+    assert "slept" not in ip.user_ns
+
+
 def test_unloading_the_extension_removes_every_magic_it_added() -> None:
     from remote_magic.notebook.magics import MAGICS_CLASSES
 
@@ -190,3 +201,4 @@ def test_unloading_the_extension_removes_every_magic_it_added() -> None:
     assert "offload_pull" in ours["line"] and ours["line"] <= set(shell.magics_manager.magics["line"])
     shell.run_line_magic("unload_ext", "remote_magic")
     assert not any(ours[kind] & set(shell.magics_manager.magics[kind]) for kind in ours)
+    assert not any(type(c).__name__ == "OffloadMagics" for c in shell.configurables)

@@ -21,7 +21,7 @@ from . import cell_context, on_several
 from .apply_result import apply_result
 from .arguments import placement_options, several_options
 from .cell_display import CellDisplay
-from .connection import NotebookConnection, OffloadMagics, bytes_crossed
+from .connection import MagicsGroup, NotebookConnection, bytes_crossed
 from .notices import describe_files, describe_jobs, describe_stats, notice, say_if_a_local_module
 from .shared_state import SharedState
 
@@ -30,7 +30,7 @@ _output_can_be_silenced = getattr(ipython_magic, "output_can_be_silenced", lambd
 
 
 @magics_class
-class CellMagics(OffloadMagics):
+class CellMagics(MagicsGroup):
     """Run cells on a remote-magic worker, and collect the jobs that outlived their notebook."""
 
     def __init__(self, shell: Any, connection: NotebookConnection, **kwargs: Any) -> None:
@@ -88,7 +88,8 @@ class CellMagics(OffloadMagics):
         split = on_several.chosen_split(args.split, args.gather, inputs, self.namespace, args.worker, args.retries,
                                         placed)
         options: dict[str, Any] = dict(
-            timeout=args.timeout or self.default_timeout, gpu=True if args.gpu else cell_context.listed(args.kernels),
+            timeout=args.timeout or self.connection.settings.default_timeout,
+            gpu=True if args.gpu else cell_context.listed(args.kernels),
             kernels=self.kernels or None, figure_formats=cell_context.figure_formats(self.shell),
             text_format=cell_context.text_format(self.shell), on_module_error=_module_not_here)
         if several is None:

@@ -1,5 +1,5 @@
-"""What the notebook's groups of magics share: one connection (`NotebookConnection`), and the settings
-users configure as ``c.OffloadMagics.*`` (`OffloadMagics`, the class every group subclasses).
+"""What the notebook's groups of magics share: one connection (`NotebookConnection`), the settings
+users configure as ``c.OffloadMagics.*`` (`OffloadMagics`), and their base class (`MagicsGroup`).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics
 from traitlets import Float
+from traitlets.config import Configurable
 
 from ..client import Client, connect
 from ..dask_client import DaskClient
@@ -18,10 +19,20 @@ from ..wire.keys import HubKeys
 from ..wire.protocol import Role
 
 
-class NotebookConnection:
-    """The hub (or Dask scheduler) this notebook is connected to, and the hub it serves, if any."""
+class OffloadMagics(Configurable):
+    """The magics' settings: ``c.OffloadMagics.default_timeout = 60`` in a config file, or
+    ``%config OffloadMagics.default_timeout = 60`` (``%config OffloadMagics`` lists them)."""
 
-    def __init__(self) -> None:
+    connect_timeout = Float(10.0, help="Seconds %offload_connect waits for the hub.").tag(config=True)
+    default_timeout = Float(None, allow_none=True, help="Default --timeout of %%offload, in seconds.").tag(config=True)
+
+
+class NotebookConnection:
+    """The hub (or Dask scheduler) this notebook is connected to, the hub it serves, if any, and the
+    magics' settings."""
+
+    def __init__(self, settings: OffloadMagics) -> None:
+        self.settings = settings
         self.client: Client | DaskClient | None = None  # DaskClient: %offload_connect dask://HOST:PORT
         self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)
 
@@ -83,12 +94,8 @@ def bytes_crossed(engine: Engine) -> tuple[int, int]:
     return (engine.bytes_sent, engine.bytes_received) if isinstance(engine, Client) else (0, 0)
 
 
-class OffloadMagics(Magics):
-    """What every group of remote-magic magics shares: the notebook's connection, and the settings
-    configured as ``c.OffloadMagics.default_timeout`` (or ``%config OffloadMagics.default_timeout = 60``)."""
-
-    connect_timeout = Float(10.0, help="Seconds %offload_connect waits for the hub.").tag(config=True)
-    default_timeout = Float(None, allow_none=True, help="Default --timeout of %%offload, in seconds.").tag(config=True)
+class MagicsGroup(Magics):
+    """What every group of remote-magic magics shares: the notebook's connection and its settings."""
 
     def __init__(self, shell: Any, connection: NotebookConnection, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)

@@ -17,13 +17,13 @@ from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.protocol import Role
 from ..wire.sizes import parse_size
 from .arguments import worker_option
-from .connection import OffloadMagics, bytes_crossed
+from .connection import MagicsGroup, bytes_crossed
 from .notices import describe_connection, describe_reset, notice
 from .tables import WorkersTable
 
 
 @magics_class
-class ConnectionMagics(OffloadMagics):
+class ConnectionMagics(MagicsGroup):
     """Connect this notebook to a hub (or serve one), and see and reset the workers behind it."""
 
     @magic_arguments()
@@ -68,8 +68,9 @@ class ConnectionMagics(OffloadMagics):
             raise UsageError("--lan finds remote-worker hubs; a Dask scheduler is named by its address alone: "
                              f"%offload_connect {token}")
         try:
-            client = (self.connection.connect_on_lan(token, args.timeout, self.connect_timeout) if args.lan
-                      else self.connection.connect(token, args.timeout or self.connect_timeout))
+            wait = self.connection.settings.connect_timeout
+            client = (self.connection.connect_on_lan(token, args.timeout, wait) if args.lan
+                      else self.connection.connect(token, args.timeout or wait))
         except (TokenError, DaskError) as exc:
             raise UsageError(str(exc)) from None
         if client is None:  # --lan without a token lists the hubs only: the connection this notebook has stays
@@ -103,7 +104,7 @@ class ConnectionMagics(OffloadMagics):
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         served = self.connection.serve(host, port, ngrok=args.ngrok, ngrok_authtoken=args.ngrok_authtoken,
-                                       advertise=advertise, timeout=self.connect_timeout)
+                                       advertise=advertise, timeout=self.connection.settings.connect_timeout)
         print(f"Serving a hub at {served.address}. On each worker machine run:\n\n"
               f"    REMOTE_MAGIC_JOIN_TOKEN={served.token(Role.WORKER).encode()} remote-worker --join\n\n"
               "This notebook is connected to it; %offload_workers lists the workers that joined.")

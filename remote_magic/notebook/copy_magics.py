@@ -11,12 +11,12 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ..errors import DaskError, FileTransferError, OutputError
 from ..wire.handles import RemoteValue
 from .arguments import copy_options
-from .connection import OffloadMagics
+from .connection import MagicsGroup
 from .notices import describe_copy
 
 
 @magics_class
-class CopyMagics(OffloadMagics):
+class CopyMagics(MagicsGroup):
     """Copy files to and from a worker, and bring values that stayed on one into the notebook."""
 
     @magic_arguments()

@@ -5,9 +5,10 @@ Connection and fleet (`ConnectionMagics`): %offload_connect, %offload_serve, %of
 Cells (`CellMagics`): %%offload, %%offload_kernel, %offload_jobs, %offload_attach.
 Files and values (`CopyMagics`): %offload_get, %offload_put, %offload_pull.
 
-Each group is an `OffloadMagics` (the settings users configure as ``c.OffloadMagics.*``), and all share
-one `NotebookConnection`. A magic parses its line, calls the client API and shows the result; a user's
-mistake becomes a UsageError (a short message, no traceback).
+Each group is a `MagicsGroup`, and all share one `NotebookConnection`, which holds the settings
+users configure as ``c.OffloadMagics.*`` (one `OffloadMagics`). A magic parses its line, calls the
+client API and shows the result; a user's mistake becomes a UsageError (a short message, no
+traceback).
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ from __future__ import annotations
 from typing import Any
 
 from .cell_magics import CellMagics
-from .connection import NotebookConnection, OffloadMagics
+from .connection import MagicsGroup, NotebookConnection, OffloadMagics
 from .connection_magics import ConnectionMagics
 from .copy_magics import CopyMagics
 
-MAGICS_CLASSES: tuple[type[OffloadMagics], ...] = (ConnectionMagics, CellMagics, CopyMagics)
+MAGICS_CLASSES: tuple[type[MagicsGroup], ...] = (ConnectionMagics, CellMagics, CopyMagics)
 """Every group of magics the extension registers."""
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register every group of magics, sharing one connection."""
-    connection = NotebookConnection()
+    settings = OffloadMagics(parent=ipython)
+    ipython.configurables.append(settings)  # so %config OffloadMagics finds it
+    connection = NotebookConnection(settings)
     ipython.register_magics(*(magics(ipython, connection) for magics in MAGICS_CLASSES))
 
 
@@ -41,3 +44,5 @@ def unload_ipython_extension(ipython: Any) -> None:
                 manager.magics[kind].pop(name, None)
     for connection in {magics.connection for magics in registered}:
         connection.disconnect()
+        if connection.settings in ipython.configurables:
+            ipython.configurables.remove(connection.settings)
