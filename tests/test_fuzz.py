@@ -51,9 +51,10 @@ import zstandard
 from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
 
 import remote_magic
-from remote_magic.hub.broker import _ALLOWED
+from remote_magic.hub.broker import Hub
 from remote_magic.wire import schema, serialization
 from remote_magic.wire.displays import TEXT_FORMAT
+from remote_magic.wire.keys import HubKeys
 from remote_magic.wire.protocol import (
     MAX_HEADER_BYTES,
     MAX_HEADER_DEPTH,
@@ -657,9 +658,12 @@ def _fuzz_malformed(context: zmq.Context, token: Token, worker_token: Token, exa
     a value it never takes, or missing): each gets an ERROR reply, a ProtocolError naming that field."""
     peers = {Role.CLIENT: _fuzzer(context, token).welcomed("client", "fuzz-malformed"),
              Role.WORKER: _fuzzer(context, worker_token).welcomed("worker", "fuzz-malformed-worker")}
-    # Not HELLO: the hub reads it before the peer has a role there, with checks of its own, not the table's.
-    kinds = [(role, kind) for role in peers for kind in sorted(_ALLOWED[role], key=lambda t: t.value)
-             if kind is not T.HELLO]
+    # The hub's table of routes (not HELLO: the hub reads it before the peer has a role there, with checks
+    # of its own). A hub that never starts, for its table only.
+    table = Hub(HubKeys.generate())
+    accepted = {role: table.accepts(role) for role in peers}
+    table.context.term()
+    kinds = [(role, kind) for role in peers for kind in sorted(accepted[role], key=lambda t: t.value)]
     expected: dict[str, tuple[Role, str]] = {}  # the job each names -> who sent it, and the field it got wrong
     counter = itertools.count()
 

@@ -134,7 +134,7 @@ def test_the_hub_counts_each_workers_jobs_busy_time_and_bytes(client: remote_mag
     assert 0.5 <= after["busy_s"] - before["busy_s"] <= elapsed
     assert after["gpu_s"] == before["gpu_s"]  # a CPU-only job
     table = repr(WorkersTable([after]))
-    assert f"{after['jobs_done']} (busy {after['busy_s']:.1f} s)" in table and " MiB / " in table
+    assert f"{after['jobs_done']} (busy {after['busy_s']:.1f} s)" in table and " MB / " in table
 
 
 def test_the_offload_magic_takes_requirements(ip: InteractiveShell) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from remote_magic import RequirementError
-from remote_magic.hub.fleet import Fleet, Job, Peer
+from remote_magic.hub.fleet import Fleet
+from remote_magic.hub.records import Job, Peer
+from remote_magic.wire.link import Link
 from remote_magic.wire.protocol import Role
 from remote_magic.wire.requirements import parse, parse_quantity, placement_header, traits
 
@@ -46,10 +48,11 @@ def test_sizes_and_the_header() -> None:
 
 
 def _worker(fleet: Fleet, name: str, battery: tuple[int, bool] | None = None, **caps: Any) -> Peer:
-    peer = Peer(name.encode(), Role.WORKER, name, {}, {"cpu_count": 2, "memory_bytes": 2**33, **caps})
+    peer = Peer(name.encode(), Role.WORKER, name, {}, {"cpu_count": 2, "memory_bytes": 2**33, **caps},
+                link=Link(lambda frames: False))  # placement never sends
     if battery is not None:
         peer.stats = {"battery": {"percent": battery[0], "plugged_in": battery[1]}}
-    fleet.peers[peer.identity] = peer
+    fleet.join(peer)
     return peer
 
 

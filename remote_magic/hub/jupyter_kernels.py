@@ -1,16 +1,25 @@
-"""The hub's table of whole Jupyter kernels: which client started each, on which worker.
+"""Whole Jupyter kernels through the hub: which client started each, on which worker, and their messages.
 
 The hub routes a kernel's messages (``kernel_*`` types) between the client that started it and the
-worker that runs it, and nothing else: it never reads a kernel's frames. No sockets here.
+worker that runs it, and nothing else: it never reads a kernel's frames. ``KernelRoutes`` is the table
+(no sockets); ``KernelRelay`` handles the messages and what a peer that leaves takes with it, sending
+through the hub (``outbound.Outbound``).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import KernelError, NoSuchWorker
-from .fleet import Peer
+from ..errors import KernelError, NoSuchWorker, PermissionDenied
+from ..wire.failures import error_header
+from ..wire.protocol import Message, MessageType as T, Role
+from .fleet import Fleet
+from .outbound import Outbound
+from .records import Peer
+
+log = logging.getLogger(__name__)
 
 MAX_KERNEL_ID = 64
 """The longest kernel id a client may choose (jupyter_client's are 36-character UUIDs)."""
@@ -18,7 +27,7 @@ MAX_KERNEL_ID = 64
 
 @dataclass
 class KernelRoute:
-    """One kernel: the client that started it and the worker it runs on."""
+    """One kernel: the client that started it and the worker it runs on (their routing ids)."""
 
     id: str
     client: bytes
@@ -52,18 +61,92 @@ class KernelRoutes:
         if not hosts:
             raise KernelError(f"no connected worker runs kernels (workers: {names}); start remote-worker "
                               "(with --kernels on, the default) where the kernel should run")
-        return min(hosts, key=lambda w: sum(1 for r in self.routes.values() if r.worker == w.identity))
+        return min(hosts, key=lambda w: sum(1 for r in self.routes.values() if r.worker == w.routing_id))
 
     def add(self, kernel_id: str, client: bytes, worker: Peer) -> KernelRoute:
-        route = KernelRoute(kernel_id, client, worker.identity, worker.name)
+        route = KernelRoute(kernel_id, client, worker.routing_id, worker.name)
         self.routes[kernel_id] = route
         return route
 
     def remove(self, kernel_id: str) -> None:
         self.routes.pop(kernel_id, None)
 
-    def of_client(self, identity: bytes) -> list[KernelRoute]:
-        return [r for r in self.routes.values() if r.client == identity]
+    def of_client(self, routing_id: bytes) -> list[KernelRoute]:
+        return [r for r in self.routes.values() if r.client == routing_id]
 
-    def of_worker(self, identity: bytes) -> list[KernelRoute]:
-        return [r for r in self.routes.values() if r.worker == identity]
+    def of_worker(self, routing_id: bytes) -> list[KernelRoute]:
+        return [r for r in self.routes.values() if r.worker == routing_id]
+
+
+class KernelRelay:
+    """Routes ``kernel_*`` messages between the client that started a kernel and the worker that runs it.
+
+    ``allowed``: whether clients may start kernels here (``remote-worker --kernels``).
+    """
+
+    def __init__(self, fleet: Fleet, outbound: Outbound, *, allowed: bool = True) -> None:
+        self.fleet = fleet
+        self.outbound = outbound
+        self.allowed = allowed
+        self.routes = KernelRoutes()
+
+    def on_start(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        """KERNEL_START from a client: pick its worker, remember the route, pass the message on."""
+        kernel_id = msg.header["kernel"]
+        if not isinstance(kernel_id, str) or not kernel_id or len(kernel_id) > MAX_KERNEL_ID:
+            raise ValueError(f"kernel must be a string of 1 to {MAX_KERNEL_ID} characters")
+        if not self.allowed:
+            self.outbound.send(peer.routing_id, T.ERROR, error_header(PermissionDenied(
+                "this hub does not allow kernels: its remote-worker runs with --kernels off. Start it with "
+                "--kernels on (the default) to run whole kernels there"), kernel=kernel_id))
+            return
+        if (route := self.routes.get(kernel_id)) is not None and route.client != peer.routing_id:
+            raise ValueError("another client uses this kernel id")
+        wanted = msg.header.get("worker")
+        try:
+            worker = self.routes.choose_worker(str(wanted) if wanted else None, self.fleet.workers())
+        except (KernelError, NoSuchWorker) as exc:
+            self.outbound.send(peer.routing_id, T.ERROR, error_header(exc, kernel=kernel_id))
+            return
+        self.routes.add(kernel_id, peer.routing_id, worker)
+        log.info("kernel %s of client %r starts on worker %r", kernel_id, peer.name, worker.name)
+        self.outbound.send_frames(worker.routing_id, list(frames))
+
+    def to_worker(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        """A kernel's message from the client that started it (KERNEL_SIGNAL, KERNEL_STOP, KERNEL_FRAMES)."""
+        route = self.routes.get(msg.header["kernel"])
+        if route is not None and route.client == peer.routing_id:
+            self.outbound.send_frames(route.worker, list(frames))
+
+    def to_client(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        """A kernel's message from the worker that runs it (KERNEL_STARTED, KERNEL_DIED, KERNEL_FRAMES)."""
+        route = self.routes.get(msg.header["kernel"])
+        if route is None or route.worker != peer.routing_id:
+            return
+        if msg.type is T.KERNEL_DIED:
+            self.routes.remove(route.id)
+        if route.client in self.fleet.peers:
+            self.outbound.send_frames(route.client, list(frames))
+
+    def on_frames(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
+        """KERNEL_FRAMES, which both ends send."""
+        if peer.role is Role.CLIENT:
+            self.to_worker(peer, msg, frames)
+        else:
+            self.to_client(peer, msg, frames)
+
+    def worker_left(self, worker: Peer, why: str) -> None:
+        """Its kernels are gone: tell the clients that started them."""
+        for route in self.routes.of_worker(worker.routing_id):
+            self.routes.remove(route.id)
+            if route.client in self.fleet.peers:
+                self.outbound.send(route.client, T.KERNEL_DIED, {"kernel": route.id, "reason": (
+                    f"its worker {worker.name!r} {why}; the kernel and its state are lost. Restart the kernel "
+                    "once a worker is back")})
+
+    def client_left(self, client: Peer, why: str) -> None:
+        """Nobody can reach its kernels any more: stop them."""
+        for route in self.routes.of_client(client.routing_id):
+            self.routes.remove(route.id)
+            self.outbound.send(route.worker, T.KERNEL_STOP, {"kernel": route.id, "how": "orphaned",
+                                                            "reason": f"the client that started it {why}"})

@@ -17,12 +17,10 @@ ones on battery.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from ..wire.requirements import Requirement, describe
-
-if TYPE_CHECKING:
-    from .fleet import Job, Peer
+from .records import Job, Peer
 
 ON_BATTERY = ("last", "never", "always")
 """What a worker on battery does (``--on-battery``): ``last`` is the default."""
@@ -31,18 +29,18 @@ DEFAULT_MIN_BATTERY = 20
 """Below this charge (percent), a worker on battery takes no jobs (``--min-battery``)."""
 
 
-def battery(worker: "Peer") -> dict[str, Any] | None:
+def battery(worker: Peer) -> dict[str, Any] | None:
     """The worker's battery as of its last heartbeat ({percent, plugged_in}), or None when it has none."""
     state = worker.stats["battery"] if "battery" in worker.stats else worker.capabilities.get("battery")
     return state if isinstance(state, dict) else None
 
 
-def on_battery(worker: "Peer") -> bool:
+def on_battery(worker: Peer) -> bool:
     state = battery(worker)
     return state is not None and not state.get("plugged_in", True)
 
 
-def power_hold(worker: "Peer") -> str | None:
+def power_hold(worker: Peer) -> str | None:
     """Why the worker takes no job now because of its battery, in words; None when it may take one."""
     if not on_battery(worker):
         return None
@@ -57,12 +55,12 @@ def power_hold(worker: "Peer") -> str | None:
     return None
 
 
-def _tier(worker: "Peer") -> int:
+def _tier(worker: Peer) -> int:
     """0: plugged in (or --on-battery always); 1: on battery, taking jobs only when no plugged one is idle."""
     return 1 if on_battery(worker) and worker.capabilities.get("on_battery", "last") == "last" else 0
 
 
-def speed_rank(worker: "Peer") -> tuple[int, float, int]:
+def speed_rank(worker: Peer) -> tuple[int, float, int]:
     """Larger is faster: (kernels run on a GPU, measured speed, CPU count)."""
     traits = worker.traits
     speed = traits.get("speed")
@@ -71,12 +69,12 @@ def speed_rank(worker: "Peer") -> tuple[int, float, int]:
             int(cpus) if isinstance(cpus, int) else 0)
 
 
-def fits(job: "Job", worker: "Peer") -> bool:
+def fits(job: Job, worker: Peer) -> bool:
     """Could the worker ever run the job: its name, if the job names one, and every requirement."""
     return job.worker_name in (None, worker.name) and all(r.matches(worker.traits) for r in job.require)
 
 
-def choose(job: "Job", idle: Sequence["Peer"]) -> "Peer | None":
+def choose(job: Job, idle: Sequence[Peer]) -> Peer | None:
     """The idle worker that should take the job now, or None if it must wait."""
     candidates = [w for w in idle if fits(job, w) and power_hold(w) is None]
     if not candidates:
@@ -86,7 +84,7 @@ def choose(job: "Job", idle: Sequence["Peer"]) -> "Peer | None":
     return min(candidates, key=_tier)  # min is stable: otherwise the first to have joined
 
 
-def held_by_power(job: "Job", workers: Sequence["Peer"]) -> str | None:
+def held_by_power(job: Job, workers: Sequence[Peer]) -> str | None:
     """When the job waits only because every worker that fits it is held back by its battery: why, in words."""
     fitting = [w for w in workers if fits(job, w)]
     reasons = [(w, power_hold(w)) for w in fitting]
@@ -95,7 +93,7 @@ def held_by_power(job: "Job", workers: Sequence["Peer"]) -> str | None:
     return "; ".join(f"worker {w.name!r} {reason}" for w, reason in reasons)
 
 
-def unmatched(require: Sequence[Requirement], workers: Sequence["Peer"], worker_name: str | None) -> str:
+def unmatched(require: Sequence[Requirement], workers: Sequence[Peer], worker_name: str | None) -> str:
     """Why no worker fits a job: the requirement, and what each worker has."""
     wanted = " ".join(f"--require {str(r)!r}" for r in require)
     if worker_name is not None:

@@ -1,0 +1,23 @@
+"""The seam between the hub's router and the modules that act on messages: how they send to a peer.
+
+``broker.Hub`` implements it; ``scheduler``, ``delivery`` and ``jupyter_kernels`` use only this, so
+none of them knows the socket, the links or each other's internals.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+from ..wire.protocol import MessageType
+
+
+class Outbound(Protocol):
+    """Sends to peers by routing id, in order, never blocking: what a peer can't take now waits for it."""
+
+    def send(self, routing_id: bytes, msg_type: MessageType, header: dict[str, Any] | None = None,
+             buffers: Sequence[Any] = ()) -> None:
+        """Send one message."""
+
+    def send_frames(self, routing_id: bytes, frames: list[Any]) -> int | None:
+        """Send one encoded message; its seq on the peer's link (None when it isn't numbered, or the
+        routing id is no peer's)."""
