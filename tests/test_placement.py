@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 import remote_magic
 from remote_magic import JobTimeout, NoMatchingWorker, RequirementError
 from remote_magic.notebook.tables import WorkersTable
+from remote_magic.wire.sizes import human_size
 from remote_magic.wire.tokens import Token
 from support import WorkerProcess, start_worker, wait_for
 
@@ -134,7 +135,8 @@ def test_the_hub_counts_each_workers_jobs_busy_time_and_bytes(client: remote_mag
     assert 0.5 <= after["busy_s"] - before["busy_s"] <= elapsed
     assert after["gpu_s"] == before["gpu_s"]  # a CPU-only job
     table = repr(WorkersTable([after]))
-    assert f"{after['jobs_done']} (busy {after['busy_s']:.1f} s)" in table and " MB / " in table
+    assert f"{after['jobs_done']} (busy {after['busy_s']:.1f} s)" in table
+    assert f"{human_size(after['bytes_in'])} / {human_size(after['bytes_out'])}" in table
 
 
 def test_the_offload_magic_takes_requirements(ip: InteractiveShell) -> None:

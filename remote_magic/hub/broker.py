@@ -283,7 +283,7 @@ class Hub:
             self._try_send(peer.routing_id, encode(T.BYE, {"reason": "the hub shut down"}))
         self._socket.linger = GOODBYE_LINGER_MS
 
-    # -- sending (outbound.Outbound) --------------------------------------------------------
+    # -- sending (sender.PeerSender) -------------------------------------------------------
 
     def send(self, routing_id: bytes, msg_type: T, header: dict[str, Any] | None = None,
              buffers: Sequence[Any] = ()) -> None:

@@ -20,8 +20,8 @@ from ..wire.protocol import Message, MessageType as T, decode, encode, session_i
 from ..wire.sizes import human_size
 from .detached import DetachedJob, DetachedJobs
 from .fleet import Fleet
-from .outbound import Outbound
 from .records import Job, Peer, UnacknowledgedEnd
+from .sender import PeerSender
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 class JobDelivery:
     """Sends a job's messages to its client, or keeps them for whoever collects the job."""
 
-    def __init__(self, fleet: Fleet, outbound: Outbound, detached: DetachedJobs | None = None) -> None:
+    def __init__(self, fleet: Fleet, sender: PeerSender, detached: DetachedJobs | None = None) -> None:
         self.fleet = fleet
-        self.outbound = outbound
+        self.sender = sender
         self.detached = detached if detached is not None else DetachedJobs()
 
     # -- a job's messages to its client ---------------------------------------------------------
@@ -46,7 +46,7 @@ class JobDelivery:
         """Send one of a job's messages to a client, on its link (numbered, kept until acknowledged). The job
         a RESULT or ERROR ends (``ending``) is kept too until then: if the client goes away first, the job
         waits for collection, ended, as one that ended after it went."""
-        seq = self.outbound.send_frames(routing_id, encode(msg.type, msg.header, msg.buffers))
+        seq = self.sender.send_frames(routing_id, encode(msg.type, msg.header, msg.buffers))
         client = self.fleet.peers.get(routing_id)
         if ending is not None and seq is not None and client is not None:
             client.unacknowledged_ends[ending.id] = UnacknowledgedEnd(seq, ending)
@@ -93,7 +93,7 @@ class JobDelivery:
             self.detached.ended(job.id, job.lifecycle.state.value)
             worker = self.fleet.peers.get(job.worker) if job.worker else None
             if worker is not None and not any(j.client == job.client for j in self.fleet.jobs.values()):
-                self.outbound.send(worker.routing_id, T.SESSION_END, {"session": session_id(job.client),
+                self.sender.send(worker.routing_id, T.SESSION_END, {"session": session_id(job.client),
                                                                       "reason": "its notebook went away"})
 
     def expire(self) -> None:
@@ -104,7 +104,7 @@ class JobDelivery:
 
     def on_jobs(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         """JOBS: the detached jobs this client's credentials may collect."""
-        self.outbound.send(peer.routing_id, T.JOBS, {"request": msg.header.get("request"),
+        self.sender.send(peer.routing_id, T.JOBS, {"request": msg.header.get("request"),
                                                      "jobs": self.detached.listing(peer.key)})
 
     def on_attach(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
@@ -112,7 +112,7 @@ class JobDelivery:
         job_id = str(msg.header["job"])
         detached = self.detached.take(job_id, peer.key)
         if detached is None:
-            self.outbound.send(peer.routing_id, T.ERROR, error_header(NoSuchJob(
+            self.sender.send(peer.routing_id, T.ERROR, error_header(NoSuchJob(
                 f"no job {job_id!r} waits to be collected here: it was collected already, ended more than "
                 f"{self.detached.keep_s / 60:.0f} minutes ago, or was never submitted with this token "
                 "(%offload_jobs lists those that wait)"), job_id))

@@ -3,7 +3,7 @@
 The hub routes a kernel's messages (``kernel_*`` types) between the client that started it and the
 worker that runs it, and nothing else: it never reads a kernel's frames. ``KernelRoutes`` is the table
 (no sockets); ``KernelRelay`` handles the messages and what a peer that leaves takes with it, sending
-through the hub (``outbound.Outbound``).
+through the hub (``sender.PeerSender``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from ..errors import KernelError, NoSuchWorker, PermissionDenied
 from ..wire.failures import error_header
 from ..wire.protocol import Message, MessageType as T, Role
 from .fleet import Fleet
-from .outbound import Outbound
 from .records import Peer
+from .sender import PeerSender
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,9 @@ class KernelRelay:
     ``allowed``: whether clients may start kernels here (``remote-worker --kernels``).
     """
 
-    def __init__(self, fleet: Fleet, outbound: Outbound, *, allowed: bool = True) -> None:
+    def __init__(self, fleet: Fleet, sender: PeerSender, *, allowed: bool = True) -> None:
         self.fleet = fleet
-        self.outbound = outbound
+        self.sender = sender
         self.allowed = allowed
         self.routes = KernelRoutes()
 
@@ -96,7 +96,7 @@ class KernelRelay:
         if not isinstance(kernel_id, str) or not kernel_id or len(kernel_id) > MAX_KERNEL_ID:
             raise ValueError(f"kernel must be a string of 1 to {MAX_KERNEL_ID} characters")
         if not self.allowed:
-            self.outbound.send(peer.routing_id, T.ERROR, error_header(PermissionDenied(
+            self.sender.send(peer.routing_id, T.ERROR, error_header(PermissionDenied(
                 "this hub does not allow kernels: its remote-worker runs with --kernels off. Start it with "
                 "--kernels on (the default) to run whole kernels there"), kernel=kernel_id))
             return
@@ -106,17 +106,17 @@ class KernelRelay:
         try:
             worker = self.routes.choose_worker(str(wanted) if wanted else None, self.fleet.workers())
         except (KernelError, NoSuchWorker) as exc:
-            self.outbound.send(peer.routing_id, T.ERROR, error_header(exc, kernel=kernel_id))
+            self.sender.send(peer.routing_id, T.ERROR, error_header(exc, kernel=kernel_id))
             return
         self.routes.add(kernel_id, peer.routing_id, worker)
         log.info("kernel %s of client %r starts on worker %r", kernel_id, peer.name, worker.name)
-        self.outbound.send_frames(worker.routing_id, list(frames))
+        self.sender.send_frames(worker.routing_id, list(frames))
 
     def to_worker(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         """A kernel's message from the client that started it (KERNEL_SIGNAL, KERNEL_STOP, KERNEL_FRAMES)."""
         route = self.routes.get(msg.header["kernel"])
         if route is not None and route.client == peer.routing_id:
-            self.outbound.send_frames(route.worker, list(frames))
+            self.sender.send_frames(route.worker, list(frames))
 
     def to_client(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         """A kernel's message from the worker that runs it (KERNEL_STARTED, KERNEL_DIED, KERNEL_FRAMES)."""
@@ -126,7 +126,7 @@ class KernelRelay:
         if msg.type is T.KERNEL_DIED:
             self.routes.remove(route.id)
         if route.client in self.fleet.peers:
-            self.outbound.send_frames(route.client, list(frames))
+            self.sender.send_frames(route.client, list(frames))
 
     def on_frames(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         """KERNEL_FRAMES, which both ends send."""
@@ -140,7 +140,7 @@ class KernelRelay:
         for route in self.routes.of_worker(worker.routing_id):
             self.routes.remove(route.id)
             if route.client in self.fleet.peers:
-                self.outbound.send(route.client, T.KERNEL_DIED, {"kernel": route.id, "reason": (
+                self.sender.send(route.client, T.KERNEL_DIED, {"kernel": route.id, "reason": (
                     f"its worker {worker.name!r} {why}; the kernel and its state are lost. Restart the kernel "
                     "once a worker is back")})
 
@@ -148,5 +148,5 @@ class KernelRelay:
         """Nobody can reach its kernels any more: stop them."""
         for route in self.routes.of_client(client.routing_id):
             self.routes.remove(route.id)
-            self.outbound.send(route.worker, T.KERNEL_STOP, {"kernel": route.id, "how": "orphaned",
+            self.sender.send(route.worker, T.KERNEL_STOP, {"kernel": route.id, "how": "orphaned",
                                                             "reason": f"the client that started it {why}"})

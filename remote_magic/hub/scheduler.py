@@ -32,8 +32,8 @@ from ..wire.requirements import check_prefer, parse_all
 from . import placement
 from .delivery import JobDelivery
 from .fleet import Fleet
-from .outbound import Outbound
 from .records import Job, Peer
+from .sender import PeerSender
 from .throttle import WarningThrottle
 
 log = logging.getLogger(__name__)
@@ -49,10 +49,10 @@ class Scheduler:
     frame cache (``wire/frame_cache.py``).
     """
 
-    def __init__(self, fleet: Fleet, outbound: Outbound, delivery: JobDelivery, warnings: WarningThrottle, *,
+    def __init__(self, fleet: Fleet, sender: PeerSender, delivery: JobDelivery, warnings: WarningThrottle, *,
                  cache_bytes: int) -> None:
         self.fleet = fleet
-        self.outbound = outbound
+        self.sender = sender
         self.delivery = delivery
         self.cache_bytes = cache_bytes
         self._warnings = warnings
@@ -72,7 +72,7 @@ class Scheduler:
         wanted = msg.header.get("worker")
         wanted = None if wanted is None else str(wanted)  # as the fleet will compare it with names
         if wanted is not None and self.fleet.worker_named(wanted) is None:
-            self.outbound.send(peer.routing_id, T.ERROR, error_header(NoSuchWorker(
+            self.sender.send(peer.routing_id, T.ERROR, error_header(NoSuchWorker(
                 f"no worker is named {wanted!r} (workers: {self.worker_names()}); see %offload_workers"), job_id))
             return
         require = parse_all(msg.header.get("require"))  # a malformed one: ValueError, answered as ProtocolError
@@ -81,7 +81,7 @@ class Scheduler:
             peer.cache = FrameCache(self.cache_bytes)
         buffers, missing = peer.cache.fill(msg.header, msg.buffers)
         if missing:  # the client sends the job again, whole
-            self.outbound.send(peer.routing_id, T.ERROR, error_header(ProtocolError(
+            self.sender.send(peer.routing_id, T.ERROR, error_header(ProtocolError(
                 f"the hub no longer holds {len(missing)} of the values this job refers to"), job_id, missing=missing))
             return
         header = {key: value for key, value in msg.header.items() if key not in ("cached", "digests")}
@@ -94,7 +94,7 @@ class Scheduler:
                   timeout=float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max
                   else None)  # not NaN, inf or 10**400 (which float() can't take)
         if not self.fleet.could_run(job):
-            self.outbound.send(peer.routing_id, T.ERROR, error_header(NoMatchingWorker(
+            self.sender.send(peer.routing_id, T.ERROR, error_header(NoMatchingWorker(
                 placement.unmatched(require, self.fleet.workers(), wanted)), job_id))
             return
         self._recent_jobs[job_id] = None
@@ -147,7 +147,7 @@ class Scheduler:
             for job_id in held_here - in_flight - self.delivery.unacknowledged_jobs():
                 job = self.fleet.jobs.get(job_id)
                 if job is None or job.client != peer.routing_id:
-                    self.outbound.send(peer.routing_id, T.ERROR, error_header(ConnectionFailed(
+                    self.sender.send(peer.routing_id, T.ERROR, error_header(ConnectionFailed(
                         "the hub has no record of this job after the connection came back: it never arrived, "
                         "or it ended and its end was lost. Run it again"), job_id))
             return
@@ -163,7 +163,7 @@ class Scheduler:
         for job_id in held_here:
             job = self.fleet.jobs.get(job_id)
             if job is None or job.worker != peer.routing_id:
-                self.outbound.send(peer.routing_id, T.CANCEL, {"job": job_id,
+                self.sender.send(peer.routing_id, T.CANCEL, {"job": job_id,
                                                                "reason": "the hub no longer has this job"})
 
     def on_heartbeat(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
@@ -182,14 +182,14 @@ class Scheduler:
             log.debug("job %s -> %s", job.id, worker.name)
             frames, job.frames = job.frames, []
             worker.usage.bytes_in += sum(len(frame) for frame in frames)
-            job.submit_seq = self.outbound.send_frames(worker.routing_id, frames)
+            job.submit_seq = self.sender.send_frames(worker.routing_id, frames)
         workers = self.fleet.workers()
         if not any(placement.power_hold(w) for w in workers):  # the usual case: no look at a long queue
             return
         for job in self.fleet.queue:  # say once why a job waits when it is not for a busy worker
             if not job.told_why and (why := placement.held_by_power(job, workers)) is not None:
                 job.told_why = True
-                self.outbound.send(job.client, T.STREAM, {"job": job.id, "name": "stderr", "text": (
+                self.sender.send(job.client, T.STREAM, {"job": job.id, "name": "stderr", "text": (
                     f"remote-magic: this job waits: {why}. It starts when a worker that matches may take it "
                     "(plugged in, or charged enough).\n")})
 
@@ -198,7 +198,7 @@ class Scheduler:
         if job.worker is None:  # still queued: answer for the worker
             self.end(job, JobCancelled(reason))
         else:
-            self.outbound.send(job.worker, T.CANCEL, {"job": job.id, "reason": reason})
+            self.sender.send(job.worker, T.CANCEL, {"job": job.id, "reason": reason})
 
     def end(self, job: Job, error: RemoteMagicError) -> None:
         """End a job here, for its worker, and tell its client why (or keep that for a client that collects it)."""
@@ -255,5 +255,5 @@ class Scheduler:
         self.delivery.detach_unacknowledged_ends(client)  # ended, the client never heard
         for worker in self.fleet.workers():  # its interpreter state there goes with it, once its jobs end
             if worker.routing_id not in running:
-                self.outbound.send(worker.routing_id, T.SESSION_END, {"session": session_id(client.routing_id),
+                self.sender.send(worker.routing_id, T.SESSION_END, {"session": session_id(client.routing_id),
                                                                       "reason": why})

@@ -11,7 +11,7 @@ from typing import Any, Protocol, Sequence
 from ..wire.protocol import MessageType
 
 
-class Outbound(Protocol):
+class PeerSender(Protocol):
     """Sends to peers by routing id, in order, never blocking: what a peer can't take now waits for it."""
 
     def send(self, routing_id: bytes, msg_type: MessageType, header: dict[str, Any] | None = None,
