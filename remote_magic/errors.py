@@ -38,12 +38,15 @@ Every error a user can catch derives from one root::
     ├── KernelError           a whole Jupyter kernel on a worker could not start, or was lost
     └── DiscoveryError        LAN discovery could not run, or found no hub that a token opens
 
+Ctrl-C while a job runs raises ``JobInterrupted``: a KeyboardInterrupt (so not under the root), which
+says which jobs were stopped on which workers.
+
 Messages say what happened and what to do next.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 
 class RemoteMagicError(Exception):
@@ -164,18 +167,42 @@ class RemoteError(JobError):
 
     partial: Any = None
 
+    shows_type = True
+    """Whether ``str()`` names the remote type first. One that is also the local type says only what that
+    type says, as locally: ``str()`` of a KeyError('k') from the worker is ``'k'``."""
+
     def __init__(self, remote_type: str, remote_message: str, remote_traceback: str = "") -> None:
         # Not super(): as the worker's type too, the next __init__ may be that type's, which takes other
         # arguments (json's JSONDecodeError takes three).
-        BaseException.__init__(self, f"{remote_type}: {remote_message}" if remote_message else remote_type)
+        if not self.shows_type:
+            BaseException.__init__(self, remote_message)
+        else:
+            BaseException.__init__(self, f"{remote_type}: {remote_message}" if remote_message else remote_type)
         self.remote_type = remote_type
         self.remote_message = remote_message
         self.remote_traceback = remote_traceback
 
     def _render_traceback_(self) -> list[str]:
         """Let IPython show the worker's traceback instead of the local one."""
-        text = self.remote_traceback or f"{self}\n"
+        text = self.remote_traceback or (f"{self.remote_type}: {self.remote_message}\n" if self.remote_message
+                                         else f"{self.remote_type}\n")
         return ["[remote traceback]", *text.rstrip("\n").splitlines()]
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C while jobs ran: they were stopped on their workers. Still a KeyboardInterrupt, and shown as a
+    local one is: a line saying what was stopped, then ``KeyboardInterrupt``, without the notebook's
+    internals. ``jobs``: {job id: the worker it ran on, "" when it had not reached one}."""
+
+    def __init__(self, jobs: Mapping[str, str]) -> None:
+        self.jobs = dict(jobs)
+        stopped = "; ".join(f"job {job} on worker {worker!r}" if worker else f"job {job} before it reached a worker"
+                            for job, worker in self.jobs.items())
+        super().__init__(f"stopped {stopped}" if stopped else "")
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it, in place of a traceback through the client's waiting."""
+        return [f"remote-magic: {self}", "KeyboardInterrupt"] if self.jobs else ["KeyboardInterrupt"]
 
 
 class WorkerLost(JobError):

@@ -164,8 +164,8 @@ def describe_failures(failures: Mapping[str, RemoteMagicError], workers: Sequenc
 
 
 def _said(error: RemoteMagicError) -> str:
-    """An error in a list: its type and message (a RemoteError's message starts with the remote type)."""
-    return str(error) if isinstance(error, RemoteError) else f"{type(error).__name__}: {error}"
+    """An error in a list: its type and message (a RemoteError not known here names its remote type itself)."""
+    return str(error) if isinstance(error, RemoteError) and error.shows_type else f"{type(error).__name__}: {error}"
 
 
 # -- map -----------------------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ class ItemFailed:
                                    "remote_message": self.remote_message, "remote_traceback": self.remote_traceback})
         assert isinstance(error, RemoteError)  # the header above says so
         where = f"map: item {self.index} ({self.item})"
-        error.args = (f"{where}: {error}",)
+        error.args = (f"{where}: {_said(error)}",)
         error.remote_traceback = f"{error.remote_traceback.rstrip()}\n({where} raised this)\n"
         return error
 

@@ -255,8 +255,9 @@ class HubJobs:
                     _take(waits, _next_event(events, meanwhile), ended)
             return ended
         except KeyboardInterrupt:
+            running = {job_id: job.worker for job_id, (job, _, _) in waits.items() if job_id not in ended}
             self._interrupt(waits, ended)
-            raise
+            raise errors.JobInterrupted(running) from None
         finally:
             for job_id in waits:  # one that hadn't ended: stop it there too
                 if job_id not in ended and self.end(job_id, errors.JobCancelled("stopped in the notebook")):

@@ -70,6 +70,16 @@ def test_a_port_in_use_is_reported(worker: WorkerProcess, tmp_path: Path) -> Non
     port = remote_magic.wire.tokens.Token.decode(worker.token).address.rsplit(":", 1)[1]
     result = _remote_worker(tmp_path, "--listen", f"127.0.0.1:{port}", "--gpu", "off")
     assert result.returncode == 1 and f"can't listen on tcp://127.0.0.1:{port}" in result.stderr
+    assert "something listens on that port already (another remote-worker?)" in result.stderr
+
+
+def test_an_address_that_is_not_this_machines_or_ipv6_is_named_as_the_cause(tmp_path: Path) -> None:
+    # 192.0.2.1 (TEST-NET-1) is no machine's: binding it fails at once, and sends nothing.
+    result = _remote_worker(tmp_path, "--listen", "192.0.2.1:5587", "--gpu", "off")
+    assert result.returncode == 1 and "can't listen on tcp://192.0.2.1:5587" in result.stderr
+    assert "not one of this machine's" in result.stderr and "another remote-worker" not in result.stderr
+    result = _remote_worker(tmp_path, "--listen", "[::1]:0", "--gpu", "off")
+    assert result.returncode == 2 and "a hub listens on IPv4 only: use 0.0.0.0:0" in result.stderr
 
 
 def test_rotating_keys_locks_out_old_tokens_and_drops_their_peers(tmp_path: Path) -> None:

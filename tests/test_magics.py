@@ -101,6 +101,10 @@ def test_ctrl_c_stops_the_remote_job_and_the_next_cell_works(ip: InteractiveShel
         sys.stdout = saved
     assert isinstance(result.error_in_exec, KeyboardInterrupt)
     assert trigger.sent_at is not None and time.monotonic() - trigger.sent_at < 2.0
+    # Shown as a local Ctrl-C: which job stopped where, then KeyboardInterrupt; none of the client's internals.
+    shown = trigger.text[trigger.text.index("sleeping") + len("sleeping\n"):].strip().splitlines()
+    assert len(shown) == 2 and shown[1] == "KeyboardInterrupt", shown
+    assert shown[0].startswith("remote-magic: stopped job ") and "on worker 'shared'" in shown[0]
     result, _ = run(ip, "%%offload\nfresh = 'next cell works'")
     assert result.success and ip.user_ns["fresh"] == "next cell works"
 

@@ -17,6 +17,7 @@ to their client and the jobs that outlive their notebook ``delivery``'s, whole J
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -183,8 +184,7 @@ class Hub:
         except zmq.ZMQError as exc:
             sock.close()
             self._auth.stop()
-            raise OSError(f"can't listen on {self.listen}: {exc.strerror}. "
-                          "Is another remote-worker running there? Pick another port with --listen.") from exc
+            raise OSError(f"can't listen on {self.listen}: {_why_not_bound(exc)}") from exc
         endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         sock.bind(self.local_endpoint)
         self.port = int(endpoint.rsplit(":", 1)[1])
@@ -533,6 +533,16 @@ def new_token_advice(role: Role) -> str:
         return ("get the new worker token with `remote-worker token --worker` on the hub's machine and "
                 "start this worker again with it")
     return "get the new token with `remote-worker token` on the hub's machine and connect again"
+
+
+def _why_not_bound(exc: zmq.ZMQError) -> str:
+    """Why the hub's port couldn't be bound, and what to do, by the cause."""
+    if exc.errno == errno.EADDRINUSE:
+        return "something listens on that port already (another remote-worker?): pick another port with --listen"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ("that address is not one of this machine's: listen on one of its own (0.0.0.0 for all of them, "
+                "127.0.0.1 for this machine only), and give peers another with --advertise")
+    return f"{exc.strerror}; pick another address or port with --listen"
 
 
 def _job_id(msg: Message) -> str | None:

@@ -27,11 +27,16 @@ def check_endpoint(text: str) -> str:
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
-    """'HOST:PORT' -> (host, port); port 0 means any free port."""
+    """'HOST:PORT' -> (host, port); port 0 means any free port. Hubs listen on IPv4 only: an IPv6 address
+    is a ValueError saying so."""
     host, sep, port = (text or "").rpartition(":")
     if not sep or not port.isdigit() or not host or int(port) > 65535:
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. 0.0.0.0:5587, or 127.0.0.1:0 for any free port)")
-    return host.strip("[]"), int(port)
+    host = host.strip("[]")
+    if ":" in host:
+        raise ValueError(f"{text!r} is an IPv6 address, and a hub listens on IPv4 only: use 0.0.0.0:{port} (every "
+                         f"IPv4 address of this machine) or 127.0.0.1:{port} (this machine only)")
+    return host, int(port)
 
 
 def bind_endpoint(host: str, port: int) -> str:

@@ -91,7 +91,8 @@ def _as_remote_error(local: type[Exception]) -> type[RemoteError]:
         try:
             made = type(local.__name__, (RemoteError, local), {
                 "__module__": RemoteError.__module__, "__qualname__": local.__qualname__,
-                "__str__": BaseException.__str__, "__doc__": f"{local.__name__} raised on the worker."})
+                "__str__": BaseException.__str__, "shows_type": False,
+                "__doc__": f"{local.__name__} raised on the worker."})
         except TypeError:  # a layout RemoteError can't share (OSError's, for one)
             made = RemoteError
         _AS_REMOTE[local] = made
