@@ -456,7 +456,7 @@ class Hub:
         log.info("%s %r joined (%s)", role.value, name, ", ".join(f"{k} {v}" for k, v in versions.items()))
         notes = describe_differences(ours, peer.versions, f"this {role.value}")
         if notes:
-            log.warning("version differences with %s %r: %s", role.value, name, "; ".join(notes))
+            log.info("version differences with %s %r: %s", role.value, name, "; ".join(notes))
         self.send(routing_id, T.WELCOME, {
             "name": name, "versions": ours, "heartbeat_interval": self.heartbeat_interval,
             "max_message_bytes": self.max_message_bytes, "cache_bytes": self.cache_bytes if role is Role.CLIENT else 0,

@@ -87,12 +87,15 @@ def describe_differences(ours: Mapping[str, str], theirs: Mapping[str, str], whe
     if mine and other and _major(mine) != _major(other):
         notes.append(f"numpy is {mine} here and {other} on {where}: arrays cross, but other numpy objects "
                      f"pickled by numpy {_major(mine)} may not load under numpy {_major(other)}")
+    # Said without advice to change a version: in Colab that would mean changing a pinned package. A value
+    # that fails to load names the library and the install that fixes it, when it happens.
     for name, meaning in (
-            ("cloudpickle", "values it pickles may not load on the other side; install one version on both"),
-            ("pandas", "a DataFrame pickled by one may not load under the other; install one version on both"),
+            ("cloudpickle", "most values load either way; one that doesn't says which and why when it arrives"),
+            ("pandas", "DataFrames, Series and Index cross, rebuilt from their arrays by the receiver's pandas; "
+                       "other pandas objects may not load"),
             ("matplotlib", "figures come back as images, so plots work; matplotlib objects stay on the worker")):
         mine, other = ours.get(name), theirs.get(name)
-        if mine != other and (mine or other):
+        if _minor(mine) != _minor(other):  # a patch release changes none of this
             notes.append(f"{name} is {mine or 'not installed'} here and {other or 'not installed'} on {where}: "
                          f"{meaning}")
     return notes
