@@ -358,6 +358,25 @@ def test_a_job_in_flight_when_its_hub_shuts_down_ends_saying_so(tmp_path: Path) 
         hub.stop()
 
 
+def test_the_first_job_after_a_hub_restarts_on_its_port_runs(tmp_path: Path) -> None:
+    port = free_port()
+    home = tmp_path / "home"
+    first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
+    second = None
+    try:
+        with remote_magic.connect(first.token, timeout=10) as client:
+            assert client.run("y = 1") == {"y": 1}
+            first.process.send_signal(signal.SIGTERM)  # it says goodbye
+            first.process.wait(30)
+            second = start_worker(tmp_path / "second", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
+            # Right after "ready": before, this failed with "the hub shut down, so nothing was sent".
+            assert client.run("z = 3") == {"z": 3}
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 def test_a_job_in_flight_when_its_hub_restarts_ends_with_a_reason(tmp_path: Path) -> None:
     port = free_port()
     home = tmp_path / "home"

@@ -49,6 +49,11 @@ log = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
 
+HUB_RESTART_GRACE_S = 3.0
+"""After the hub said goodbye, how long a send waits for a hub on the same address to welcome this
+connection back (one restarting: a worker started again on its port) before it says the hub is gone:
+libzmq's longest reconnect interval (``reconnect_ivl_max``) and a hello's round trip."""
+
 RECONNECT_ADVICE = ("This connection keeps trying: run it again once the hub (or the tunnel in front of it) "
                     "answers again.")
 
@@ -201,6 +206,9 @@ class Connection:
         self._closing = False
         self._last_hello = 0.0
         self._forgotten = False  # the hub said it doesn't know us, and hasn't welcomed us back yet
+        self._hub_stopped = False  # the hub said goodbye: one that answers on its address next is a new hub
+        self._welcomed = threading.Event()  # set while the hub has welcomed us, cleared by its goodbye
+        self._welcomed.set()  # dial() was welcomed
         self._link_events = sock.get_monitor_socket(_LINK_EVENTS, f"inproc://remote-magic-link-{id(self)}")
         self._link_up = True  # libzmq's view of the connection: dial() just completed its handshake
         self._refused_since: float | None = None  # since when the hub's address refuses connections
@@ -228,6 +236,8 @@ class Connection:
                 raise ConnectionFailed("this connection is closed: connect again")
             if self.refused:
                 raise ConnectionFailed(self.refused)
+            if not self.connected and self._hub_stopped:  # a hub restarting on its address welcomes us back soon
+                self._welcomed.wait(HUB_RESTART_GRACE_S)
             if not self.connected:  # it would wait unseen until the hub is back: say so now
                 advice = RECONNECT_ADVICE if self._refused_since is None else ""
                 raise ConnectionFailed(f"{self.lost}, so nothing was sent. {advice}".rstrip())
@@ -376,8 +386,15 @@ class Connection:
             sock.close()
 
     def _reconnected(self) -> None:
-        """The connection broke and came back: what it had in flight both ways goes again."""
+        """The connection broke and came back: what it had in flight both ways goes again. After the hub
+        said goodbye it is a new hub there, which knows nothing of us: say hello at once."""
         self.reconnects += 1
+        if self._hub_stopped:
+            log.info("a hub answers where the one that said goodbye was; saying hello")
+            self._last_hello = time.monotonic()
+            self._link.restart_sending()
+            self._send(encode(T.HELLO, self._hello))
+            return
         log.info("the connection to the hub came back; sending again what it had in flight")
         self._link.reconnected()
         on_reconnect = self._on_reconnect
@@ -425,6 +442,8 @@ class Connection:
         msg = taken
         if msg.type is T.BYE:  # the hub is stopping: what we wait for won't come. We reconnect when it's back
             self.connected = False
+            self._hub_stopped = True
+            self._welcomed.clear()
             self.lost = str(msg.header.get("reason") or "the hub shut down")
             self._on_lost(self.lost)
             return
@@ -451,6 +470,7 @@ class Connection:
                 self._on_lost("the hub forgot this connection (it restarted, or timed it out)")
             return
         if msg.type is T.WELCOME:
-            self._forgotten = False
+            self._forgotten = self._hub_stopped = False
             self._link.restart_receiving()
+            self._welcomed.set()
         self._guarded(self._on_message, msg)
