@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import errors
 from .wire import identity, module_state, serialization
 from .wire.failures import error_from_header, is_error
-from .wire.handles import RemoteValue, kept_description
+from .wire.handles import CELL_VALUE, RemoteValue, kept_description
 from .wire.protocol import Message, MessageType
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,8 @@ def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inp
             values[name] = inputs[name]
     refs = msg.header.get("refs")
     values, copies = identity.resolve(values, refs if isinstance(refs, dict) else {}, {**inputs, **handles}, shared)
-    has_value = "__value__" in values or "__value__" in handles
-    value = values.pop("__value__", handles.pop("__value__", None))
+    has_value = CELL_VALUE in values or CELL_VALUE in handles
+    value = values.pop(CELL_VALUE, handles.pop(CELL_VALUE, None))
     deleted = msg.header.get("deleted")
     shown = msg.header.get("value_display")
     notes = copies + not_updated

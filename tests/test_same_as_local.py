@@ -103,6 +103,13 @@ def test_what_cant_be_pickled_stays_on_the_worker_as_a_handle_later_cells_use_in
     result, out = run(ip, "%%offload\nimport threading\nlock = threading.Lock()")
     assert result.success and ip.user_ns["lock"].kind == "lock"
     assert "`lock` (lock: a lock, which can't be pickled" in out.stderr
+    # A cell whose value can't come back shows it as the worker renders it; its handle names no `__value__`,
+    # which nothing could use (before: "Offloaded cells use `__value__` in place; %offload_pull __value__").
+    result, out = run(ip, "%%offload\n(i for i in range(3))")
+    assert result.success and "<generator object <genexpr>" in out.stdout
+    handle = result.result
+    assert handle.kind == "generator" and "__value__" not in repr(handle) and "__value__" not in handle.describe()
+    assert "It was an offloaded cell's value" in repr(handle)
     result, out = run(ip, "%%offload\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
                           "ax.plot([1, 2, 3])\nlines = ax.get_lines()\npoints = 3\n")
     assert result.success, result.error_in_exec
@@ -197,6 +204,28 @@ def test_random_seeds_print_and_display_options_and_rc_params_are_one_processs_f
         np.set_printoptions(precision=8)
         pd.reset_option("display.max_rows")
         pd.reset_option("display.precision")
+
+
+def test_environment_variables_set_on_either_side_are_one_processs(ip: InteractiveShell) -> None:
+    """``%env N=500`` reaches the next offloaded cell (before: its ``os.environ`` lacked it), and what an
+    offloaded cell sets or removes holds in the notebook after it, as when every cell runs locally."""
+    import os
+
+    try:
+        run(ip, "%env REMOTE_MAGIC_TEST_N=500")  # REMOTE_MAGIC_*: each side's own (a token, a home)
+        run(ip, "%env RM_TEST_N=500")
+        result, out = run(ip, "%%offload\nimport os\nn = os.environ.get('RM_TEST_N')\n"
+                              "own = os.environ.get('REMOTE_MAGIC_TEST_N')\n"
+                              "os.environ['RM_TEST_BACK'] = 'from the worker'")
+        assert result.success, out.stderr
+        assert ip.user_ns["n"] == "500" and ip.user_ns["own"] is None
+        assert os.environ["RM_TEST_BACK"] == "from the worker"
+        run(ip, "import os; del os.environ['RM_TEST_N']")
+        result, _ = run(ip, "%%offload\nimport os\ngone = 'RM_TEST_N' not in os.environ")
+        assert result.success and ip.user_ns["gone"] is True
+    finally:
+        for name in ("RM_TEST_N", "RM_TEST_BACK", "REMOTE_MAGIC_TEST_N"):
+            os.environ.pop(name, None)
 
 
 def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:

@@ -13,6 +13,9 @@ from typing import Any
 
 from .sizes import human_size
 
+CELL_VALUE = "__value__"
+"""The name a cell's value travels under (its last expression, as IPython's ``Out`` holds it)."""
+
 
 @dataclass(frozen=True)
 class RemoteValue:
@@ -31,18 +34,25 @@ class RemoteValue:
 
     def __repr__(self) -> str:
         summary = f" {self.summary}" if self.summary else ""
+        if self.name == CELL_VALUE:  # no name a later cell could use it by
+            return (f"<{self.kind}{summary} on worker {self.worker!r}, not here: {self.why}. It was an offloaded "
+                    "cell's value; the cell's output shows it as the worker rendered it>")
         return (f"<{self.kind}{summary} on worker {self.worker!r}, not here: {self.why}. "
                 f"Offloaded cells use `{self.name}` in place; %offload_pull {self.name} brings it here>")
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute.startswith("__"):
             raise AttributeError(attribute)
+        if self.name == CELL_VALUE:
+            raise AttributeError(f"an offloaded cell's value, a {self.kind}, stayed on worker {self.worker!r} "
+                                 f"({self.why}): bind it to a name in the cell to use it in later offloaded cells")
         raise AttributeError(f"`{self.name}` is a {self.kind} that stayed on worker {self.worker!r} ({self.why}): "
                              f"use it in an offloaded cell, where it is the {self.kind} itself")
 
     def describe(self) -> str:
         summary = f" {self.summary}" if self.summary else ""
-        return f"`{self.name}` ({self.kind}{summary}: {self.why})"
+        shown = "the cell's value" if self.name == CELL_VALUE else f"`{self.name}`"
+        return f"{shown} ({self.kind}{summary}: {self.why})"
 
 
 def summarize(value: Any) -> str:

@@ -1,6 +1,6 @@
 """The module state an offloaded cell shares with the notebook's own process: the global random
 generators (the ``random`` module's and numpy's legacy one), numpy's print options, matplotlib's
-rcParams and pandas' display options.
+rcParams, pandas' display options, and the environment variables the process set itself (``%env``).
 
 Locally every cell runs in one process, so ``np.random.seed(0)`` in a local cell decides what the
 next cell draws, and ``plt.rcParams["figure.figsize"] = ...`` how it plots, wherever that cell runs.
@@ -18,6 +18,7 @@ import array
 import ctypes
 import importlib
 import logging
+import os
 import sys
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -142,12 +143,57 @@ def _set_pandas_display(pandas: Any, options: Mapping[str, Any]) -> None:
                 log.info("pandas' display.%s from the other side doesn't apply here: %s", key, exc)
 
 
+_OWN_ENVIRONMENT = ("MPLBACKEND", "PWD", "OLDPWD", "_", "SHLVL")
+"""Variables each side keeps its own: how figures are shown there, where its shell is."""
+
+
+def _own(variable: str) -> bool:
+    return variable in _OWN_ENVIRONMENT or variable.startswith("REMOTE_MAGIC_")  # a token, the home
+
+
+def _start_environment() -> dict[str, str]:
+    """The environment this process started with (``/proc/self/environ`` where there is one, else as it is
+    when this module loads): what it set itself since is what it shares."""
+    try:
+        with open("/proc/self/environ", "rb") as file:
+            entries = file.read().split(b"\0")
+    except OSError:
+        return dict(os.environ)
+    return dict(os.fsdecode(entry).split("=", 1) for entry in entries if b"=" in entry)
+
+
+_STARTED_WITH = _start_environment()
+
+
+def _environment_changes(os_module: Any) -> dict[str, str | None]:
+    """The variables set, changed (their value) or removed (None) since this process started."""
+    environ = os_module.environ
+    changed: dict[str, str | None] = {key: value for key, value in environ.items()
+                                      if _STARTED_WITH.get(key) != value and not _own(key)}
+    changed.update((key, None) for key in _STARTED_WITH if key not in environ and not _own(key))
+    return changed
+
+
+def _set_environment(os_module: Any, changes: Mapping[str, str | None]) -> None:
+    """Make this process's own changes the other side's: set theirs, and undo those they don't have."""
+    environ = os_module.environ
+    wanted = {key: value for key, value in changes.items() if isinstance(key, str) and not _own(key)}
+    for key in _environment_changes(os_module).keys() - wanted.keys():
+        wanted[key] = _STARTED_WITH.get(key)
+    for key, value in wanted.items():
+        if value is None:
+            environ.pop(key, None)
+        elif environ.get(key) != value:
+            environ[key] = str(value)
+
+
 KINDS: dict[str, _Kind] = {
     "random": _Kind("random", _random_state, _set_random),
     "numpy.random": _Kind("numpy", _numpy_rng_state, _set_numpy_rng, _numpy_rng_token),
     "numpy.printoptions": _Kind("numpy", lambda numpy: numpy.get_printoptions(), _numpy_print_options),
     "matplotlib.rcParams": _Kind("matplotlib", _rc_changes, _set_rc),
     "pandas.display": _Kind("pandas", _pandas_display, _set_pandas_display),
+    "os.environ": _Kind("os", _environment_changes, _set_environment),
 }
 
 
