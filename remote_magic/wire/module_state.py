@@ -1,6 +1,6 @@
 """The module state an offloaded cell shares with the notebook's own process: the global random
 generators (the ``random`` module's and numpy's legacy one), numpy's print options, matplotlib's
-rcParams, pandas' display options, and the environment variables the process set itself (``%env``).
+rcParams, pandas' display options, and the environment variables set since remote-magic loaded (``%env``).
 
 Locally every cell runs in one process, so ``np.random.seed(0)`` in a local cell decides what the
 next cell draws, and ``plt.rcParams["figure.figsize"] = ...`` how it plots, wherever that cell runs.
@@ -143,30 +143,25 @@ def _set_pandas_display(pandas: Any, options: Mapping[str, Any]) -> None:
                 log.info("pandas' display.%s from the other side doesn't apply here: %s", key, exc)
 
 
-_OWN_ENVIRONMENT = ("MPLBACKEND", "PWD", "OLDPWD", "_", "SHLVL")
-"""Variables each side keeps its own: how figures are shown there, where its shell is."""
+_OWN_ENVIRONMENT = frozenset({
+    "MPLBACKEND", "PWD", "OLDPWD", "_", "SHLVL",  # how figures are shown there, where its shell is
+    "PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX",
+    "HOME", "USER", "TMPDIR", "TEMP", "TMP",  # where that machine keeps its programs, libraries and files
+})
+"""Variables each side keeps its own, whoever changes them: they describe the machine, not the cell."""
 
 
 def _own(variable: str) -> bool:
     return variable in _OWN_ENVIRONMENT or variable.startswith("REMOTE_MAGIC_")  # a token, the home
 
 
-def _start_environment() -> dict[str, str]:
-    """The environment this process started with (``/proc/self/environ`` where there is one, else as it is
-    when this module loads): what it set itself since is what it shares."""
-    try:
-        with open("/proc/self/environ", "rb") as file:
-            entries = file.read().split(b"\0")
-    except OSError:
-        return dict(os.environ)
-    return dict(os.fsdecode(entry).split("=", 1) for entry in entries if b"=" in entry)
-
-
-_STARTED_WITH = _start_environment()
+_STARTED_WITH = dict(os.environ)
+"""The environment when remote-magic loaded (``%load_ext``; a worker's executor as it starts): what was
+set since is what the cell set, so that is what is shared, not what the process inherited."""
 
 
 def _environment_changes(os_module: Any) -> dict[str, str | None]:
-    """The variables set, changed (their value) or removed (None) since this process started."""
+    """The variables set, changed (their value) or removed (None) since remote-magic loaded here."""
     environ = os_module.environ
     changed: dict[str, str | None] = {key: value for key, value in environ.items()
                                       if _STARTED_WITH.get(key) != value and not _own(key)}
