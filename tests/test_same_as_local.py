@@ -228,6 +228,19 @@ def test_environment_variables_set_on_either_side_are_one_processs(ip: Interacti
             os.environ.pop(name, None)
 
 
+def test_a_stream_a_cell_hands_to_a_lasting_object_writes_into_later_cells(ip: InteractiveShell) -> None:
+    """logging configured in one offloaded cell prints in the later ones (before: nothing, its handler
+    kept the first cell's stream), as in a notebook, where sys.stdout is one object for every cell."""
+    result, out = run(ip, "%%offload\nimport logging, sys\n"
+                          "logging.basicConfig(stream=sys.stdout, level=logging.INFO, format='%(message)s',\n"
+                          "                    force=True)\n"
+                          "logging.info('first cell')")
+    assert result.success and out.stdout == "first cell\n", out.stdout
+    result, out = run(ip, "%%offload\nimport logging\nlogging.info('a later cell')")
+    assert result.success and out.stdout == "a later cell\n", out.stdout
+    run(ip, "%%offload\nimport logging\nlogging.basicConfig(force=True, handlers=[])")
+
+
 def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:
     """Item 2, inside values: an object a container, an attribute and a name share is one object on the
     worker too, and what the cell does to it reaches every holder here."""

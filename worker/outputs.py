@@ -46,15 +46,26 @@ FIGURE_FORMATS = ("png", "retina", "png2x", "jpeg", "jpg", "svg", "pdf")
 
 
 class ForwardedStream(io.TextIOBase):
-    """A stand-in for sys.stdout/sys.stderr that batches text into STREAM messages."""
+    """A stand-in for sys.stdout/sys.stderr that batches text into STREAM messages of the job running now.
 
-    def __init__(self, name: str, job: str, send: Send) -> None:
+    One of each for the life of the process (``_STREAMS``), as a notebook's kernel has one: whatever kept
+    it (``logging.basicConfig(stream=sys.stdout)`` in one cell, a handler on ``sys.stderr``) writes into
+    the cell that runs later, not into the one that ended.
+    """
+
+    def __init__(self, name: str) -> None:
         self.name = name
-        self._job = job
-        self._send = send
+        self._job = ""
+        self._send: Send | None = None
         self._parts: list[str] = []
         self._size = 0
         self._lock = threading.Lock()
+
+    def retarget(self, job: str, send: Send) -> None:
+        """From now on the text is ``job``'s; what was written before goes to the job it was written in."""
+        self.flush()
+        with self._lock:
+            self._job, self._send = job, send
 
     def writable(self) -> bool:
         return True
@@ -73,9 +84,15 @@ class ForwardedStream(io.TextIOBase):
     def flush(self) -> None:
         with self._lock:
             text, self._parts, self._size = "".join(self._parts), [], 0
+            job, send = self._job, self._send
+        if send is None:
+            return
         # One large write goes in pieces: a message's header (which carries the text) has a size limit.
         for start in range(0, len(text), STREAM_FLUSH_BYTES):
-            self._send(T.STREAM, {"job": self._job, "name": self.name, "text": text[start:start + STREAM_FLUSH_BYTES]})
+            send(T.STREAM, {"job": job, "name": self.name, "text": text[start:start + STREAM_FLUSH_BYTES]})
+
+
+_STREAMS = {name: ForwardedStream(name) for name in ("stdout", "stderr")}
 
 
 class JobOutputs:
@@ -88,8 +105,9 @@ class JobOutputs:
         self._send = send
         self._framed = framed  # a display too large for a header may send its largest parts as frames
         self.figure_formats = [f for f in figure_formats if f in FIGURE_FORMATS] or ["png"]
-        self.stdout = ForwardedStream("stdout", job, send)
-        self.stderr = ForwardedStream("stderr", job, send)
+        self.stdout, self.stderr = _STREAMS["stdout"], _STREAMS["stderr"]
+        self.stdout.retarget(job, send)
+        self.stderr.retarget(job, send)
         self._flush_lock = threading.Lock()
 
     def __enter__(self) -> "JobOutputs":
