@@ -307,6 +307,25 @@ def test_a_module_beside_the_notebook_that_the_worker_lacks_is_named_with_how_to
     assert ip.user_ns["y"] == 4
 
 
+def test_a_data_file_beside_the_notebook_that_the_worker_lacks_is_named_with_how_to_copy_it(
+        ip: InteractiveShell, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, `np.loadtxt('data.csv')` offloaded failed with FileNotFoundError alone (a module beside the
+    notebook got a hint; a data file didn't)."""
+    name = f"beside-{tmp_path.name}.csv"  # the shared worker's folder may hold another test's file
+    (tmp_path / name).write_text("1,2\n3,4\n")
+    monkeypatch.chdir(tmp_path)
+    for load in (f"np.loadtxt({name!r}, delimiter=',')", f"open({name!r}).read()"):  # numpy's words, and OSError's
+        result, out = run(ip, f"%%offload\nimport numpy as np\ndata = {load}")
+        assert isinstance(result.error_in_exec, FileNotFoundError)
+        assert (f"`{name}` is a file here, next to the notebook, and not in the worker's working directory, where "
+                f"an offloaded cell's relative paths lead: `%offload_put {name}` copies it there") in out.stderr
+    result, out = run(ip, f"%offload_put {name}")
+    assert result.success, out.stderr
+    result, out = run(ip, f"%%offload\nimport numpy as np\ndata = np.loadtxt({name!r}, delimiter=',')")
+    assert result.success and ip.user_ns["data"].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    run(ip, f"%%offload\nimport os\nos.remove({name!r})")
+
+
 def test_input_in_an_offloaded_cell_says_nobody_can_answer_it_there(ip: InteractiveShell) -> None:
     result, _ = run(ip, "%%offload\ntry:\n    input('name? ')\nexcept EOFError as e:\n    said = str(e)")
     assert result.success, result.error_in_exec

@@ -22,7 +22,14 @@ from .apply_result import apply_result
 from .arguments import placement_options, several_options
 from .cell_display import CellDisplay
 from .connection import MagicsGroup, NotebookConnection, bytes_crossed
-from .notices import describe_files, describe_jobs, describe_stats, notice, say_if_a_local_module
+from .notices import (
+    describe_files,
+    describe_jobs,
+    describe_stats,
+    notice,
+    say_if_a_local_file,
+    say_if_a_local_module,
+)
 from .shared_state import SharedState
 
 # IPython 8.13 lets `%%offload` end with `;` to hide the cell's value; 7.34 (Colab's) has no such decorator.
@@ -122,6 +129,7 @@ class CellMagics(MagicsGroup):
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
                 self._apply(error.partial, inputs)
             say_if_a_local_module(str(error))
+            say_if_a_local_file(error.remote_type, error.remote_message)
             if error.remote_type == "SystemExit":  # as locally: IPython says so, without a traceback
                 raise SystemExit(_exit_code(error.remote_message)) from None
             raise

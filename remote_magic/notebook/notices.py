@@ -101,6 +101,21 @@ def describe_stats(worker: str, stats: Mapping[str, Any]) -> str:
 
 
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+_NO_FILE = re.compile(r"'([^']+)'$|^(\S+) not found")  # OSError's "...: 'data.csv'"; numpy's "data.csv not found."
+
+
+def say_if_a_local_file(remote_type: str, message: str) -> None:
+    """When a cell couldn't find a file on the worker that is here, beside the notebook (a relative path:
+    an offloaded cell's is the worker's working directory), say so, and how to copy it there."""
+    if remote_type != "FileNotFoundError":
+        return
+    found = _NO_FILE.search(message.strip())
+    path = Path(next(group for group in found.groups() if group)) if found else None
+    if path is None or path.is_absolute() or not path.exists():
+        return
+    notice(f"`{path}` is a {'folder' if path.is_dir() else 'file'} here, next to the notebook, and not in the "
+           f"worker's working directory, where an offloaded cell's relative paths lead: `%offload_put {path}` "
+           "copies it there")
 
 
 def say_if_a_local_module(error: str) -> None:
