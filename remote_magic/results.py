@@ -150,6 +150,15 @@ def write_stream(header: Mapping[str, Any]) -> None:
     stream.flush()
 
 
+def display_options(header: Mapping[str, Any]) -> dict[str, Any]:
+    """``publish_display_data``'s options for a DISPLAY that names its display id: the output it makes
+    (or, with ``update``, replaces) can be replaced later by that id, as a local ``display_id`` does."""
+    display_id = header.get("display_id")
+    if not isinstance(display_id, str):
+        return {}
+    return {"transient": {"display_id": display_id}, **({"update": True} if header.get("update") else {})}
+
+
 def show_display(header: Mapping[str, Any]) -> None:
     """Show a DISPLAY in IPython, or its text where there is none."""
     data, metadata = header.get("data") or {}, header.get("metadata") or {}
@@ -159,6 +168,6 @@ def show_display(header: Mapping[str, Any]) -> None:
     except ImportError:
         get_ipython = None
     if get_ipython is not None and get_ipython() is not None:
-        publish_display_data(data, metadata)  # type: ignore[no-untyped-call]  # IPython has no hints
+        publish_display_data(data, metadata, **display_options(header))  # type: ignore[no-untyped-call]
     else:
         print(data.get("text/plain", "<rich output>"))

@@ -241,6 +241,24 @@ def test_a_stream_a_cell_hands_to_a_lasting_object_writes_into_later_cells(ip: I
     run(ip, "%%offload\nimport logging\nlogging.basicConfig(force=True, handlers=[])")
 
 
+def test_a_display_with_an_id_can_be_updated_there_and_here(ip: InteractiveShell) -> None:
+    """``display(x, display_id=True)`` returns a handle whose ``update`` replaces that output, in a later
+    offloaded cell or a local one (before: it returned None offloaded, so ``h.update(...)`` raised)."""
+    result, out = run(ip, "%%offload\nfrom IPython.display import display\nh = display('one', display_id=True)")
+    assert result.success, out.stderr
+    handle = ip.user_ns["h"]
+    assert type(handle).__name__ == "DisplayHandle" and handle.display_id
+    [shown] = out.outputs
+    assert shown.data["text/plain"] == "'one'" and shown.transient == {"display_id": handle.display_id}
+    result, out = run(ip, "%%offload\nh.update('two')")
+    assert result.success, out.stderr
+    [updated] = out.outputs
+    assert updated.data["text/plain"] == "'two'" and updated.update is True
+    assert updated.transient == {"display_id": handle.display_id}
+    result, out = run(ip, "h.update('three')")  # the same handle, in the notebook
+    assert result.success and out.outputs[0].transient == {"display_id": handle.display_id}
+
+
 def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:
     """Item 2, inside values: an object a container, an attribute and a name share is one object on the
     worker too, and what the cell does to it reaches every holder here."""

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import types
+import uuid
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from traitlets import TraitError
@@ -127,10 +128,17 @@ class JobOutputs:
             self.stderr.flush()
 
     def display(self, *objs: Any, raw: bool = False, metadata: dict[str, Any] | None = None,
-                include: Any = None, exclude: Any = None, after_cell: bool = False, **kwargs: Any) -> None:
+                include: Any = None, exclude: Any = None, after_cell: bool = False,
+                display_id: str | bool | None = None, update: bool = False, **kwargs: Any) -> Any:
         """IPython's display(), sending each object's mime bundle to the notebook (``after_cell``:
-        shown once the cell's value is, as the inline backend shows a cell's figures)."""
+        shown once the cell's value is, as the inline backend shows a cell's figures). With ``display_id``
+        (True: a new one) the output can be replaced later, as in the notebook: it returns IPython's
+        ``DisplayHandle``, whose ``update()`` (here, or in the notebook once it came back) replaces it."""
         self.flush()  # keep text printed before display() above it
+        if display_id is True:
+            display_id = uuid.uuid4().hex
+        shown: dict[str, Any] = {"display_id": display_id, "update": True} if update else (
+            {"display_id": display_id} if display_id else {})
         for obj in objs:
             if raw:
                 data, md = dict(obj), dict(metadata or {})
@@ -139,7 +147,13 @@ class JobOutputs:
                 md = {**md, **(metadata or {})}
             header, frames = self._display_message(data, md)
             if header is not None:
-                self._send(T.DISPLAY, {**header, "after_cell": True} if after_cell else header, frames)
+                header = {**header, **shown, **({"after_cell": True} if after_cell else {})}
+                self._send(T.DISPLAY, header, frames)
+        if display_id and not update:
+            from IPython.display import DisplayHandle
+
+            return DisplayHandle(display_id)  # type: ignore[no-untyped-call]
+        return None
 
     def bundle(self, obj: Any, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """The mime bundle and metadata IPython would show for ``obj``, rendered here: with this
@@ -283,12 +297,12 @@ def install_display(current: Callable[[], JobOutputs | None]) -> None:
     global _current
     _current = current
 
-    def display(*objs: Any, **kwargs: Any) -> None:
+    def display(*objs: Any, **kwargs: Any) -> Any:
         outputs = current()
         if outputs is None:
             print(*objs)
-        else:
-            outputs.display(*objs, **kwargs)
+            return None
+        return outputs.display(*objs, **kwargs)
 
     # It pickles as the notebook's own display() (`from IPython.display import display` in a cell binds it).
     display.__module__, display.__qualname__ = "IPython.display", "display"

@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 from IPython.display import publish_display_data
 
+from ..results import display_options
+
 Bundle = tuple[dict[str, Any], dict[str, Any]]  # a mime bundle and its metadata
 
 
@@ -37,7 +39,8 @@ class CellDisplay:
         if header.get("after_cell"):
             self._after_cell.append(header)
         else:
-            publish_display_data(header.get("data") or {}, header.get("metadata") or {})  # type: ignore[no-untyped-call]
+            publish_display_data(header.get("data") or {}, header.get("metadata") or {},  # type: ignore[no-untyped-call]
+                                 **display_options(header))
 
     def close(self) -> None:
         self._shell.display_formatter.format = self._format
@@ -53,4 +56,5 @@ class CellDisplay:
         shown, self._after_cell = self._after_cell, []
         self._value, self._rendered = None, None
         for header in shown:
-            publish_display_data(header.get("data") or {}, header.get("metadata") or {})  # type: ignore[no-untyped-call]
+            publish_display_data(header.get("data") or {}, header.get("metadata") or {},  # type: ignore[no-untyped-call]
+                                 **display_options(header))

@@ -353,7 +353,7 @@ HEADERS: dict[str, Record] = {
     "stream": _header({"job": _ID, "name": Text(16), "text": _TEXT}, "job"),
     "display": _header({
         "job": _ID, "data": MapOf(Json()), "metadata": Object(), "after_cell": Flag(),
-        "framed": ListOf(ListOf(_NAME)),
+        "framed": ListOf(ListOf(_NAME)), "display_id": _ID, "update": Flag(),
     }, "job"),
     "result": _header({"job": _ID, **_RESULT}, "job"),
     "error": _header({
