@@ -97,7 +97,9 @@ def describe_stats(worker: str, stats: Mapping[str, Any]) -> str:
     return (f"ran on {worker}: GPU kernels {counts('kernels')}; with numpy {counts('numpy')}; "
             f"GPU time {stats.get('gpu_time_s', 0.0) * 1e3:.2f} ms; "
             f"uploaded {human_size(stats.get('bytes_uploaded', 0))}, "
-            f"read back {human_size(stats.get('bytes_downloaded', 0))}")
+            f"read back {human_size(stats.get('bytes_downloaded', 0))}, "
+            f"already on the GPU {stats.get('resident_hits', 0)} (not uploaded: "
+            f"{human_size(stats.get('bytes_resident', 0))})")
 
 
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")

@@ -14,6 +14,22 @@ ELEMENTWISE_TOL = 1e-5
 """‖out − ref‖/‖ref‖ allowed for elementwise kernels, reductions, softmax and transpose."""
 MATMUL_TOL = 1e-4
 """‖out − ref‖/‖ref‖ allowed for matmul."""
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+"""One float32 ulp at 1.0 (2**-23)."""
+
+
+def assert_within_ulps_of_terms(out: object, ref: object, terms: object, ulps: float = 2) -> None:
+    """Each value of ``out`` within ``ulps`` float32 ulps of the magnitude of the terms that made it.
+
+    A GPU may fuse ``a * x + b`` into one rounding where numpy rounds twice, or add in another
+    order: the two differ by an ulp of the terms (``|a * x| + |b|``), which near a zero result is
+    many of the result's own ulps. A wrong result is off by far more.
+    """
+    out64, ref64 = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    bound = ulps * FLOAT32_EPS * np.asarray(terms, np.float64)
+    bad = np.abs(out64 - ref64) > bound
+    assert not bad.any(), (f"{int(bad.sum())} of {bad.size} values differ by more than {ulps} ulps of their terms; "
+                           f"first at {np.argwhere(bad)[0].tolist()}: {out64[bad][0]!r} != {ref64[bad][0]!r}")
 
 
 def rel_err(out: object, ref: object) -> float:

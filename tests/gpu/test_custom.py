@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gpu_checks import ELEMENTWISE_TOL, rel_err
+from gpu_checks import ELEMENTWISE_TOL, assert_within_ulps_of_terms, rel_err
 
 from remote_magic.errors import GpuError, ShaderError
 from remote_magic.worker.gpu import DeviceArray, GpuRuntime
@@ -61,10 +61,10 @@ def test_two_inputs_two_outputs_and_explicit_workgroups(runtime: GpuRuntime, gpu
     runtime.register_kernel("sum_and_diff", SUM_AND_DIFF)
     a, b = rng.standard_normal(100).astype(np.float32), rng.standard_normal(100).astype(np.float32)
     total, diff = gpu.sum_and_diff(a, b, out_shape=[(100,), (100,)])
-    np.testing.assert_allclose(total.numpy(), a + b, rtol=1e-6)
-    np.testing.assert_allclose(diff.numpy(), a - b, rtol=1e-6)
+    assert_within_ulps_of_terms(total.numpy(), a.astype(np.float64) + b, np.abs(a) + np.abs(b))
+    assert_within_ulps_of_terms(diff.numpy(), a.astype(np.float64) - b, np.abs(a) + np.abs(b))
     half, _ = gpu.sum_and_diff(a, b, out_shape=[(100,), (100,)], workgroups=(2,))  # 64 invocations
-    np.testing.assert_allclose(half.numpy()[:64], (a + b)[:64], rtol=1e-6)
+    assert_within_ulps_of_terms(half.numpy()[:64], (a.astype(np.float64) + b)[:64], (np.abs(a) + np.abs(b))[:64])
     np.testing.assert_array_equal(half.numpy()[64:], 0.0)  # outputs start zero-filled
 
 

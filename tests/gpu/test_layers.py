@@ -16,7 +16,8 @@ FOLDER = Path(__file__).resolve().parents[2] / "worker" / "gpu"
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the device and everything that needs no other module of the package
     ("convert", "device", "host_ops", "memory", "notices", "pipelines", "stats", "uniforms"),
-    ("context",),  # one device: pool, transfers, pipelines, timer, dispatch
+    ("resident",),  # buffers kept between cells by content digest
+    ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
     ("launch", "custom"),  # launching the built-in shaders and users' kernels
     ("matmul",),
     ("dispatch",),  # where each operation runs; knows arrays through a Protocol

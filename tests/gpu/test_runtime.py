@@ -157,7 +157,9 @@ def test_stats_are_taken_and_totalled(fresh: GpuRuntime) -> None:
     (x + x).numpy()
     first = fresh.take_stats()
     assert first["kernels"] == {"add": 1} and first["bytes_uploaded"] == 40 and first["bytes_downloaded"] == 40
+    assert first["uploads"] == 1 and first["readbacks"] == 1 and first["resident_hits"] == 0
     assert fresh.take_stats() == {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0,
+                                  "uploads": 0, "readbacks": 0, "resident_hits": 0, "bytes_resident": 0,
                                   "numpy": {}}
     (x * x).numpy()
     totals = fresh.totals()

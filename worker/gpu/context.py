@@ -2,6 +2,8 @@
 
 When a device is lost the runtime drops its :class:`DeviceContext` and makes a new one; arrays
 remember the context their buffer came from, so a stale buffer is never bound to a new device.
+The context also holds the device's resident buffers (``resident.py``): uploads and readbacks
+go through them, so an array whose values are already on the device is not uploaded again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from remote_magic.wire.sizes import human_size
 from .device import GpuDevice
 from .memory import UNIFORM_USAGE, Allocation, BufferPool, Transfers
 from .pipelines import Pipelines
+from .resident import ResidentBuffers, content_key
 from .stats import GpuTimer, Stats
 
 log = logging.getLogger(__name__)
@@ -29,9 +32,13 @@ MIB = 1 << 20
 
 
 class DeviceContext:
-    """A device with its buffer pool, transfers, pipeline cache and GPU timer."""
+    """A device with its buffer pool, resident buffers, transfers, pipeline cache and GPU timer.
 
-    def __init__(self, device: GpuDevice, stats: Stats, max_binding_bytes: int | None = None) -> None:
+    ``resident_bytes`` bounds the buffers kept by content between cells (0: none kept).
+    """
+
+    def __init__(self, device: GpuDevice, stats: Stats, max_binding_bytes: int | None = None,
+                 resident_bytes: int = 0) -> None:
         self.device = device
         self.handle = device.handle
         self.stats = stats
@@ -43,6 +50,7 @@ class DeviceContext:
         self.max_groups = limits.get("max_compute_workgroups_per_dimension", 65535)
         self.offset_alignment = limits.get("min_storage_buffer_offset_alignment", 256)
         self.pool = BufferPool(self.handle)
+        self.resident = ResidentBuffers(resident_bytes)
         self.transfers = Transfers(self.handle, self.pool, self._count)
         self.pipelines = Pipelines(self.handle)
         self.timer = GpuTimer(self.handle, device.timestamps, stats)
@@ -55,8 +63,10 @@ class DeviceContext:
     def _count(self, direction: str, nbytes: int) -> None:
         if direction == "up":
             self.stats.bytes_uploaded += nbytes
+            self.stats.uploads += 1
         else:
             self.stats.bytes_downloaded += nbytes
+            self.stats.readbacks += 1
 
     def check_buffer(self, what: str, nbytes: int) -> None:
         """Refuse a buffer larger than the device's ``max_buffer_size``."""
@@ -73,16 +83,34 @@ class DeviceContext:
                                 "this kernel cannot split its work; use smaller arrays or compute this with numpy")
 
     def upload(self, host: np.ndarray) -> Allocation:
-        """Copy a float32 array to a new buffer on this device."""
-        self.check_buffer("an array", host.nbytes)
+        """A buffer on this device holding a float32 array's values: a resident one with the same
+        values if kept (no upload), else a new one, uploaded and kept for the next cell."""
+        data = np.ascontiguousarray(host, dtype=np.float32)  # hashed and uploaded from the same bytes
+        self.check_buffer("an array", data.nbytes)
+        key = content_key(data) if data.size and self.resident.budget_bytes else None
+        if key is not None:
+            kept = self.resident.get(key)
+            if kept is not None:
+                self.stats.resident_hits += 1
+                self.stats.bytes_resident += kept.nbytes
+                return kept
         with self.device.guard("an upload"):
-            return self.transfers.upload(host)
+            alloc = self.transfers.upload(data)
+        if key is not None:
+            self.resident.keep(key, alloc)
+        return alloc
 
     def download(self, alloc: Allocation, count: int) -> np.ndarray:
-        """Read ``count`` float32 values back from ``alloc`` (waits for the GPU)."""
+        """Read ``count`` float32 values back from ``alloc`` (waits for the GPU).
+
+        A whole buffer read back is kept as resident under its values' digest: a later cell that
+        sends these values back finds them on the device.
+        """
         with self.device.guard("a readback"):
             data = self.transfers.download(alloc, count)
         self.timer.note_wait()
+        if count and 4 * count == alloc.nbytes and self.resident.budget_bytes:
+            self.resident.keep(content_key(data), alloc)
         return data
 
     def empty(self, nbytes: int) -> Allocation:
@@ -152,7 +180,8 @@ class DeviceContext:
                 self.timer.flush()
 
     def close(self) -> None:
-        """Free the pool and the device."""
+        """Forget the resident buffers, free the pool and the device."""
+        self.resident.clear()
         self.pool.close()
         self.device.close()
 

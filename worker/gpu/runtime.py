@@ -9,6 +9,10 @@ Modes:
   (lavapipe, ~100x slower than numpy on the same CPU) or without any adapter, operations
   compute with numpy and a one-time notice says so. Custom kernels still run on a software
   adapter, as they have no numpy version.
+
+Arrays stay on the device between cells, by content (``resident.py``): up to ``gpu_memory``
+bytes (``remote-worker --gpu-memory``; by default half the adapter's largest buffer, at most
+:data:`MAX_DEFAULT_GPU_MEMORY`), so an unchanged input is not uploaded again.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from remote_magic.errors import GpuError
+from remote_magic.wire.sizes import human_size
 
 from . import custom
 from .arrays import DeviceArray
@@ -38,6 +43,15 @@ DEFAULT_MATMUL_THREADS = 16
 """Matmul workgroups of 16x16 invocations (128x128 tiles): fastest measured, lavapipe included."""
 MIN_BINDING_BYTES = 1024
 """Smallest ``max_binding_bytes`` accepted (tests lower the limit to force split matmuls)."""
+MAX_DEFAULT_GPU_MEMORY = 2 * 10**9
+"""The default resident budget's ceiling (2 GB): wgpu reports no adapter memory size, only its
+largest buffer, which some drivers give as the whole of their memory."""
+
+
+def default_gpu_memory(device: GpuDevice) -> int:
+    """Bytes of arrays kept on ``device`` between cells when ``--gpu-memory`` isn't given."""
+    largest = device.limits.get("max_buffer_size") or device.info.limits.get("max_buffer_size", 0)
+    return min(largest // 2, MAX_DEFAULT_GPU_MEMORY)
 
 
 class GpuRuntime:
@@ -45,13 +59,16 @@ class GpuRuntime:
 
     def __init__(self, mode: str, device: GpuDevice | None, *, adapter: str | None = None,
                  backend: str | None = None, max_binding_bytes: int | None = None,
-                 matmul_threads: int | None = None, reason: str = "") -> None:
+                 matmul_threads: int | None = None, gpu_memory: int | None = None, reason: str = "") -> None:
         self.mode = mode
         self._adapter = adapter
         self._backend = backend
         self._max_binding_bytes = max_binding_bytes
         self._device = device
         self._reason = reason
+        self.gpu_memory = (gpu_memory if gpu_memory is not None
+                           else default_gpu_memory(device) if device is not None else 0)
+        """Bytes of arrays kept on the device between cells (resident buffers)."""
         self.notices = Notices()
         self._stats = Stats()
         self._totals = Stats()
@@ -70,14 +87,20 @@ class GpuRuntime:
         self._closed = False
         if device is not None:
             self.dispatcher.ctx  # noqa: B018 - make the device context now, not in the first cell
+            log.info("GPU %s (%s, %s): %s; keeps up to %s of arrays on it between cells (--gpu-memory)",
+                     device.info.name, device.info.adapter_type, device.info.backend,
+                     "kernels run on it" if self.active else "computing with numpy", human_size(self.gpu_memory))
 
     @classmethod
     def create(cls, mode: str = "auto", adapter: str | None = None, backend: str | None = None, *,
-               max_binding_bytes: int | None = None, matmul_threads: int | None = None) -> "GpuRuntime":
+               max_binding_bytes: int | None = None, matmul_threads: int | None = None,
+               gpu_memory: int | None = None) -> "GpuRuntime":
         """Open the GPU for ``mode`` (auto/on/off), choosing the adapter by name substring and backend.
 
         ``max_binding_bytes`` lowers the per-binding limit below the device's (for tests);
         ``matmul_threads`` (8 or 16) is the matmul workgroup's side (default 16: 128x128 tiles).
+        ``gpu_memory`` bounds the bytes of arrays kept on the device between cells (0: none; None:
+        :func:`default_gpu_memory`).
         Raises :class:`GpuError` in mode ``on`` when no adapter can be had.
         """
         if mode not in MODES:
@@ -86,8 +109,11 @@ class GpuRuntime:
             raise GpuError(f"max_binding_bytes must be at least {MIN_BINDING_BYTES}")
         if matmul_threads not in (None, 8, 16):
             raise GpuError("matmul_threads must be 8 or 16")
+        if gpu_memory is not None and gpu_memory < 0:
+            raise GpuError("gpu_memory must be 0 or more bytes")
         options: dict[str, Any] = {"adapter": adapter, "backend": backend,
-                                   "max_binding_bytes": max_binding_bytes, "matmul_threads": matmul_threads}
+                                   "max_binding_bytes": max_binding_bytes, "matmul_threads": matmul_threads,
+                                   "gpu_memory": gpu_memory}
         if mode == "off":
             return cls(mode, None, **options, reason="the worker runs with --gpu off")
         try:
@@ -106,7 +132,7 @@ class GpuRuntime:
         device = self._device
         if device is None or device.lost:
             device = self._device = open_device(self._adapter, self._backend)
-        return DeviceContext(device, self._stats, self._max_binding_bytes)
+        return DeviceContext(device, self._stats, self._max_binding_bytes, self.gpu_memory)
 
     @property
     def device(self) -> GpuDevice | None:
@@ -128,6 +154,7 @@ class GpuRuntime:
                 "timestamp_query": device.timestamps}
         if self._max_binding_bytes:
             caps["max_binding_bytes"] = self._max_binding_bytes
+        caps["gpu_memory"] = self.gpu_memory
         if not self.active:
             caps["reason"] = self._reason
         return caps

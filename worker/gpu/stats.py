@@ -1,6 +1,7 @@
 """Counters of what ran on the GPU, and GPU time from timestamp queries.
 
-:class:`Stats` counts kernel dispatches, bytes moved and operations computed with numpy.
+:class:`Stats` counts kernel dispatches, bytes moved (uploads, readbacks, and inputs found already
+on the GPU, see ``resident.py``) and operations computed with numpy.
 :class:`GpuTimer` measures GPU time: with the ``timestamp-query`` feature each compute pass
 writes begin/end timestamps, resolved in batches (one small readback per batch, not per
 kernel); without it, the wall time from a submit to the next wait is counted instead.
@@ -32,22 +33,30 @@ class Stats:
     gpu_time_s: float = 0.0
     bytes_uploaded: int = 0
     bytes_downloaded: int = 0
+    uploads: int = 0
+    readbacks: int = 0
+    resident_hits: int = 0
+    """Inputs found already on the GPU (kept from an earlier cell), so not uploaded."""
+    bytes_resident: int = 0
+    """Bytes of those inputs: what the hits saved uploading."""
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"kernels": {name: dispatches}, "gpu_time_s", "bytes_uploaded", "bytes_downloaded",
-        "numpy": {op: count}}``."""
+        """``{"kernels": {name: dispatches}, "gpu_time_s", "bytes_uploaded", "bytes_downloaded", "uploads",
+        "readbacks", "resident_hits", "bytes_resident", "numpy": {op: count}}``."""
         return {"kernels": dict(self.kernels), "gpu_time_s": self.gpu_time_s,
                 "bytes_uploaded": self.bytes_uploaded, "bytes_downloaded": self.bytes_downloaded,
-                "numpy": dict(self.numpy)}
+                "uploads": self.uploads, "readbacks": self.readbacks, "resident_hits": self.resident_hits,
+                "bytes_resident": self.bytes_resident, "numpy": dict(self.numpy)}
 
     def take(self) -> "Stats":
         """A copy of the counters, resetting these to zero (in place: others hold this object)."""
-        taken = Stats(Counter(self.kernels), Counter(self.numpy), self.gpu_time_s,
-                      self.bytes_uploaded, self.bytes_downloaded)
+        taken = Stats()
+        taken.add(self)
         self.kernels.clear()
         self.numpy.clear()
         self.gpu_time_s = 0.0
         self.bytes_uploaded = self.bytes_downloaded = 0
+        self.uploads = self.readbacks = self.resident_hits = self.bytes_resident = 0
         return taken
 
     def add(self, other: "Stats") -> None:
@@ -57,6 +66,10 @@ class Stats:
         self.gpu_time_s += other.gpu_time_s
         self.bytes_uploaded += other.bytes_uploaded
         self.bytes_downloaded += other.bytes_downloaded
+        self.uploads += other.uploads
+        self.readbacks += other.readbacks
+        self.resident_hits += other.resident_hits
+        self.bytes_resident += other.bytes_resident
 
 
 class GpuTimer:
