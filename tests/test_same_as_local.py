@@ -259,6 +259,27 @@ def test_a_display_with_an_id_can_be_updated_there_and_here(ip: InteractiveShell
     assert result.success and out.outputs[0].transient == {"display_id": handle.display_id}
 
 
+def test_a_matplotlib_style_set_offloaded_holds_in_later_cells_on_both_sides(ip: InteractiveShell) -> None:
+    """Styles that set cap or join styles (every seaborn-v0_8-*) put enums in rcParams; before, the shared
+    module state holding them stayed on the worker as a handle named `__module_state__` in the user's
+    namespace, and the next cell undid the style."""
+    import matplotlib
+
+    try:
+        for cell in ("import matplotlib.pyplot as plt", "plt.style.use('seaborn-v0_8-whitegrid')"):
+            result, out = run(ip, f"%%offload\n{cell}")
+            assert result.success, out.stderr
+        assert "__module_state__" not in ip.user_ns and "stayed on worker" not in out.stderr
+        assert matplotlib.rcParams["axes.grid"] is True  # the style reached the notebook
+        result, out = run(ip, "%%offload\nimport matplotlib\ngrid = matplotlib.rcParams['axes.grid']\n"
+                              "cap = str(matplotlib.rcParams['lines.solid_capstyle'])")
+        assert result.success and ip.user_ns["grid"] is True, out.stderr  # and still holds there
+        assert ip.user_ns["cap"] == str(matplotlib.rcParams["lines.solid_capstyle"])
+    finally:
+        matplotlib.rcdefaults()
+        run(ip, "%%offload\nimport matplotlib\nmatplotlib.rcdefaults()")
+
+
 def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: InteractiveShell) -> None:
     """Item 2, inside values: an object a container, an attribute and a name share is one object on the
     worker too, and what the cell does to it reaches every holder here."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import enum
 import importlib
 import logging
 import os
@@ -100,10 +101,19 @@ def _rc_changes(matplotlib: Any) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    """A copy (a list rcParams holds may change in place later) or, for a Cycler, its text."""
+    """The value in builtin types only, so it loads wherever the state goes and is never taken for a
+    matplotlib object: a copy of a list (rcParams' may change in place later), an enum's value (a style's
+    ``CapStyle.round`` is ``"round"``, which rcParams takes back), a Cycler's text."""
+    if isinstance(value, enum.Enum):
+        value = value.value
     if isinstance(value, list):
-        return list(value)
-    return value if isinstance(value, (str, int, float, bool, type(None), tuple)) else repr(value)
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    for kind in (bool, int, float, str):  # subclasses (an enum that is also a str) become the plain type
+        if isinstance(value, kind):
+            return kind(value)
+    return None if value is None else repr(value)
 
 
 def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
