@@ -302,6 +302,21 @@ def test_objects_inside_values_stay_shared_with_the_names_that_hold_them(ip: Int
     assert ns["shared_inner"] is ns["outer"][0]
 
 
+def test_dict_views_and_list_iterators_follow_their_dict_and_list(ip: InteractiveShell) -> None:
+    """Before, a view or iterator that travelled beside its dict or list arrived as one of a copy: after
+    `d['b'] = 2` offloaded, `len(ks)` was 1 there (locally 2), and so was a view made there, here."""
+    ip.reset(new_session=False)
+    run(ip, "d = {'a': 1}\nks = d.keys()\nL = [1, 2]\nit = iter(L)\nfirst = next(it)")
+    result, out = run(ip, "%%offload\nd['b'] = 2\nn = len(ks)\nvalues = d.values()\nL.append(3)\nrest = list(it)")
+    assert result.success, out.stderr
+    ns = ip.user_ns
+    assert ns["n"] == 2 and ns["rest"] == [2, 3] and list(ns["it"]) == []  # as locally
+    ns["d"]["c"] = 3
+    assert list(ns["values"]) == [1, 2, 3] and len(ns["ks"]) == 3  # a view of the notebook's own d
+    run(ip, "%%offload\nd['e'] = 5")
+    assert list(ns["values"]) == [1, 2, 3, 5]
+
+
 def test_a_view_that_cant_cross_as_a_view_is_named_both_ways(ip: InteractiveShell) -> None:
     """A MaskedArray view (or a view of an object array) travels as a copy; the notice says which array
     it views. Views of record arrays and structured dtypes stay views."""

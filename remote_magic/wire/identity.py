@@ -18,6 +18,7 @@ change, as locally.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import itertools
 import sys
@@ -27,8 +28,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from ..errors import ProtocolError
 
 Refs = dict[str, dict[str, Any]]
-"""name -> {"same": other}, {"input": number} (one of ``shared_objects``), or {"view": base, "offset":
-bytes, "shape", "strides", "dtype", "layout", "recarray"}."""
+"""name -> {"same": other}, {"input": number} (one of ``shared_objects``), {"view": base, "offset":
+bytes, "shape", "strides", "dtype", "layout", "recarray"}, {"dict_view": "keys"/"values"/"items", "of":
+a dict's name} or {"list_iterator": a list's name, "position": n}."""
 
 PATCH_PREFIX = "\x00input "
 """A value named ``PATCH_PREFIX + number`` is what that input object became: the receiver's own object
@@ -68,6 +70,11 @@ def references(values: Mapping[str, Any], known: Mapping[str, Any] | None = None
         else:
             owners[id(value)] = name
             sent[name] = value
+    for name, value in list(sent.items()):  # a live view of a dict or list sent too: a view of it there
+        follows = _follows(value, owners)
+        if follows is not None:
+            refs[name] = follows
+            del sent[name]
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         # Arrays of plain data only (memory can't carry objects), and no subclass but recarray, a view
@@ -112,6 +119,12 @@ def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str,
             resolved[name] = lookup(str(ref["same"]))
         elif "input" in ref and isinstance(ref["input"], int) and 0 <= ref["input"] < len(shared):
             resolved[name] = shared[ref["input"]]
+        elif "dict_view" in ref and ref["dict_view"] in _DICT_VIEWS.values():
+            resolved[name] = getattr(lookup(str(ref["of"])), str(ref["dict_view"]))()
+        elif "list_iterator" in ref:
+            iterator = iter(lookup(str(ref["list_iterator"])))
+            iterator.__setstate__(int(ref.get("position") or 0))
+            resolved[name] = iterator
         elif "view" in ref:
             resolved[name], exact = _rebuild_view(lookup(str(ref["view"])), ref)
             if not exact:
@@ -122,6 +135,25 @@ def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str,
                           f"that is a {ref.get('kind')} can't cross as a view, so writing through it won't change "
                           f"`{ref['copy']}`")
     return resolved, copies
+
+
+_DICT_VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
+_LIST_ITERATOR = type(iter([]))
+
+
+def _follows(value: Any, owners: Mapping[int, str]) -> dict[str, Any] | None:
+    """A reference for a dict's view or a list's iterator whose dict or list is sent too (``owners``), so
+    it stays a live view of it: ``ks = d.keys()`` sees what a cell adds to ``d``, as locally."""
+    kind = _DICT_VIEWS.get(type(value))
+    if kind is not None:
+        mapping = gc.get_referents(value.mapping)  # the mappingproxy refers to the dict itself, and only to it
+        of = owners.get(id(mapping[0])) if len(mapping) == 1 else None
+        return None if of is None else {"dict_view": kind, "of": of}
+    if type(value) is _LIST_ITERATOR:
+        _, arguments, *position = value.__reduce__()  # (iter, (the list,), index); exhausted: (iter, ((),))
+        of = owners.get(id(arguments[0])) if isinstance(arguments[0], list) and position else None
+        return None if of is None else {"list_iterator": of, "position": int(position[0])}
+    return None
 
 
 def _view_of(name: str, array: Any, bases: list[tuple[str, Any]]) -> dict[str, Any] | None:

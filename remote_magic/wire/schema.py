@@ -293,7 +293,8 @@ _DIGESTS = MapOf(Text(128), key=Text(20, 1))  # {frame index: xxh3-128 digest}
 _REFS = MapOf(Record({
     "same": _NAME, "input": _SIZE, "view": _NAME, "offset": _SIZE, "shape": ListOf(_SIZE),
     "strides": ListOf(Integer(-MAX_INTEGER)), "dtype": Json(), "layout": ListOf(Json()), "recarray": Flag(),
-    "copy": _NAME, "kind": _NAME,
+    "copy": _NAME, "kind": _NAME, "dict_view": Text(8, choices=("keys", "values", "items")), "of": _NAME,
+    "list_iterator": _NAME, "position": _SIZE,
 }))
 
 # Values and what travels with them (wire/serialization.py): SUBMIT, RESULT, and an ERROR from a cell.
