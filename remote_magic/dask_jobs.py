@@ -27,12 +27,13 @@ from .errors import (
 from .results import show_display, write_stream
 from .wire import identity, serialization
 from .wire.failures import error_header
+from .wire.install import install_command
 from .wire.module_state import NAME as MODULE_STATE
 from .wire.protocol import Message, MessageType as T
 
 log = logging.getLogger(__name__)
 
-DASK_INSTALL = 'pip install "remote-magic[dask]"'
+DASK_INSTALL = install_command("dask")
 EVENTS_WAIT_S = 10.0
 """After a task ended, how long its last printed text and displays may take to arrive (they go
 through the scheduler, the result straight from the worker)."""

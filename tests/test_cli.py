@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import remote_magic
+from remote_magic.wire.tokens import Token
 from support import WorkerProcess, start_worker
 
 
@@ -35,6 +36,32 @@ def test_token_command_shows_the_same_client_token(worker: WorkerProcess) -> Non
     assert shown.stdout.strip() == worker.token
     worker_token = _remote_worker(worker.home, "token", "--worker").stdout.strip()
     assert worker_token.startswith("rmw1.") and worker_token != worker.token
+
+
+def test_token_names_the_running_hub_or_says_several_share_the_home(tmp_path: Path) -> None:
+    first = start_worker(tmp_path / "first", "--listen", "127.0.0.1:0", "--gpu", "off", home=tmp_path / "home")
+    try:
+        second = start_worker(tmp_path / "second", "--listen", "127.0.0.1:0", "--gpu", "off", home=tmp_path / "home")
+        try:  # the second rewrote the home's address: a token for one of them would be a guess
+            shown = _remote_worker(tmp_path / "home", "token")
+            assert shown.returncode == 1 and "several hubs run with this home" in shown.stderr
+            assert all(Token.decode(w.token).address in shown.stderr for w in (first, second))
+        finally:
+            second.stop()
+        shown = _remote_worker(tmp_path / "home", "token")  # the one still running, not the last started
+        assert shown.returncode == 0 and shown.stdout.strip() == first.token
+    finally:
+        first.stop()
+
+
+def test_an_install_command_names_the_copy_it_installs_into() -> None:
+    """remote-magic isn't on the package index: `pip install "remote-magic[worker]"` fails. The suite runs
+    from scripts/setup.sh's editable install of this clone, so that is what the command names."""
+    from remote_magic.wire.install import install_command
+
+    repo = Path(__file__).resolve().parents[1]
+    assert install_command("worker") == f'pip install -e "{repo}[worker]"'
+    assert install_command("lan") == f'pip install -e "{repo}[lan]"'
 
 
 def test_tokens_are_never_logged_whole(worker: WorkerProcess) -> None:

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run notebook cells on this machine: starts a hub and a worker and prints the "
                     "line to paste into the notebook.")
     parser.add_argument("--listen", type=parse_listen, default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                        help=f"where the hub listens (default {DEFAULT_LISTEN}; port 0 picks a free port)")
+                        help=f"where the hub listens, IPv4 only (default {DEFAULT_LISTEN}; port 0 picks a free port)")
     parser.add_argument("--token-file", type=Path, metavar="PATH",
                         help="also write the client token to PATH (owner-only) once the worker accepts jobs")
     parser.add_argument("--join", nargs="?", const="", metavar="TOKEN",
@@ -114,6 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="use the GPU adapter whose name contains SUBSTRING")
     parser.add_argument("--backend", choices=["vulkan", "metal", "d3d12"],
                         default=os.environ.get("REMOTE_MAGIC_BACKEND"), help="use this wgpu backend")
+    parser.add_argument("--gpu-memory", type=parse_size, metavar="SIZE",
+                        help="keep up to SIZE of each notebook's arrays on the GPU between cells, so an unchanged "
+                             "input isn't uploaded again (e.g. 4G; 0: none; default: half the adapter's largest "
+                             "buffer, at most 2GB)")
     parser.add_argument("--max-memory", type=parse_size, metavar="SIZE",
                         help="kill a job whose processes (all it started) use more than SIZE (e.g. 8G), and the "
                              "largest kernel when all kernels together do; default: 90%% of RAM")
@@ -171,20 +175,48 @@ def _endpoint(text: str) -> str:
 
 
 def _address_file() -> Path:
+    """The address of the hub that started last with this home, running or not."""
     return keystore.config_dir() / "address"
+
+
+def _running_file(pid: int) -> Path:
+    """Where a running hub with this home keeps its address: one file per process, removed as it stops."""
+    return keystore.config_dir() / "running" / str(pid)
+
+
+def _running_addresses() -> dict[int, str]:
+    """The addresses of the hubs running with this home now, by pid (files of processes gone are removed)."""
+    found = {}
+    for path in sorted((keystore.config_dir() / "running").glob("[0-9]*")):
+        try:
+            os.kill(int(path.name), 0)
+            found[int(path.name)] = path.read_text().strip()
+        except ProcessLookupError:  # it ended without removing its file (killed)
+            path.unlink(missing_ok=True)
+        except (ValueError, OSError):  # not a pid, or a file that went meanwhile
+            continue
+    return found
 
 
 def show_token(args: argparse.Namespace) -> int:
     keys = keystore.rotate() if args.rotate else keystore.load_or_create()
+    running = _running_addresses()
+    if len(set(running.values())) > 1:
+        listed = ", ".join(f"{address} (pid {pid})" for pid, address in running.items())
+        print(f"remote-worker: several hubs run with this home ({keystore.config_dir()}): {listed}. Their tokens "
+              "differ only by address: give each remote-worker its own REMOTE_MAGIC_HOME, or stop all but one",
+              file=sys.stderr)
+        return 1
     address_file = _address_file()
-    if not address_file.exists():
+    if not running and not address_file.exists():
         print("remote-worker: no hub has run on this machine yet; start `remote-worker` first", file=sys.stderr)
         return 1
     if args.rotate:
         print("remote-worker: keys replaced; old tokens no longer work. A running remote-worker picks "
               "the new keys up within a few seconds.", file=sys.stderr)
     role = Role.WORKER if args.worker else Role.CLIENT
-    print(keys.token(role, address_file.read_text().strip()).encode())
+    address = next(iter(running.values())) if running else address_file.read_text().strip()
+    print(keys.token(role, address).encode())
     return 0
 
 
@@ -203,6 +235,12 @@ class LocalHub(ServedHub):
                          cache_bytes=args.cache_size, kernels=args.kernels == "on")
         self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)
+        write_private(_running_file(os.getpid()), self.address)
+
+    def close(self) -> None:
+        """Stop the hub, and say so to `remote-worker token`."""
+        _running_file(os.getpid()).unlink(missing_ok=True)
+        super().close()
 
     def local_worker(self, name: str, options: ExecutorOptions, max_sessions: int,
                      placement: dict[str, Any] | None = None, **kernels: Any) -> Supervisor:
@@ -241,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_worker_packages(args)
     if missing:
         print(f"remote-worker: this machine lacks {', '.join(missing)}, which a worker needs. Install the "
-              f"worker side with:\n\n    {WORKER_INSTALL}\n\n(`pip install remote-magic` alone is the "
+              f"worker side with:\n\n    {WORKER_INSTALL}\n\n(remote-magic without [worker] is the "
               "notebook side.)", file=sys.stderr)
         return 2
     from .descendants import hide_process_memory, tree
@@ -262,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     # this process's environment (the join and ngrok tokens) or memory, unless it runs as root.
     tree().adopt_orphans()
     hide_process_memory()
-    options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit())
+    options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit(),
+                              gpu_memory_bytes=args.gpu_memory)
     placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
     kernels = {"kernels": args.kernels == "on", "kernel_python": args.kernel_python,
                "kernel_grace_s": args.kernel_grace, "max_kernels": args.max_kernels}

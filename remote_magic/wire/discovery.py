@@ -23,12 +23,13 @@ from zmq.utils import z85
 
 from ..errors import DiscoveryError, TokenError
 from .addresses import bind_endpoint
+from .install import install_command
 from .tokens import Token
 
 SERVICE_TYPE = "_remote-magic._tcp.local."
 """The DNS-SD service type a hub is advertised under."""
 
-LAN_INSTALL = 'pip install "remote-magic[lan]"'
+LAN_INSTALL = install_command("lan")
 """What installs zeroconf, the one package LAN discovery needs (the [worker] extra includes it)."""
 
 DEFAULT_BROWSE_S = 3.0
