@@ -75,6 +75,18 @@ def test_definitions_made_on_the_worker_come_back_as_working_source(ip: Interact
     assert definitions.find_definition(ip.user_ns["times_n"]).source.startswith("def times_n(x):")
 
 
+def test_definitions_come_back_with_their_defaults_whatever_the_names_they_were_made_from(
+        ip: InteractiveShell) -> None:
+    """A default is a value, made once: compiled again here its expression isn't evaluated again. Before,
+    `lambda v, k=k: v + k` made in a comprehension failed to load (NameError: 'k') on Python 3.12 and later,
+    which inline comprehensions (PEP 709), and anywhere once `k` was gone."""
+    result, out = run(ip, "%%offload\nlambda_list = [lambda v, k=k: v + k for k in range(3)]\n"
+                          "k = 10\ndef shifted(v, k=k, *, by=k + 1):\n    return v + k + by\ndel k")
+    assert result.success, f"{result.error_in_exec}\n{out.stderr}"
+    assert [f(1) for f in ip.user_ns["lambda_list"]] == [1, 2, 3]
+    assert ip.user_ns["shifted"](1) == 22 and "k" not in ip.user_ns
+
+
 def test_a_notebook_function_that_raises_shows_its_own_source_line(ip: InteractiveShell) -> None:
     run(ip, "def fails(x):\n    raise ValueError(f'bad input {x}')\n")
     result, out = run(ip, "%%offload\nfails(3)\n")

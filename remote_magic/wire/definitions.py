@@ -52,6 +52,9 @@ class SourceDefinition:
                 # The object that travels is the function its decorators were given (what a wrapper holds,
                 # or what a decorator that registers it returned): compiled without them, on its line still.
                 node.lineno, node.decorator_list = self.lineno, []
+        defined = _defined(tree)
+        if isinstance(defined, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+            _defaults_as_placeholders(defined.args)
         code: types.CodeType = compile(tree, self.filename, "eval" if self.kind == "lambda" else "exec", self.flags,
                                        dont_inherit=True)
         return code
@@ -67,6 +70,20 @@ class SourceDefinition:
                          else ast.parse(self.source).body[0])
         return {n.id for part in _evaluated_when_defined(node, decorators=self.kind == "class") for n in ast.walk(part)
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _defined(tree: ast.Module | ast.Expression) -> ast.AST:
+    """The definition a parsed SourceDefinition holds: its first statement, or the lambda expression."""
+    return tree.body if isinstance(tree, ast.Expression) else tree.body[0]
+
+
+def _defaults_as_placeholders(arguments: ast.arguments) -> None:
+    """A function's default values travel with it, as they were (``restore_state``): compiled, its default
+    expressions become None, so none is evaluated again where the names it read may not exist (``k=k``
+    for a loop's ``k``; in an inlined comprehension, PEP 709, Python 3.12 and later)."""
+    arguments.defaults = [ast.copy_location(ast.Constant(None), d) for d in arguments.defaults]
+    arguments.kw_defaults = [None if d is None else ast.copy_location(ast.Constant(None), d)
+                             for d in arguments.kw_defaults]
 
 
 def _evaluated_when_defined(node: ast.AST, decorators: bool = True) -> Iterator[ast.AST]:
