@@ -109,7 +109,7 @@ def offloaded_source(cell: Any) -> str | None:
     return "%%offload\n" + source
 
 
-def run_notebook(path: Path, workdir: Path, token: str | None = None) -> Run:
+def run_notebook(path: Path, workdir: Path, token: str | None = None, kernel_name: str = "python3") -> Run:
     """Execute the notebook in a fresh kernel (offloading its cells when a token is given)."""
     nb = nbformat.read(path, as_version=4)
     records = []
@@ -126,7 +126,7 @@ def run_notebook(path: Path, workdir: Path, token: str | None = None) -> Run:
         added.insert(0, nbformat.v4.new_code_cell(f"%load_ext remote_magic\n%offload_connect {token}"))
     nb.cells = added[:-1] + nb.cells + added[-1:]
     workdir.mkdir(parents=True, exist_ok=True)
-    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, allow_errors=True,
+    client = NotebookClient(nb, kernel_name=kernel_name, timeout=CELL_TIMEOUT_S, allow_errors=True,
                             resources={"metadata": {"path": str(workdir)}})
     client.execute()
     if token is not None:

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 import nbformat
 import pytest
+from conformance import compare, run_notebook
 from nbclient import NotebookClient
 
 from support import (
@@ -256,6 +257,23 @@ _REMOTE_KERNEL_SCRIPT = textwrap.dedent("""
     km.shutdown_kernel()
     print("alive", km.is_alive(), "jupyter_client", jupyter_client.__version__)
 """)
+
+
+@pytest.mark.parametrize("name", ["second_pass", "mixed_module_state"])
+def test_conformance_notebooks_offloaded_from_colabs_python_end_as_they_do_there(
+        colab_python: tuple[Path, str], newest_worker: WorkerProcess, tmp_path: Path, name: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conformance notebooks run on the default interpreter elsewhere; Colab's Python (3.13) inlines
+    comprehensions (PEP 709), among other differences the notebook side must not show."""
+    python, _ = colab_python
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    kernel = _kernelspec(python, tmp_path / "jupyter")
+    notebook = Path(__file__).parent / "conformance" / f"{name}.ipynb"
+    offloaded = run_notebook(notebook, tmp_path / "offloaded", token=newest_worker.token, kernel_name=kernel)
+    local = run_notebook(notebook, tmp_path / "local", kernel_name=kernel)
+    differences = compare(local, offloaded)
+    assert not differences, f"{notebook.name} differs when offloaded from Colab's Python:\n" + "\n".join(differences)
 
 
 def test_a_kernel_on_the_worker_through_colabs_jupyter_client(

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from traitlets import TraitError
 
-from remote_magic.wire.displays import FRAMED, TEXT_FORMAT, frame_parts
+from remote_magic.wire.displays import FRAMED, TEXT_FORMAT, frame_parts, pickle_display_handles_portably
 from remote_magic.wire.protocol import MAX_HEADER_BYTES, MessageType as T, encode_header
 from remote_magic.wire.sizes import human_size
 
@@ -304,6 +304,7 @@ def install_display(current: Callable[[], JobOutputs | None]) -> None:
             return None
         return outputs.display(*objs, **kwargs)
 
+    pickle_display_handles_portably()
     # It pickles as the notebook's own display() (`from IPython.display import display` in a cell binds it).
     display.__module__, display.__qualname__ = "IPython.display", "display"
     builtins.display = display  # type: ignore[attr-defined]

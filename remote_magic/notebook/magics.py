@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..wire.displays import pickle_display_handles_portably
 from .cell_magics import CellMagics
 from .connection import MagicsGroup, NotebookConnection, OffloadMagics
 from .connection_magics import ConnectionMagics
@@ -26,6 +27,7 @@ MAGICS_CLASSES: tuple[type[MagicsGroup], ...] = (ConnectionMagics, CellMagics, C
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register every group of magics, sharing one connection."""
+    pickle_display_handles_portably()  # a display handle goes to the worker and back whatever IPython it has
     settings = OffloadMagics(parent=ipython)
     ipython.configurables.append(settings)  # so %config OffloadMagics finds it
     connection = NotebookConnection(settings)

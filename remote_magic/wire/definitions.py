@@ -152,9 +152,16 @@ def _unchanged(obj: Any, definition: SourceDefinition) -> bool:
     return methods is not None and _matches(obj, definition, methods)
 
 
+_COMPREHENSIONS = {"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"}
+"""Scopes a comprehension had of its own before Python 3.12 inlined them (PEP 709)."""
+
+
 def _search(obj: Any) -> SourceDefinition | None:
-    if "<locals>" in obj.__qualname__ or "." in obj.__qualname__:
+    *scopes, _ = obj.__qualname__.split(".")
+    if not set(scopes) <= _COMPREHENSIONS:
         return None  # a closure or a method: its source alone can't rebuild it
+    # A function made in a top-level comprehension (`[lambda v, k=k: v + k for k in range(3)]`) that reads
+    # no loop variable (no closure) is the same definition on every Python: it travels as source too.
     if isinstance(obj, types.FunctionType):
         if obj.__closure__:
             return None

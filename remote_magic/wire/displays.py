@@ -5,6 +5,7 @@ do, and the receiver puts them back; the notebook's text formatter settings trav
 from __future__ import annotations
 
 import base64
+import copyreg
 from typing import Any, Sequence
 
 TEXT_FORMAT = ("pprint", "float_precision", "max_width", "max_seq_length")
@@ -46,3 +47,22 @@ def unframe(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, Any]:
         raw = bytes(frame.buffer if hasattr(frame, "buffer") else frame)
         data[str(mime)] = base64.b64encode(raw).decode() if kind == "base64" else raw.decode(errors="replace")
     return {key: value for key, value in header.items() if key != FRAMED} | {"data": data}
+
+
+def display_handle(display_id: str) -> Any:
+    """IPython's ``DisplayHandle`` for ``display_id``: what a handle that crossed loads as. IPython 7 keeps
+    the class in ``IPython.core.display``, 8 and later in ``IPython.core.display_functions``; pickled by
+    its class, a handle made by one wouldn't load under the other."""
+    from IPython.display import DisplayHandle
+
+    return DisplayHandle(display_id)  # type: ignore[no-untyped-call]
+
+
+def pickle_display_handles_portably() -> None:
+    """Make this process pickle IPython's display handles as ``display_handle(id)``, whichever IPython
+    either side runs (a ``display(x, display_id=True)`` that comes back, or goes to the worker)."""
+    try:
+        from IPython.display import DisplayHandle
+    except ImportError:
+        return
+    copyreg.pickle(DisplayHandle, lambda handle: (display_handle, (handle.display_id,)))
