@@ -21,6 +21,7 @@ import math
 import os
 import pickle
 import re
+import reprlib
 import types
 import weakref
 from dataclasses import dataclass, field
@@ -226,34 +227,49 @@ def _type_name(value: Any) -> str:
     return f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"
 
 
-def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None = None) -> str | None:
+MAX_DEPTH = 200
+"""How deep ``difference`` follows nested values before comparing what they read as: well below Python's
+recursion limit (a figure's state nests deep, and Python 3.12 counts C frames against it too)."""
+
+
+def _shallow_difference(a: Any, b: Any, where: str) -> str | None:
+    try:
+        equal = _ADDRESS.sub("", reprlib.repr(a)) == _ADDRESS.sub("", reprlib.repr(b))
+    except (RecursionError, ValueError, TypeError):
+        return None  # nothing left to compare it by: its type matched
+    return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
+
+
+def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None = None, depth: int = 0) -> str | None:
     """Why two values (one from each run) differ, or None. Structural: classes match by name, since
     each run's notebook classes are distinct objects once unpickled."""
     seen = set() if seen is None else seen
     if (id(a), id(b)) in seen:
         return None
+    if depth > MAX_DEPTH:  # deeper than any value a test means to compare: by what it reads as, if anything
+        return _shallow_difference(a, b, path or "value")
     seen.add((id(a), id(b)))
     where = path or "value"
     if _type_name(a) != _type_name(b):
         return f"{where} is a {_type_name(a)} locally, a {_type_name(b)} after offloading"
     if isinstance(a, weakref.ref):  # (a figure's callbacks hold some) by what they refer to
-        return difference(a(), b(), f"{where}()", seen)
+        return difference(a(), b(), f"{where}()", seen, depth + 1)
     if isinstance(a, types.ModuleType):
         return None if a.__name__ == b.__name__ else f"{where}: module {a.__name__} vs {b.__name__}"
     if isinstance(a, type) or callable(a) and hasattr(a, "__qualname__"):
         if a.__qualname__ != b.__qualname__:
             return f"{where}: {a.__qualname__} vs {b.__qualname__}"
         if isinstance(a, type) and a.__module__ == "__main__":  # a notebook class: its data attributes too
-            return difference(_class_data(a), _class_data(b), f"{where}'s attributes", seen)
+            return difference(_class_data(a), _class_data(b), f"{where}'s attributes", seen, depth + 1)
         return None
     module = str(type(a).__module__).partition(".")[0]
     if module == "numpy":
         import numpy as np
 
         if isinstance(a, np.random.Generator):
-            return difference(a.bit_generator.state, b.bit_generator.state, f"{where}'s state", seen)
+            return difference(a.bit_generator.state, b.bit_generator.state, f"{where}'s state", seen, depth + 1)
         if isinstance(a, np.random.RandomState):
-            return difference(a.get_state(legacy=False), b.get_state(legacy=False), f"{where}'s state", seen)
+            return difference(a.get_state(legacy=False), b.get_state(legacy=False), f"{where}'s state", seen, depth + 1)
         if isinstance(a, np.ndarray) and (a.dtype != b.dtype or a.shape != b.shape):
             return f"{where}: {a.dtype}{list(a.shape)} locally, {b.dtype}{list(b.shape)} after offloading"
         if isinstance(a, (np.ndarray, np.generic)):
@@ -270,13 +286,14 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
         return None if a == b or (math.isnan(a) and math.isnan(b)) else f"{where}: {a!r} vs {b!r}"
     if isinstance(a, dict):  # keys compared as values too (instances of each run's own notebook class)
         keys = list(zip(a, b))
-        if len(a) != len(b) or any(difference(x, y, seen=set(seen)) for x, y in keys):
+        if len(a) != len(b) or any(difference(x, y, seen=set(seen), depth=depth + 1) for x, y in keys):
             return f"{where} has keys {_clip(list(a))} locally, {_clip(list(b))} after offloading"
-        return next((d for x, y in keys if (d := difference(a[x], b[y], f"{where}[{x!r}]", seen))), None)
+        return next((d for x, y in keys if (d := difference(a[x], b[y], f"{where}[{x!r}]", seen, depth + 1))), None)
     if isinstance(a, (set, frozenset)) and not a == b:  # its items may be instances of each run's own class
         unmatched = list(b)
         for x in a:
-            match = next((i for i, y in enumerate(unmatched) if difference(x, y, seen=set(seen)) is None), None)
+            match = next((i for i, y in enumerate(unmatched)
+                          if difference(x, y, seen=set(seen), depth=depth + 1) is None), None)
             if match is None:
                 return f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
             del unmatched[match]
@@ -284,16 +301,18 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return f"{where} has {len(a)} items locally, {len(b)} after offloading"
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := difference(x, y, f"{where}[{i}]", seen))),
+        return next((d for i, (x, y) in enumerate(zip(a, b))
+                     if (d := difference(x, y, f"{where}[{i}]", seen, depth + 1))),
                     None)
     if type(a).__eq__ is object.__eq__ or type(a).__module__ == "__main__":
         # Compared by identity, or a notebook class (each run's is its own): by state, else by repr.
         if hasattr(a, "__dict__"):
-            return difference(vars(a), vars(b), f"{where}.__dict__", seen)
+            return difference(vars(a), vars(b), f"{where}.__dict__", seen, depth + 1)
         slots = [name for cls in type(a).__mro__ for name in getattr(cls, "__slots__", ())]
         if slots:
             state = [(getattr(a, n, None), getattr(b, n, None)) for n in slots]
-            return next((d for n, (x, y) in zip(slots, state) if (d := difference(x, y, f"{where}.{n}", seen))), None)
+            return next((d for n, (x, y) in zip(slots, state)
+                         if (d := difference(x, y, f"{where}.{n}", seen, depth + 1))), None)
         equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
     else:
         try:

@@ -137,8 +137,8 @@ def resolve(values: dict[str, Any], refs: Mapping[str, Any], known: Mapping[str,
     return resolved, copies
 
 
-_DICT_VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
-_LIST_ITERATOR = type(iter([]))
+_DICT_VIEWS: dict[type, str] = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
+_LIST_ITERATOR: type = type(iter([]))
 
 
 def _follows(value: Any, owners: Mapping[int, str]) -> dict[str, Any] | None:
@@ -150,7 +150,9 @@ def _follows(value: Any, owners: Mapping[int, str]) -> dict[str, Any] | None:
         of = owners.get(id(mapping[0])) if len(mapping) == 1 else None
         return None if of is None else {"dict_view": kind, "of": of}
     if type(value) is _LIST_ITERATOR:
-        _, arguments, *position = value.__reduce__()  # (iter, (the list,), index); exhausted: (iter, ((),))
+        reduced = value.__reduce__()  # (iter, (the list,), index); exhausted: (iter, ((),))
+        assert isinstance(reduced, tuple)
+        _, arguments, *position = reduced
         of = owners.get(id(arguments[0])) if isinstance(arguments[0], list) and position else None
         return None if of is None else {"list_iterator": of, "position": int(position[0])}
     return None
