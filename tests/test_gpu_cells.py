@@ -118,6 +118,7 @@ def test_a_repeated_gpu_cell_finds_its_unchanged_inputs_on_the_gpu(gpu_worker: W
     with remote_magic.connect(gpu_worker.token) as client:
         [info] = client.workers()
         assert info["gpu"]["gpu_memory"] == 64_000_000, "--gpu-memory reaches the executor"
+        assert "arrays kept on it between cells, per notebook: 64.0 MB (--gpu-memory)" in gpu_worker.log()
         first = client.execute(code, {"A": A, "B": B}, ["C"], gpu=True)
         second = client.execute(code, {"A": A, "B": B}, ["C"], gpu=True)
         following = client.execute("s = float(C.sum())", {"C": second.values["C"]}, ["s"], gpu=True)

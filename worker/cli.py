@@ -30,6 +30,7 @@ from remote_magic.wire.protocol import (
     Role,
 )
 from remote_magic.wire.requirements import BUILTIN_TRAITS
+from remote_magic.wire.sizes import human_size
 from remote_magic.wire.tokens import Token, write_private
 
 from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S, WORKER_INSTALL
@@ -56,6 +57,18 @@ def parse_size(text: str) -> int:
         return sizes.parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def describe_gpu(gpu: dict[str, Any]) -> str:
+    """The worker's GPU, as its start says it: what runs array work, and how much stays on the GPU between
+    cells (--gpu-memory)."""
+    if not gpu.get("adapter"):
+        return f"no GPU: {gpu.get('reason') or 'GPU support is off (--gpu off)'}"
+    where = f"{gpu['adapter']} ({gpu.get('backend')})"
+    if not gpu.get("active"):
+        return f"GPU {where}: not used: {gpu.get('reason')}"
+    kept = human_size(gpu["gpu_memory"]) if gpu.get("gpu_memory") else "nothing"
+    return f"GPU {where}; arrays kept on it between cells, per notebook: {kept} (--gpu-memory)"
 
 
 def parse_label(text: str) -> tuple[str, str]:
@@ -341,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     else:
         print(f"remote-worker: worker {supervisor.name!r} joined {supervisor.token.address}", flush=True)
+    print(f"remote-worker: {describe_gpu(supervisor.gpu)}", flush=True)
     try:
         while not stop.wait(KEY_CHECK_INTERVAL_S):
             if local is not None and local.reload_rotated_keys() and args.token_file:

@@ -115,16 +115,19 @@ class Supervisor:
         self._connection: Connection | None = None
         self.welcome: Message | None = None
         self._next_health_check = 0.0
-        self.totals: dict[str, Any] = {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0}
+        self.totals: dict[str, Any] = {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0,
+                                       "resident_hits": 0, "bytes_resident": 0}
+        self.gpu: dict[str, Any] = {}
 
     def start(self) -> None:
         """Start the spare executor, join the hub; returns once the worker accepts jobs."""
         self.sessions.start_spare()
         assert self.sessions.spare is not None
         self._link.wait_ready(self.sessions.spare, EXECUTOR_START_TIMEOUT_S)
+        self.gpu = dict(self.sessions.spare.capabilities)  # what every executor of this worker has
         hello = {"role": Role.WORKER.value, "name": self.name, "versions": local_versions(),
                  "capabilities": {**host_capabilities(), **self.placement, **self.kernels.describe(),
-                                  "gpu": self.sessions.spare.capabilities}}
+                                  "gpu": self.gpu}}
         sock, self.welcome = dial(self._context, self.token, hello, self.connect_timeout)
         self.name = str(self.welcome.header.get("name", self.name))
         self._connection = Connection(
@@ -343,7 +346,7 @@ class Supervisor:
             return
         for name, count in (stats.get("kernels") or {}).items():
             self.totals["kernels"][name] = self.totals["kernels"].get(name, 0) + int(count)
-        for key in ("gpu_time_s", "bytes_uploaded", "bytes_downloaded"):
+        for key in ("gpu_time_s", "bytes_uploaded", "bytes_downloaded", "resident_hits", "bytes_resident"):
             self.totals[key] += stats.get(key) or 0
 
     # -- health ----------------------------------------------------------------------------
