@@ -27,7 +27,7 @@ from remote_magic.wire import schema
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.protocol import MessageType as T, decode, encode
 
-from . import WORKER_INSTALL, as_in_a_kernel
+from . import WORKER_INSTALL, as_in_a_kernel, shared_frames
 from .job_runner import GPU_OFF, MATPLOTLIB_BACKEND, JobRunner
 from .outputs import flush_periodically, install_display
 
@@ -40,18 +40,25 @@ class Executor(JobRunner):
     """Receives jobs from the supervisor and runs them one at a time."""
 
     def __init__(self, endpoint: str, generation: int, gpu_mode: str, adapter: str | None,
-                 backend: str | None) -> None:
+                 backend: str | None, gpu_memory: int | None = None) -> None:
         self._context = zmq.Context()
         self._sock = self._context.socket(zmq.DEALER)
         self._sock.linger = 5000  # let the last result leave before exit
         self._sock.routing_id = b"executor-%d" % generation
         self._sock.connect(endpoint)
         self._send_lock = threading.Lock()
-        super().__init__(*_create_gpu(gpu_mode, adapter, backend))
+        self.frames_folder: str | None = None  # where large frames to and from the supervisor are (shared_frames)
+        self._released = shared_frames.Released()  # the jobs' files this process no longer maps
+        super().__init__(*_create_gpu(gpu_mode, adapter, backend, gpu_memory))
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
+        frames = encode(msg_type, header, buffers)
+        # Only these come back through shared memory: the supervisor decodes them (it forwards the others as they
+        # came), and removes their file once it has mapped it.
+        if msg_type in (T.RESULT, T.ERROR) and self.frames_folder is not None:
+            frames, _ = shared_frames.pack(frames, self.frames_folder, first=3)
         with self._send_lock:
-            self._sock.send_multipart(encode(msg_type, header, buffers), copy=False)
+            self._sock.send_multipart(frames, copy=False)
 
     def serve(self) -> None:
         install_display(lambda: self._outputs)
@@ -61,7 +68,9 @@ class Executor(JobRunner):
         while True:
             frames = self._sock.recv_multipart(copy=False)
             try:
-                msg = decode(frames)
+                message, _ = shared_frames.unpack(frames, self.frames_folder or "", remove=False,
+                                                  released=self._released)
+                msg = decode(message)
             except Exception as exc:
                 log.error("dropped a malformed job: %s", exc)
                 continue
@@ -75,6 +84,12 @@ class Executor(JobRunner):
                     f"the worker failed to run this job ({type(exc).__name__}: {str(exc)[:500]}); the session's "
                     "state is kept. This is a bug in remote-magic: please report it with the worker's log"),
                     schema.job_of(msg.header)))
+            # Let go of the job's inputs now that its result has left, not when the next job comes: unmapping
+            # a large shared frame (freeing its pages) takes a while, and the next job need not wait for it.
+            del frames, message, msg
+            if released := self._released.take():  # the supervisor writes the next job's frames over them
+                with self._send_lock:
+                    self._sock.send_multipart(shared_frames.note(released))
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         # The supervisor interrupts only a running job; a late signal between jobs is ignored.
@@ -82,7 +97,7 @@ class Executor(JobRunner):
             raise KeyboardInterrupt
 
 
-def _create_gpu(mode: str, adapter: str | None, backend: str | None) -> tuple[Any, str]:
+def _create_gpu(mode: str, adapter: str | None, backend: str | None, gpu_memory: int | None) -> tuple[Any, str]:
     """The GPU runtime, or None and why there is none."""
     if mode == "off":
         return None, GPU_OFF
@@ -91,7 +106,7 @@ def _create_gpu(mode: str, adapter: str | None, backend: str | None) -> tuple[An
     except ImportError as exc:
         log.warning("GPU support is unavailable (%s); cells run on the CPU", exc)
         return None, f"GPU support doesn't load on this worker ({exc}): install it with {WORKER_INSTALL}"
-    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend), ""
+    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend, gpu_memory=gpu_memory), ""
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -111,6 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu", default="auto", choices=["auto", "on", "off"])
     parser.add_argument("--adapter")
     parser.add_argument("--backend")
+    parser.add_argument("--gpu-memory", type=int, default=None, help="bytes of arrays kept on the GPU between cells")
+    parser.add_argument("--frames-folder", help="where large frames to and from the worker are (shared_frames.py)")
     parser.add_argument("--parent", type=int, default=None, help="the worker's pid (default: this one's parent)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("REMOTE_MAGIC_LOG_LEVEL", "WARNING"),
@@ -122,10 +139,12 @@ def main(argv: list[str] | None = None) -> None:
                      daemon=True).start()
     import numpy  # noqa: F401  (most jobs unpickle arrays; an import cut short by Ctrl-C poisons the process)
     try:
-        executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend)
+        executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend, args.gpu_memory)
     except GpuError as exc:  # --gpu on without the adapter asked for: say so, without a traceback
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)
+    if args.frames_folder:
+        executor.frames_folder = args.frames_folder
     if "" not in sys.path:
         sys.path.insert(0, "")  # cells import from the working directory first, as in a notebook
     executor.serve()

@@ -24,6 +24,7 @@ import zmq
 
 from remote_magic.wire.protocol import Message, MessageType as T, decode
 
+from . import shared_frames
 from .descendants import child_environment, tree
 
 log = logging.getLogger(__name__)
@@ -52,13 +53,16 @@ class ExecutorOptions:
     adapter: str | None = None
     backend: str | None = None
     max_memory_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+    """Bytes of arrays each executor keeps on the GPU between cells (None: its default)."""
 
 
 def remove_abandoned_dirs() -> list[Path]:
     """Remove the temporary folders (TEMP_PREFIX + pid + ...) of this user's workers that were killed: their
     pid is gone, or belongs to a process that started after the folder was last changed. The ones removed."""
     removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
+    roots = [Path(tempfile.gettempdir()), *filter(None, [shared_frames.shared_memory_root()])]
+    for folder in (found for root in roots for found in root.glob(f"{TEMP_PREFIX}*-*")):
         pid = folder.name[len(TEMP_PREFIX):].partition("-")[0]
         try:
             info = folder.lstat()
@@ -96,13 +100,18 @@ class ExecutorProcess:
         self.ready = False
         self.capabilities: dict[str, Any] = {}
         self._socket = link.socket
+        self.frames = shared_frames.FramePool(link.frames_folder)  # the files its jobs' large frames go through
         options = link.options
         command = [sys.executable, "-c", EXECUTOR_LAUNCHER, link.endpoint, str(number), "--gpu", options.gpu,
                    "--parent", str(os.getpid())]
+        if link.frames_folder is not None:
+            command += ["--frames-folder", link.frames_folder]
         if options.adapter:
             command += ["--adapter", options.adapter]
         if options.backend:
             command += ["--backend", options.backend]
+        if options.gpu_memory_bytes is not None:
+            command += ["--gpu-memory", str(options.gpu_memory_bytes)]
         # Vulkan loaders complain on headless machines without it; a private one is enough. No credential of
         # the worker's reaches the job (descendants.SECRET_ENV), and all it starts carries its owner's mark.
         self.owner = f"executor-{number}"
@@ -115,8 +124,9 @@ class ExecutorProcess:
         log.info("started executor %d (pid %d)", number, self.process.pid)
 
     def send(self, frames: list[Any]) -> None:
-        """Raises ZMQError when the executor's connection is gone (it died)."""
-        self._socket.send_multipart([self.routing_id, *frames], copy=False)
+        """Hand the executor a message (an encoded SUBMIT), its large frames through shared memory
+        (``shared_frames``). Raises ZMQError when the executor's connection is gone (it died)."""
+        self._socket.send_multipart([self.routing_id, *self.frames.pack(frames, first=3)], copy=False)
 
     def died(self) -> str | None:
         """None while alive, else how it ended, in words."""
@@ -158,6 +168,7 @@ class ExecutorProcess:
         tree().kill(self.owner)
         self.process.wait()
         tree().forget(self.owner)
+        self.frames.close()
 
 
 class ExecutorLink:
@@ -168,6 +179,12 @@ class ExecutorLink:
         remove_abandoned_dirs()
         self._dir = tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
         self.folder = self._dir.name
+        # Large frames to and from the executors (shared_frames.py), where the system has a folder in memory;
+        # elsewhere (macOS) they go through the socket: a file on disk would be written out to it.
+        memory = shared_frames.shared_memory_root()
+        self._frames_dir = tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=memory) \
+            if memory is not None else None
+        self.frames_folder = self._frames_dir.name if self._frames_dir is not None else None
         self.socket = context.socket(zmq.ROUTER)
         self.socket.linger = 0
         self.socket.router_mandatory = True
@@ -193,11 +210,17 @@ class ExecutorLink:
 
     def receive(self, frames: list[zmq.Frame]) -> tuple[ExecutorProcess, Message | None] | None:
         """Decode a message from a live executor: (it, the message), or (it, None) for its hello, which
-        marks it ready. None for one from an executor that was stopped."""
+        marks it ready. None for one from an executor that was stopped, and for one that only says which
+        of its jobs' files it let go of (``shared_frames``). Large frames come as views of a shared file."""
         executor = self._live.get(frames[0].bytes)
         if executor is None:
+            shared_frames.unpack(frames[1:], self.frames_folder or "", remove=True)  # dropped: its file goes too
             return None
-        msg = decode(frames[1:])
+        message, released = shared_frames.unpack(frames[1:], self.frames_folder or "", remove=True)
+        executor.frames.released(released)
+        if not message:  # only that
+            return None
+        msg = decode(message)
         if msg.type is T.HELLO:
             executor.ready = True
             executor.capabilities = msg.header.get("gpu") or {}
@@ -223,3 +246,5 @@ class ExecutorLink:
         tree().kill(None)
         self.socket.close()
         self._dir.cleanup()
+        if self._frames_dir is not None:
+            self._frames_dir.cleanup()

@@ -13,7 +13,6 @@ import builtins
 import inspect
 import linecache
 import logging
-import os
 import time
 import traceback
 from types import CodeType
@@ -64,9 +63,7 @@ class JobRunner:
         self._kept: dict[str, Any] = {}       # what stayed here, by handle id (RemoteValue.id)
         self._kept_ids: dict[int, str] = {}   # id() of each of those -> its handle id
         self._kept_why: dict[str, str] = {}   # why each stayed, by handle id
-        self._files_before: workdir.Snapshot | None = None  # the working directory as the running cell found it
-        # The last cell's look after it ran: the next cell's look before, when it starts there.
-        self._last_scan: workdir.Snapshot | None = None
+        self._workdir = workdir.WorkingDirectory()  # what each cell wrote or removed where it started
         self._files_changed: dict[str, Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # for cells that await at the top level
         self._module_state = module_state.Synced()  # as this session and its notebook last agreed on it
@@ -88,11 +85,11 @@ class JobRunner:
             return
         if msg.header.get("kind") == "file":
             self._run_file_job(msg)
-            self._last_scan = None  # the copy may have changed the folder: the next cell looks again itself
+            self._workdir.forget()  # what the copy changed is not the next cell's
             return
         job = str(msg.header["job"])
         started = time.perf_counter()
-        self._files_before = self._files_changed = None
+        self._files_changed = None
         text_format = msg.header.get("text_format")
         outputs = JobOutputs(job, self.send, [str(f) for f in msg.header.get("figure_formats") or ["png"]],
                              framed=self.displays_in_frames,
@@ -129,8 +126,8 @@ class JobRunner:
             self.send(T.ERROR, self._with_files(_remote_error(exc, job, self._sources)))
         finally:
             self._outputs = None
-            if msg.header.get("kind") != "code":  # a call may have written files: the next cell looks itself
-                self._last_scan = None
+            if msg.header.get("kind") != "code":  # what a call wrote is not the next cell's
+                self._workdir.forget()
 
     def _run_file_job(self, msg: Message) -> None:
         """One step of copying a file or folder (worker/files.py): no user code runs, so nothing is tracked."""
@@ -152,19 +149,13 @@ class JobRunner:
                 f"the worker could not read a file operation ({type(exc).__name__}: {exc}): install the same "
                 "remote-magic version on the notebook and the worker"), job))
 
-    def _starting_files(self) -> workdir.Snapshot | None:
-        """The working directory as this cell finds it: as the last cell left it, if that cell looked where
-        this one starts (a file another program writes between the two is taken for this cell's)."""
-        snapshot, self._last_scan = self._last_scan, None
-        if snapshot is None or snapshot.root != os.getcwd():
-            snapshot = _scan_working_directory()
-        return snapshot
+    def _starting_files(self) -> None:
+        """Note the folder the cell starts in, as it is (DaskRunner doesn't: files there can't be copied)."""
+        self._workdir.cell_starts()
 
     def _note_file_changes(self) -> None:
-        """Compare the running cell's working directory with how the cell found it."""
-        if self._files_before is not None:
-            after = self._last_scan = workdir.scan(self._files_before.root)
-            self._files_changed = workdir.changes(self._files_before, after)
+        """What the running cell wrote or removed under the folder it started in (workdir.py)."""
+        self._files_changed = self._workdir.cell_ended()
 
     def _with_files(self, header: dict[str, Any]) -> dict[str, Any]:
         """A cell that wrote files and then failed still wrote them: its ERROR says so too."""
@@ -226,7 +217,7 @@ class JobRunner:
             untracked = [*provided, *held, namespace["display"]]
             tracked = fingerprints({name: value for name, value in before.items()
                                     if not is_dunder(name) and not _is_any(value, untracked)})
-        self._files_before = self._starting_files()
+        self._starting_files()
         try:
             self._run(body, namespace)
             value = self._run(last, namespace) if last is not None else None
@@ -375,14 +366,6 @@ class _CellFailed(Exception):
     def __init__(self, error: Exception, changes: CellChanges) -> None:
         super().__init__(str(error))
         self.error, self.changes = error, changes
-
-
-def _scan_working_directory() -> workdir.Snapshot | None:
-    """The files where the cell starts (a cell may chdir: the same folder is scanned after it)."""
-    try:
-        return workdir.scan(os.getcwd())
-    except OSError:  # the working directory was removed
-        return None
 
 
 def _is_any(value: Any, objects: list[Any]) -> bool:

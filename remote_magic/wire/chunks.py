@@ -408,15 +408,44 @@ class Outbox:
         self.pump()
 
 
+FRAME_ALIGNMENT = 64
+"""Where each frame of a message put back together starts in its buffer: at a multiple of this (a cache
+line). The buffer itself starts where malloc puts it, 16-aligned, so each frame starts at least as
+aligned as numpy's own arrays, and arrays unpickled over it need no aligned copy (wire/serialization.py)."""
+
+
 @dataclass
 class _Partial:
-    """One large message arriving."""
+    """One large message arriving: its frames laid out in one buffer, each at an aligned offset."""
 
     sizes: list[int]
     buffer: bytearray
     about: dict[str, Any]
-    received: int = 0
+    received: int = 0  # bytes of the message (its frames end to end) held, in order
     touched: float = 0.0
+    starts: list[int] = field(default_factory=list)  # where each frame begun so far starts in ``buffer``
+    frame: int = 0  # the frame the next byte belongs to
+    into: int = 0  # how many bytes of it are held
+
+    def append(self, data: memoryview) -> None:
+        """The message's next bytes: each frame's first byte goes at an aligned offset of the buffer."""
+        while data.nbytes:
+            while self.into == self.sizes[self.frame]:  # a frame done, or empty (it starts anywhere)
+                if len(self.starts) == self.frame:
+                    self.starts.append(len(self.buffer))
+                self.frame, self.into = self.frame + 1, 0
+            if self.into == 0:
+                self.buffer += bytes(-len(self.buffer) % FRAME_ALIGNMENT)
+                self.starts.append(len(self.buffer))
+            take = min(data.nbytes, self.sizes[self.frame] - self.into)
+            self.buffer += data[:take]  # grows with what arrived, never to a claim
+            self.received, self.into, data = self.received + take, self.into + take, data[take:]
+
+    def frames(self) -> list[memoryview]:
+        """The whole message's frames, as views of the buffer."""
+        self.starts += [len(self.buffer)] * (len(self.sizes) - len(self.starts))  # empty frames at its end
+        whole = memoryview(self.buffer)
+        return [whole[start:start + size] for start, size in zip(self.starts, self.sizes)]
 
 
 class Inbox:
@@ -465,8 +494,7 @@ class Inbox:
         # Sent again after a reconnect, a chunk may start before what we hold (its sender cuts chunks to
         # the window it has now): take the part that is new.
         if offset <= partial.received < end <= total:
-            partial.buffer += data[partial.received - offset:]  # grows with what arrived, never to a claim
-            partial.received = end
+            partial.append(data[partial.received - offset:])
             if self._on_progress is not None:
                 self._on_progress(partial.about, partial.received, total)
         if partial.received < total:
@@ -475,11 +503,7 @@ class Inbox:
         self._finished[transfer] = total
         if len(self._finished) > FINISHED_KEPT:
             self._finished.popitem(last=False)
-        whole, frames, start = memoryview(partial.buffer), [], 0
-        for size in partial.sizes:
-            frames.append(whole[start:start + size])
-            start += size
-        return total, frames
+        return total, partial.frames()
 
     def _decompressed(self, data: memoryview, raw: Any) -> memoryview:
         """A compressed chunk's bytes, never more than a chunk holds, whatever its header claims."""

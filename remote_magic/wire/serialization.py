@@ -211,6 +211,15 @@ class _Dumper:
         pickler.dump(value)
         return [self._stream.getvalue()[start:], *(buf.raw() for buf in self._buffers)], pickler.about()
 
+    def close(self) -> None:
+        """Let go of what was pickled: a pickler's memo holds every object it pickled, and the pickler and
+        this (its buffer callback) refer to each other, so only the garbage collector would free them,
+        some time later; a large input would stay in memory (and its shared file mapped) until then."""
+        if self._pickler is not None:
+            self._pickler.clear_memo()
+            self._pickler = None
+        self._buffers = []
+
 
 def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError,
          keep_back: KeepBack | None = None, portable_pandas: bool = False, keep_unpicklable: bool = False,
@@ -228,9 +237,17 @@ def pack(values: Mapping[str, Any], error: type[SerializationError] = InputError
     ``identity.PATCH_PREFIX`` + number, for the receiver to update its own in place. So do those
     numbered in ``patch``.
     """
-    numbered = {id(value): number for number, value in enumerate(shared)}
+    dumper = _Dumper(keep_back, portable_pandas, one_memo, {id(value): number for number, value in enumerate(shared)})
+    try:
+        return _pack(values, dumper, error, keep_back, portable_pandas, keep_unpicklable, one_memo, shared, patch)
+    finally:
+        dumper.close()
+
+
+def _pack(values: Mapping[str, Any], dumper: _Dumper, error: type[SerializationError], keep_back: KeepBack | None,
+          portable_pandas: bool, keep_unpicklable: bool, one_memo: bool, shared: Sequence[Any],
+          patch: Iterable[int]) -> Packed:
     packed = Packed([], [], [], one_memo=one_memo)
-    dumper = _Dumper(keep_back, portable_pandas, one_memo, numbered)
     for name, value in _with_patches(values, shared, dumper.referenced, patch):
         if isinstance(value, types.ModuleType):
             value = ModuleRef(value.__name__)
