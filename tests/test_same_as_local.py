@@ -380,6 +380,25 @@ def test_a_data_file_beside_the_notebook_that_the_worker_lacks_is_named_with_how
     run(ip, f"%%offload\nimport os\nos.remove({name!r})")
 
 
+def test_a_module_only_the_worker_has_stays_usable_by_later_offloaded_cells(
+        ip: InteractiveShell, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import torch` on a GPU box the notebook lacks: before, the next offloaded cell got NameError."""
+    name = f"only_on_worker_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text("VALUE = 42\n")
+    monkeypatch.chdir(tmp_path)
+    result, out = run(ip, f"%offload_put {name}.py")  # into the worker's folder; the notebook doesn't import it
+    assert result.success, out.stderr
+    monkeypatch.chdir(tmp_path.parent)
+    result, out = run(ip, f"%%offload\nimport {name}")
+    assert result.success and f"module {name!r} can't be imported here" in out.stderr, out.stderr
+    assert "on the worker only" in repr(ip.user_ns[name])
+    result, out = run(ip, f"%%offload\nvalue = {name}.VALUE")
+    assert result.success and ip.user_ns["value"] == 42, out.stderr
+    result, _ = run(ip, f"{name}.VALUE")  # a local cell is told where it is
+    assert "is imported on the worker only" in str(result.error_in_exec)
+    run(ip, f"%%offload\nimport os\nos.remove('{name}.py')")
+
+
 def test_input_in_an_offloaded_cell_says_nobody_can_answer_it_there(ip: InteractiveShell) -> None:
     result, _ = run(ip, "%%offload\ntry:\n    input('name? ')\nexcept EOFError as e:\n    said = str(e)")
     assert result.success, result.error_in_exec

@@ -209,7 +209,8 @@ class CellMagics(MagicsGroup):
 
 
 def _module_not_here(name: str, ref: Any, exc: Exception) -> None:
-    notice(f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc})")
+    notice(f"`{name}` stays on the worker: module {ref.name!r} can't be imported here ({exc}); offloaded cells "
+           "that read it have it")
 
 
 def _exit_code(message: str) -> int | str | None:

@@ -67,9 +67,20 @@ def per_name(names: Sequence[str], counts: Sequence[int], frames: Sequence[Any])
 
 @dataclass(frozen=True)
 class ModuleRef:
-    """A module travels by name; the receiving side imports it if it can."""
+    """A module travels by name; the receiving side imports it if it can. Where it can't (a module only
+    the worker has: ``import torch`` on a GPU box), the name stays bound to this reference, which the next
+    offloaded cell that reads it sends back, so the module is there again for that cell."""
 
     name: str
+
+    def __repr__(self) -> str:
+        return f"<module {self.name!r} on the worker only: offloaded cells use it; it can't be imported here>"
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        raise AttributeError(f"module {self.name!r} is imported on the worker only, as it can't be imported here: "
+                             f"offloaded cells use it; install it here to use {self.name}.{attribute} in a local cell")
 
 
 KeepBack = Callable[[Any], "str | None"]
@@ -359,7 +370,7 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
     A value that fails to load raises ``error`` naming it and, from what the sender recorded
     (``about``, and its ``versions`` in the header), the library or Python version that
     differs; ``sides`` names where this runs and where the values were made. A module that
-    can't be imported here is passed to ``on_module_error`` (and left out) when given, else it
+    can't be imported here is passed to ``on_module_error`` (and stays a ModuleRef) when given, else it
     raises too. ``numbered``: the objects here that the sender's ``numbered`` referred to.
     """
     names, counts = header.get("names", []), header.get("counts", [])
@@ -387,8 +398,7 @@ def unpack(header: Mapping[str, Any], frames: Sequence[Any],
                     if on_module_error is None:
                         raise error(f"`{name}` is the module {value.name!r}, which can't be imported {sides[0]}: "
                                     f"{exc}", name) from exc
-                    on_module_error(name, value, exc)
-                    continue
+                    on_module_error(name, value, exc)  # it stays bound to the reference: later cells send it
             values[name] = value
     return values
 
