@@ -116,7 +116,7 @@ def test_what_cant_be_pickled_stays_on_the_worker_as_a_handle_later_cells_use_in
     assert ip.user_ns["points"] == 3
     assert {name: ip.user_ns[name].kind for name in ("fig", "ax", "lines")} == {
         "fig": "Figure", "ax": "Axes", "lines": "silent_list"}
-    assert "`fig` (Figure: it holds a matplotlib Figure, and matplotlib objects don't cross" in out.stderr
+    assert "`fig` (Figure: it holds a matplotlib Figure: a pickled figure loads only under the same" in out.stderr
     images = [o.data["image/png"] for o in out.outputs if "image/png" in o.data]
     assert len(images) == 1 and base64.b64decode(images[0]).startswith(b"\x89PNG")
     result, out = run(ip, "%%offload\nax.set_title('drawn later')\ntitle = ax.get_title()")
@@ -397,6 +397,17 @@ def test_a_module_only_the_worker_has_stays_usable_by_later_offloaded_cells(
     result, _ = run(ip, f"{name}.VALUE")  # a local cell is told where it is
     assert "is imported on the worker only" in str(result.error_in_exec)
     run(ip, f"%%offload\nimport os\nos.remove('{name}.py')")
+
+
+def test_a_memmap_made_offloaded_stays_on_its_file_for_later_cells(ip: InteractiveShell, tmp_path: Any) -> None:
+    """Before, a memmap came back as a plain array, and writes in a later cell never reached its file."""
+    path = tmp_path / "mapped.dat"
+    result, out = run(ip, f"%%offload\nimport numpy as np\nmm = np.memmap({str(path)!r}, dtype='float64', mode='w+', "
+                          "shape=(4,))")
+    assert result.success and "memory-mapped file on the worker" in repr(ip.user_ns["mm"]), out.stderr
+    result, out = run(ip, "%%offload\nmm[:] = 7.0\nmm.flush()")
+    assert result.success, out.stderr
+    assert np.fromfile(path, dtype="float64").tolist() == [7.0] * 4  # the worker is this machine here
 
 
 def test_input_in_an_offloaded_cell_says_nobody_can_answer_it_there(ip: InteractiveShell) -> None:

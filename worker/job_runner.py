@@ -304,7 +304,7 @@ class JobRunner:
         portable_pandas = notebook.get("pandas") != local_versions().get("pandas")
         while True:
             with definitions.defining_into(dict(changes.namespace)):  # (a copy: nothing is bound there)
-                packed = serialization.pack(values, OutputError, _matplotlib_object if cell else None,
+                packed = serialization.pack(values, OutputError, _stays_on_worker if cell else None,
                                             portable_pandas=portable_pandas, keep_unpicklable=every_name,
                                             one_memo=True, shared=changes.shared, patch=inside.values())
             over = _largest_over(packed, limit) if limit is not None else None
@@ -395,12 +395,18 @@ class _NoGpu:
         return f"<gpu: {self._reason}>"
 
 
-def _matplotlib_object(obj: Any) -> str | None:
-    """Why a matplotlib object doesn't travel: pickled figures only load under the same matplotlib."""
+def _stays_on_worker(obj: Any) -> str | None:
+    """Why an object the cell made doesn't travel back, though it pickles (None: it does travel)."""
     kind = type(obj)
-    if kind.__module__.partition(".")[0] != "matplotlib" or isinstance(obj, type):
+    library = kind.__module__.partition(".")[0]
+    if isinstance(obj, type):
         return None
-    return f"it holds a matplotlib {kind.__name__}, and matplotlib objects don't cross between versions"
+    if library == "matplotlib":  # its figures come back as images, drawn there
+        return (f"it holds a matplotlib {kind.__name__}: a pickled figure loads only under the same matplotlib, and "
+                "its pictures come back as images")
+    if library == "numpy" and kind.__name__ == "memmap":  # a copy here would cut it from its file
+        return "it is a memory-mapped file on the worker: writes through it in offloaded cells reach that file there"
+    return None
 
 
 def _remote_error(exc: BaseException, job: str, cell_files: list[str]) -> dict[str, Any]:
