@@ -410,6 +410,20 @@ def test_a_memmap_made_offloaded_stays_on_its_file_for_later_cells(ip: Interacti
     assert np.fromfile(path, dtype="float64").tolist() == [7.0] * 4  # the worker is this machine here
 
 
+def test_a_thread_left_running_says_what_it_changes_stays_on_the_worker(ip: InteractiveShell) -> None:
+    """Before, `threading.Thread(target=results.append, ...)` started offloaded never filled the notebook's
+    `results`, without a word."""
+    run(ip, "results = []")
+    result, out = run(ip, "%%offload\nimport threading\ngate = threading.Event()\n"
+                          "worker_thread = threading.Thread(target=lambda: gate.wait(30) and results.append(1),"
+                          " name='filler')\nworker_thread.start()")
+    assert result.success, out.stderr
+    assert "remote-magic: filler, started by this cell, still runs on the worker" in out.stderr
+    assert ip.user_ns["results"] == []
+    result, out = run(ip, "%%offload\ngate.set()\nworker_thread.join()")  # handles: used in place there
+    assert result.success and "still run" not in out.stderr, out.stderr
+
+
 def test_input_in_an_offloaded_cell_says_nobody_can_answer_it_there(ip: InteractiveShell) -> None:
     result, _ = run(ip, "%%offload\ntry:\n    input('name? ')\nexcept EOFError as e:\n    said = str(e)")
     assert result.success, result.error_in_exec

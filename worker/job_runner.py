@@ -13,6 +13,7 @@ import builtins
 import inspect
 import linecache
 import logging
+import threading
 import time
 import traceback
 from types import CodeType
@@ -218,6 +219,7 @@ class JobRunner:
             tracked = fingerprints({name: value for name, value in before.items()
                                     if not is_dunder(name) and not _is_any(value, untracked)})
         self._starting_files()
+        threads_before = set(threading.enumerate())
         try:
             self._run(body, namespace)
             value = self._run(last, namespace) if last is not None else None
@@ -231,6 +233,7 @@ class JobRunner:
         changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=True)
         changes.shared = shared
         self._share_module_state(changes, shared_state)
+        _say_threads_run_on(set(threading.enumerate()) - threads_before, outputs)
         if value is not None:
             changes.values["__value__"] = value
         return self._to_host(changes, gpu_choice)
@@ -393,6 +396,17 @@ class _NoGpu:
 
     def __repr__(self) -> str:
         return f"<gpu: {self._reason}>"
+
+
+def _say_threads_run_on(started: set[threading.Thread], outputs: JobOutputs) -> None:
+    """A thread a cell started and left running goes on in the worker's session; what it changes from
+    now on never reaches the notebook's variables (its ``results.append`` fills the cell's copy): say so."""
+    running = sorted(thread.name for thread in started if thread.is_alive())
+    if running:
+        outputs.stderr.write(f"remote-magic: {', '.join(running)}, started by this cell, still "
+                             f"run{'s' if len(running) == 1 else ''} on the worker: what changes from now on "
+                             "stays in the worker's session, not in the notebook's variables (they hold what the "
+                             "cell left when it ended). Join the thread in the cell to keep what it does.\n")
 
 
 def _stays_on_worker(obj: Any) -> str | None:
