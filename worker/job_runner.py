@@ -401,7 +401,9 @@ class _NoGpu:
 def _say_threads_run_on(started: set[threading.Thread], outputs: JobOutputs) -> None:
     """A thread a cell started and left running goes on in the worker's session; what it changes from
     now on never reaches the notebook's variables (its ``results.append`` fills the cell's copy): say so."""
-    running = sorted(thread.name for thread in started if thread.is_alive())
+    # Plain threads and the notebook's own kinds: a library's own (pyzmq's garbage collector) is its business.
+    running = sorted(thread.name for thread in started
+                     if thread.is_alive() and type(thread).__module__ in ("threading", "__main__"))
     if running:
         outputs.stderr.write(f"remote-magic: {', '.join(running)}, started by this cell, still "
                              f"run{'s' if len(running) == 1 else ''} on the worker: what changes from now on "

@@ -350,7 +350,8 @@ def reduction(obj: Any, definition: SourceDefinition) -> tuple[Any, ...]:
     when_defined = definition.names_read_when_defined()
     state: dict[str, Any] = {"globals": {k: v for k, v in needed.items() if k not in when_defined}}
     if isinstance(obj, types.FunctionType):
-        state.update(defaults=obj.__defaults__, kwdefaults=obj.__kwdefaults__, attributes=dict(obj.__dict__))
+        state.update(defaults=obj.__defaults__, kwdefaults=obj.__kwdefaults__, attributes=dict(obj.__dict__),
+                     qualname=obj.__qualname__)  # `<listcomp>.<lambda>` where it was made: its source can't say
     else:  # what the class holds now (`Registry.items`, appended to since), not what its source starts with
         state.update(class_data=class_data(obj))
     return (load, (definition, {k: v for k, v in needed.items() if k in when_defined}), state, None, None,
@@ -447,6 +448,8 @@ def restore_state(obj: Any, state: dict[str, Any]) -> None:
         obj.__defaults__ = state.get("defaults")
         obj.__kwdefaults__ = state.get("kwdefaults")
         obj.__dict__.update(state.get("attributes") or {})
+        if isinstance(state.get("qualname"), str):
+            obj.__qualname__ = state["qualname"]
     if obj in _originals:
         return  # this side's own object came back: its globals are this side's
     namespace = _target()
