@@ -296,9 +296,9 @@ class HubJobs:
                             on_module_error, job.shared)
         except errors.RemoteError as error:
             if error.partial is not None:
-                error.partial.notes[:0] = job.notes
+                error.partial.notes[:0] = [*job.notes, *identity.past_limits(error.partial.in_place, job.inputs)]
             raise
-        result.notes[:0] = job.notes
+        result.notes[:0] = [*job.notes, *identity.past_limits(result.in_place, job.inputs)]
         return result
 
     def _interrupt(self, waits: Waits, ended: dict[str, Message]) -> None:

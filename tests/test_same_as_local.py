@@ -424,6 +424,20 @@ def test_a_thread_left_running_says_what_it_changes_stays_on_the_worker(ip: Inte
     assert result.success and "still run" not in out.stderr, out.stderr
 
 
+def test_identity_past_the_first_thousand_items_says_so_when_it_is_lost(ip: InteractiveShell) -> None:
+    """Documented, but silent before: a list of 1,500 changed in place, and a name bound to its last item."""
+    ip.reset(new_session=False)
+    run(ip, "rows = [[i] for i in range(1500)]\nlast = rows[-1]\nfirst = rows[0]")
+    result, out = run(ip, "%%offload\nrows[-1].append('x')\nrows[0].append('y')")
+    assert result.success, out.stderr
+    ns = ip.user_ns
+    assert ns["first"] is ns["rows"][0] and ns["rows"][-1] == [1499, "x"]  # within the limit: as locally
+    assert ns["last"] == [1499]  # past it: the old object, and the notice says so
+    assert "`rows` holds 1,500 items, and only objects among its first 1,000 keep their identity" in out.stderr
+    result, out = run(ip, "%%offload\nn = len(rows)")
+    assert "keep their identity" not in out.stderr  # not changed: nothing to say
+
+
 def test_input_in_an_offloaded_cell_says_nobody_can_answer_it_there(ip: InteractiveShell) -> None:
     result, _ = run(ip, "%%offload\ntry:\n    input('name? ')\nexcept EOFError as e:\n    said = str(e)")
     assert result.success, result.error_in_exec

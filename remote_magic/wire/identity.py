@@ -284,6 +284,16 @@ def shared_objects(values: Mapping[str, Any]) -> tuple[list[Any], str] | None:
     return found, hashlib.blake2b(kinds.encode(), digest_size=16).hexdigest()
 
 
+def past_limits(changed: Sequence[str], inputs: Mapping[str, Any]) -> list[str]:
+    """In words, for each input the cell changed in place that holds more items than ``shared_objects``
+    looks at: what the notebook's other names that held its later items keep."""
+    return [f"`{name}` holds {len(inputs[name]):,} items, and only objects among its first {CONTAINER_LIMIT:,} keep "
+            f"their identity across the wire: the cell changed `{name}`, so its later items are new objects here, "
+            "and other names that held one of them still hold the old one"
+            for name in changed
+            if type(inputs.get(name)) in (list, tuple, dict) and len(inputs[name]) > CONTAINER_LIMIT]
+
+
 def _contents(value: Any) -> Iterator[Any]:
     kind = type(value)
     if kind is list or kind is tuple:
