@@ -140,7 +140,8 @@ def _pandas_display(pandas: Any) -> dict[str, Any]:
             options.update((f"{key}.{inner}", value[inner]) for inner in value)
         else:
             options[key] = value
-    return options
+    # Plain values only: a function (display.float_format) may not pickle, and the state must always travel.
+    return {key: value for key, value in options.items() if isinstance(value, (str, int, float, bool, type(None)))}
 
 
 def _set_pandas_display(pandas: Any, options: Mapping[str, Any]) -> None:
