@@ -21,25 +21,21 @@ import argparse
 import contextlib
 import logging
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from bench_roundtrip import (
-    STOP_TIMEOUT_S,
-    WORKER_START_TIMEOUT_S,
     Row,
     Sample,
     echo_peer,
     latency_row,
     markdown_table,
     ms,
+    remote_worker,
     time_calls,
-    wait_until,
 )
 from report import write_section, zmq_peer_lines
 
@@ -74,33 +70,13 @@ def importable(checkout: Path, into: Path) -> Path:
     return into
 
 
-@contextlib.contextmanager
-def worker_in(folder: Path, pythonpath: Path | None) -> Iterator[str]:
-    """A ``remote-worker --gpu off`` on 127.0.0.1 started in ``folder`` (its keys elsewhere); its token."""
-    with tempfile.TemporaryDirectory(prefix="rm-bench-home-") as home:
-        token_file, log_path = Path(home) / "token", Path(home) / "worker.log"
-        env = dict(os.environ, REMOTE_MAGIC_HOME=home)
-        if pythonpath is not None:
-            env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])
-        command = [sys.executable, "-c", "from remote_magic.worker.cli import main; main()",
-                   "--listen", "127.0.0.1:0", "--token-file", str(token_file), "--gpu", "off"]
-        with open(log_path, "wb") as worker_log:
-            process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=worker_log, cwd=folder)
-            try:
-                def ready() -> bool:
-                    if process.poll() is not None:
-                        raise RuntimeError(f"remote-worker exited with {process.returncode}: "
-                                           f"{log_path.read_text(errors='replace')[-2000:]}")
-                    return token_file.exists() and token_file.read_text().strip() != ""
-                wait_until(ready, WORKER_START_TIMEOUT_S, "remote-worker did not write its token")
-                yield token_file.read_text().strip()
-            finally:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+def worker_in(folder: Path, pythonpath: Path | None) -> "contextlib.AbstractContextManager[str]":
+    """A ``remote-worker --gpu off`` on 127.0.0.1 started in ``folder`` (its keys elsewhere), running the
+    code under ``pythonpath`` first when given (a baseline checkout); its token."""
+    env = None if pythonpath is None else {
+        "PYTHONPATH": os.pathsep.join([str(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return remote_worker(cwd=folder, env=env,
+                         command=[sys.executable, "-c", "from remote_magic.worker.cli import main; main()"])
 
 
 def bench_empty_job(folders: Sequence[Path], pythonpath: Path | None, warmup: int,

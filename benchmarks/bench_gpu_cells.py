@@ -27,21 +27,15 @@ turns. Prints a markdown table and, unless ``--no-write``, replaces the "GPU cel
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import shutil
-import signal
 import statistics
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
-from bench_roundtrip import STOP_TIMEOUT_S, WORKER_START_TIMEOUT_S, wait_until
+from bench_roundtrip import remote_worker
 from report import write_section, zmq_peer_lines
 
 from remote_magic.wire.sizes import human_size
@@ -80,37 +74,6 @@ def chain_cell(size_mb: float) -> Cell:
         return {"X": rng.standard_normal(count, np.float32)}
     return Cell(f"elementwise chain, {human_size(4 * count)}", CHAIN_CODE, "Y", make,
                 lambda v: np.exp(-v["X"] * v["X"]) * 2.0 + v["X"])
-
-
-@contextlib.contextmanager
-def gpu_worker() -> Iterator[str]:
-    """``remote-worker --gpu on`` on 127.0.0.1 with a private key directory; yields its client token."""
-    executable = shutil.which("remote-worker")
-    if executable is None:
-        raise SystemExit("remote-worker is not on PATH: run `pip install -e .` in the repository root")
-    with tempfile.TemporaryDirectory(prefix="rm-bench-gpu-") as home:
-        token_file = Path(home) / "token"
-        log_path = Path(home) / "worker.log"
-        env = dict(os.environ, REMOTE_MAGIC_HOME=home)
-        with open(log_path, "wb") as worker_log:
-            process = subprocess.Popen(
-                [executable, "--listen", "127.0.0.1:0", "--token-file", str(token_file), "--gpu", "on"],
-                env=env, stdout=subprocess.DEVNULL, stderr=worker_log, cwd=home)
-            try:
-                def ready() -> bool:
-                    if process.poll() is not None:
-                        raise RuntimeError(f"remote-worker exited with {process.returncode}: "
-                                           f"{log_path.read_text(errors='replace')[-2000:]}")
-                    return token_file.exists() and token_file.read_text().strip() != ""
-                wait_until(ready, WORKER_START_TIMEOUT_S, "remote-worker did not write its token")
-                yield token_file.read_text().strip()
-            finally:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
 
 
 @dataclass
@@ -236,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     cells = [matmul_cell(n) for n in args.sizes] + [chain_cell(args.chain_mb)]
     rows = []
-    with gpu_worker() as token, remote_magic.connect(token) as client:
+    with remote_worker("on") as token, remote_magic.connect(token) as client:
         [worker] = client.workers()
         gpu = worker["gpu"]
         for cell in cells:

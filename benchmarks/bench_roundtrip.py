@@ -144,22 +144,29 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 # -- remote-magic ----------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def remote_worker() -> Iterator[str]:
-    """Start ``remote-worker`` on 127.0.0.1 with a private key directory; yield its client token."""
-    executable = shutil.which("remote-worker")
-    if executable is None:
-        raise SystemExit("remote-worker is not on PATH: run `pip install -e .` in the repository root")
+def remote_worker(gpu: str = "off", *, cwd: Path | None = None, command: Sequence[str] | None = None,
+                  env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start ``remote-worker --gpu GPU`` on 127.0.0.1 with a private key directory; yield its client token.
+
+    ``cwd``: the folder it starts in (default: a fresh one, beside its keys); ``command``: what runs it
+    (default: the ``remote-worker`` on PATH); ``env``: variables added to this process's environment.
+    """
+    if command is None:
+        executable = shutil.which("remote-worker")
+        if executable is None:
+            raise SystemExit("remote-worker is not on PATH: run `pip install -e .` in the repository root")
+        command = [executable]
     with tempfile.TemporaryDirectory(prefix="rm-bench-") as home:
         token_file = Path(home) / "token"
         log_path = Path(home) / "worker.log"
-        env = dict(os.environ, REMOTE_MAGIC_HOME=home)
+        environment = dict(os.environ, REMOTE_MAGIC_HOME=home, **(env or {}))
         with open(log_path, "wb") as worker_log:
             # stdout carries the token: it goes nowhere; stderr is kept to explain a failed start.
             # Its working directory is a fresh folder, as a project's would be: cells look through it
             # for the files they write (docs/semantics.md, "Files"), and the repository is larger.
             process = subprocess.Popen(
-                [executable, "--listen", "127.0.0.1:0", "--token-file", str(token_file), "--gpu", "off"],
-                env=env, stdout=subprocess.DEVNULL, stderr=worker_log, cwd=home)
+                [*command, "--listen", "127.0.0.1:0", "--token-file", str(token_file), "--gpu", gpu],
+                env=environment, stdout=subprocess.DEVNULL, stderr=worker_log, cwd=cwd or home)
             try:
                 def ready() -> bool:
                     if process.poll() is not None:
