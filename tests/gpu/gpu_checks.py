@@ -14,6 +14,14 @@ ELEMENTWISE_TOL = 1e-5
 """‖out − ref‖/‖ref‖ allowed for elementwise kernels, reductions, softmax and transpose."""
 MATMUL_TOL = 1e-4
 """‖out − ref‖/‖ref‖ allowed for matmul."""
+DOUBLING_WGSL = """
+    @group(0) @binding(0) var<storage, read> x: array<f32>;
+    @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+    @compute @workgroup_size(64)
+    fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+        if (gid.x < arrayLength(&y)) { y[gid.x] = 2.0 * x[gid.x]; }
+    }"""
+"""A custom kernel, ``y = 2 * x``, for tests of what happens around a kernel rather than in it."""
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 """One float32 ulp at 1.0 (2**-23)."""
 

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from gpu_checks import make_runtime
+from gpu_checks import DOUBLING_WGSL, make_runtime
 
 from remote_magic.errors import GpuError
 from remote_magic.worker.gpu import GpuRuntime
@@ -131,13 +131,7 @@ def test_no_budget_keeps_nothing(rng: np.random.Generator) -> None:
 
 
 def test_a_kept_buffer_is_never_written_in_place(fresh: GpuRuntime, rng: np.random.Generator) -> None:
-    fresh.register_kernel("twice", """
-        @group(0) @binding(0) var<storage, read> x: array<f32>;
-        @group(0) @binding(1) var<storage, read_write> y: array<f32>;
-        @compute @workgroup_size(64)
-        fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-            if (gid.x < arrayLength(&y)) { y[gid.x] = 2.0 * x[gid.x]; }
-        }""")
+    fresh.register_kernel("twice", DOUBLING_WGSL)
     a = rng.standard_normal(300).astype(np.float32)
     x = _cell(fresh, A=a)["A"]
     x += 1  # rebinds x to a new array

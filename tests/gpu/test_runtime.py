@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from gpu_checks import ELEMENTWISE_TOL, MATMUL_TOL, make_runtime, rel_err
+from gpu_checks import DOUBLING_WGSL, ELEMENTWISE_TOL, MATMUL_TOL, make_runtime, rel_err
 
 from remote_magic.errors import GpuError, GpuLimitError
 from remote_magic.worker.gpu import DeviceArray, GpuRuntime
@@ -127,13 +127,7 @@ def test_every_kernel_folds_workgroups_past_the_per_dimension_limit(rng: np.rand
 
 
 def test_a_lost_device_is_reported_and_replaced(fresh: GpuRuntime, rng: np.random.Generator) -> None:
-    fresh.register_kernel("double", """
-        @group(0) @binding(0) var<storage, read> x: array<f32>;
-        @group(0) @binding(1) var<storage, read_write> y: array<f32>;
-        @compute @workgroup_size(64)
-        fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-            if (gid.x < arrayLength(&y)) { y[gid.x] = 2.0 * x[gid.x]; }
-        }""")
+    fresh.register_kernel("double", DOUBLING_WGSL)
     a = rng.standard_normal((5, 7)).astype(np.float32)
     kept = fresh.gpu.array(a)  # has a host copy: survives the loss
     only_on_gpu = kept + 1
