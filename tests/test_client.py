@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import signal
 import threading
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -26,7 +28,7 @@ from remote_magic import (
     TokenError,
 )
 from remote_magic.errors import Busy, NotConnected, WorkerLost
-from support import free_port, start_worker, wait_for
+from support import WorkerProcess, free_port, start_worker, wait_for
 
 
 def test_run_returns_assigned_names_and_arrays(client: remote_magic.Client) -> None:
@@ -358,41 +360,39 @@ def test_a_job_in_flight_when_its_hub_shuts_down_ends_saying_so(tmp_path: Path) 
         hub.stop()
 
 
-def test_the_first_job_after_a_hub_restarts_on_its_port_runs(tmp_path: Path) -> None:
-    port = free_port()
-    home = tmp_path / "home"
-    first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
-    second = None
+@contextlib.contextmanager
+def _hub_to_restart(tmp_path: Path) -> Iterator[tuple[WorkerProcess, Callable[[], WorkerProcess]]]:
+    """A worker's hub on a fixed port, and what starts another one there with the same keys (a restart)."""
+    port, home, started = free_port(), tmp_path / "home", []
+
+    def start(name: str) -> WorkerProcess:
+        started.append(start_worker(tmp_path / name, "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home))
+        return started[-1]
+
     try:
-        with remote_magic.connect(first.token, timeout=10) as client:
-            assert client.run("y = 1") == {"y": 1}
-            first.process.send_signal(signal.SIGTERM)  # it says goodbye
-            first.process.wait(30)
-            second = start_worker(tmp_path / "second", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
-            # Right after "ready": before, this failed with "the hub shut down, so nothing was sent".
-            assert client.run("z = 3") == {"z": 3}
+        yield start("first"), lambda: start("second")
     finally:
-        first.stop()
-        if second is not None:
-            second.stop()
+        for worker in started:
+            worker.stop()
+
+
+def test_the_first_job_after_a_hub_restarts_on_its_port_runs(tmp_path: Path) -> None:
+    with _hub_to_restart(tmp_path) as (first, restart), remote_magic.connect(first.token, timeout=10) as client:
+        assert client.run("y = 1") == {"y": 1}
+        first.process.send_signal(signal.SIGTERM)  # it says goodbye
+        first.process.wait(30)
+        restart()
+        # Right after "ready": before, this failed with "the hub shut down, so nothing was sent".
+        assert client.run("z = 3") == {"z": 3}
 
 
 def test_a_job_in_flight_when_its_hub_restarts_ends_with_a_reason(tmp_path: Path) -> None:
-    port = free_port()
-    home = tmp_path / "home"
-    first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
-    second = None
-    try:
-        with remote_magic.connect(first.token, timeout=10) as client:
-            future = client.submit(time.sleep, 60)
-            wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "the job to start")
-            first.process.kill()
-            first.process.wait()
-            second = start_worker(tmp_path / "second", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
-            with pytest.raises(ConnectionFailed, match="the hub forgot this connection"):
-                future.result(timeout=20)  # before: pending forever, the new hub knew nothing of it
-            wait_for(lambda: _result_or_error(client, "z = 3") == {"z": 3}, 15, "the client to be known again")
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
+    with _hub_to_restart(tmp_path) as (first, restart), remote_magic.connect(first.token, timeout=10) as client:
+        future = client.submit(time.sleep, 60)
+        wait_for(lambda: client.workers()[0]["state"] == "busy", 10, "the job to start")
+        first.process.kill()
+        first.process.wait()
+        restart()
+        with pytest.raises(ConnectionFailed, match="the hub forgot this connection"):
+            future.result(timeout=20)  # before: pending forever, the new hub knew nothing of it
+        wait_for(lambda: _result_or_error(client, "z = 3") == {"z": 3}, 15, "the client to be known again")
