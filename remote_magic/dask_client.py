@@ -19,10 +19,11 @@ import queue
 from typing import Any, Callable, Sequence
 
 from . import fleet_jobs
-from .dask_jobs import DASK_INSTALL, DaskJobs, Job
+from .dask_jobs import DaskJobs, Job
 from .engine import Engine, JobRequest, MapRequest
 from .errors import ConnectionFailed, DaskError, NoSuchWorker
 from .results import JobResult, finish
+from .wire.install import install_command
 from .wire.versions import local_versions
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class DaskClient(Engine):
         try:
             import distributed
         except ImportError:
-            raise DaskError(f"connecting to a Dask cluster needs distributed: {DASK_INSTALL}") from None
+            raise DaskError(f"connecting to a Dask cluster needs distributed: {install_command('dask')}") from None
         if not is_dask_address(address) or not address[len(SCHEME):]:
             raise DaskError(f"{address!r} is not a Dask scheduler's address: write dask://HOST:PORT")
         self.address = address

@@ -33,7 +33,6 @@ from .wire.protocol import Message, MessageType as T
 
 log = logging.getLogger(__name__)
 
-DASK_INSTALL = install_command("dask")
 EVENTS_WAIT_S = 10.0
 """After a task ended, how long its last printed text and displays may take to arrive (they go
 through the scheduler, the result straight from the worker)."""
@@ -251,6 +250,7 @@ def dask_failure(exc: BaseException, worker: str) -> JobError | RemoteMagicError
     if kind in ("CancelledError", "FutureCancelledError"):
         return JobCancelled(f"the job was cancelled on the Dask cluster{where}: {exc}")
     if isinstance(exc, ImportError) and "remote_magic" in str(exc):
-        return DaskError(f"the Dask worker can't import remote-magic ({exc}): install it there too, {DASK_INSTALL}")
+        return DaskError(f"the Dask worker can't import remote-magic ({exc}): install it there too, "
+                         f"{install_command('dask')}")
     return DaskError(f"the Dask task failed{where} before the job could run: {kind}: {exc} (the Dask workers need "
-                     f"the same remote-magic as this notebook: {DASK_INSTALL})")
+                     f"the same remote-magic as this notebook: {install_command('dask')})")

@@ -9,11 +9,6 @@ array work as WGSL compute pipelines; ``jupyter_kernels`` runs whole Jupyter ker
 (``dask://`` connections).
 """
 
-from remote_magic.wire.install import install_command
-
-WORKER_INSTALL = install_command("worker")
-"""What installs the worker side into this copy (remote-magic without [worker] is the notebook side)."""
-
 DEFAULT_ORPHAN_GRACE_S = 30.0
 """How long a whole kernel whose notebook is gone lives on (--kernel-grace): what it is doing (a checkpoint
 being written) may end. Told to the notebook when the kernel starts (``orphan_grace_s``)."""

@@ -24,6 +24,7 @@ from remote_magic.wire.addresses import (
     parse_host_port,
 )
 from remote_magic.wire.frame_cache import DEFAULT_CACHE_BYTES
+from remote_magic.wire.install import install_command
 from remote_magic.wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HEARTBEAT_INTERVAL_S,
@@ -33,7 +34,7 @@ from remote_magic.wire.requirements import BUILTIN_TRAITS
 from remote_magic.wire.sizes import human_size
 from remote_magic.wire.tokens import Token, write_private
 
-from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S, WORKER_INSTALL
+from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S
 
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
     from .executor_processes import ExecutorOptions
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_worker_packages(args)
     if missing:
         print(f"remote-worker: this machine lacks {', '.join(missing)}, which a worker needs. Install the "
-              f"worker side with:\n\n    {WORKER_INSTALL}\n\n(remote-magic without [worker] is the "
+              f"worker side with:\n\n    {install_command('worker')}\n\n(remote-magic without [worker] is the "
               "notebook side.)", file=sys.stderr)
         return 2
     from .descendants import hide_process_memory, tree

@@ -25,9 +25,10 @@ import zmq
 from remote_magic.errors import GpuError, RemoteMagicError
 from remote_magic.wire import schema
 from remote_magic.wire.failures import error_header
+from remote_magic.wire.install import install_command
 from remote_magic.wire.protocol import MessageType as T, decode, encode
 
-from . import WORKER_INSTALL, as_in_a_kernel, shared_frames
+from . import as_in_a_kernel, shared_frames
 from .job_runner import GPU_OFF, MATPLOTLIB_BACKEND, JobRunner
 from .outputs import flush_periodically, install_display
 
@@ -105,7 +106,7 @@ def _create_gpu(mode: str, adapter: str | None, backend: str | None, gpu_memory:
         from .gpu import GpuRuntime
     except ImportError as exc:
         log.warning("GPU support is unavailable (%s); cells run on the CPU", exc)
-        return None, f"GPU support doesn't load on this worker ({exc}): install it with {WORKER_INSTALL}"
+        return None, f"GPU support doesn't load on this worker ({exc}): install it with {install_command('worker')}"
     return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend, gpu_memory=gpu_memory), ""
 
 

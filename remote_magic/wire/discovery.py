@@ -29,7 +29,6 @@ from .tokens import Token
 SERVICE_TYPE = "_remote-magic._tcp.local."
 """The DNS-SD service type a hub is advertised under."""
 
-LAN_INSTALL = install_command("lan")
 """What installs zeroconf, the one package LAN discovery needs (the [worker] extra includes it)."""
 
 DEFAULT_BROWSE_S = 3.0
@@ -138,4 +137,4 @@ def require_zeroconf() -> None:
         import zeroconf  # noqa: F401  (imported here only to find out whether it can be)
     except ImportError:
         raise DiscoveryError(f"LAN discovery needs the zeroconf package, which this Python lacks. Install it with:"
-                             f"\n\n    {LAN_INSTALL}\n") from None
+                             f"\n\n    {install_command('lan')}\n") from None
