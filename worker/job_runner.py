@@ -32,7 +32,7 @@ from remote_magic.errors import (
 from remote_magic.wire import definitions, identity, module_state, schema, serialization
 from remote_magic.wire.cellcode import split_last_expression
 from remote_magic.wire.failures import error_header
-from remote_magic.wire.handles import RemoteValue, summarize
+from remote_magic.wire.handles import CELL_VALUE, RemoteValue, summarize
 from remote_magic.wire.protocol import Message, MessageType as T
 from remote_magic.wire.sizes import human_size
 from remote_magic.wire.versions import local_versions
@@ -107,7 +107,7 @@ class JobRunner:
                         self._note_file_changes()
                     header, frames = self._pack_changes(msg, changes)
                     # The value as the notebook shows it, rendered in this session (its print options)
-                    shown = outputs.value_header(changes.values["__value__"]) if "__value__" in changes.values else None
+                    shown = outputs.value_header(changes.values[CELL_VALUE]) if CELL_VALUE in changes.values else None
                     if shown is not None:
                         header["value_display"] = shown
                 finally:
@@ -235,7 +235,7 @@ class JobRunner:
         self._share_module_state(changes, shared_state)
         _say_threads_run_on(set(threading.enumerate()) - threads_before, outputs)
         if value is not None:
-            changes.values["__value__"] = value
+            changes.values[CELL_VALUE] = value
         return self._to_host(changes, gpu_choice)
 
     def _run(self, code: CodeType, namespace: dict[str, Any]) -> Any:

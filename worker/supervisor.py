@@ -32,6 +32,7 @@ from remote_magic.errors import (
 from remote_magic.wire import schema, serialization
 from remote_magic.wire.connection import Connection, dial
 from remote_magic.wire.failures import error_header
+from remote_magic.wire.handles import CELL_VALUE
 from remote_magic.wire.lifecycle import JobState, Lifecycle
 from remote_magic.wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, Message, MessageType as T, Role, encode
 from remote_magic.wire.sizes import human_size
@@ -334,11 +335,11 @@ class Supervisor:
         if over is None:
             return None
         name, largest = over
-        shown = "the cell's value" if name == "__value__" else f"`{name}`"
+        shown = "the cell's value" if name == CELL_VALUE else f"`{name}`"
         return OutputError(
             f"{shown} needs a {human_size(largest)} frame, over the hub's {human_size(limit)} limit: "
             "return less (or a part at a time), or start the hub's remote-worker with a larger "
-            "--max-message-size", None if name == "__value__" else name)
+            "--max-message-size", None if name == CELL_VALUE else name)
 
     def _count(self, stats: Any) -> None:
         """Add one job's GPU counters to the totals the worker listing shows."""
