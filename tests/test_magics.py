@@ -187,12 +187,16 @@ def test_timeouts_on_the_magics_line(ip: InteractiveShell, worker: WorkerProcess
 def test_the_settings_are_one_configurable_every_magic_reads(ip: InteractiveShell) -> None:
     """``%config OffloadMagics`` lists and sets them, as for any IPython configurable."""
     run(ip, "%config OffloadMagics.default_timeout = 1")
-    assert ip.run_line_magic("config", "OffloadMagics.default_timeout") == 1
-    result, out = run(ip, "%config OffloadMagics")
-    assert "default_timeout" in out.stdout and "connect_timeout" in out.stdout
-    result, _ = run(ip, "%%offload\nimport time\ntime.sleep(60)\nslept = True")
-    assert isinstance(result.error_in_exec, JobTimeout) and "1 s timeout" in str(result.error_in_exec)
-    assert "slept" not in ip.user_ns
+    try:
+        assert ip.run_line_magic("config", "OffloadMagics.default_timeout") == 1
+        result, out = run(ip, "%config OffloadMagics")
+        assert "default_timeout" in out.stdout and "connect_timeout" in out.stdout
+        result, _ = run(ip, "%%offload\nimport time\ntime.sleep(60)\nslept = True")
+        assert isinstance(result.error_in_exec, JobTimeout) and "1 s timeout" in str(result.error_in_exec)
+        assert "slept" not in ip.user_ns
+    finally:  # the shell is the process's one: the setting would reach every later test's extension
+        run(ip, "%config OffloadMagics.default_timeout = None")
+    assert ip.run_line_magic("config", "OffloadMagics.default_timeout") is None
 
 
 def test_unloading_the_extension_removes_every_magic_it_added() -> None:
