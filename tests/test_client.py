@@ -381,6 +381,8 @@ def test_the_first_job_after_a_hub_restarts_on_its_port_runs(tmp_path: Path) -> 
         assert client.run("y = 1") == {"y": 1}
         first.process.send_signal(signal.SIGTERM)  # it says goodbye
         first.process.wait(30)
+        wait_for(lambda: "the hub shut down, so nothing was sent" in str(_result_or_error(client, "x = 1")),
+                 20, "the client to hear the goodbye")  # the case here: a restart it was told of
         restart()
         # Right after "ready": before, this failed with "the hub shut down, so nothing was sent".
         assert client.run("z = 3") == {"z": 3}

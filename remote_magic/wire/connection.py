@@ -355,7 +355,9 @@ class Connection:
                     frames = sock.recv_multipart(copy=False)
                     self.received_bytes += nbytes(frames)
                     self._receive(frames)
-                if now - last_sent >= self.interval and not self.refused:
+                # After a goodbye, nothing until a hub answers there (it would be sent to the new hub before
+                # the hello, and come back refused): its handshake says hello (_reconnected).
+                if now - last_sent >= self.interval and not self.refused and not self._hub_stopped:
                     self._try_send(encode(T.HEARTBEAT, self._heartbeat_header()))  # never behind queued data
                     last_sent = now
                 silent = now - last_heard
@@ -453,7 +455,7 @@ class Connection:
             self._on_lost(self.refused)
             return
         if msg.type is T.ERROR and is_error(msg.header, NotConnected):
-            if self.refused:
+            if self.refused or self._hub_stopped:  # after a goodbye our hello is on its way already
                 return
             now = time.monotonic()
             # One hello per interval, however many replies: a reply to what we sent before our hello
