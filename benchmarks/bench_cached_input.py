@@ -7,10 +7,12 @@ holds already (it crosses the link as its digest), beside one local copy of that
     python benchmarks/bench_cached_input.py --before /tmp/before.json              # after it: both in the table
 
 The cell is ``s = float(A.sum())``, with ``A`` sent again each time: after the first call the hub holds
-its frame, so only its digest travels, and the cost left is the worker's: the frame from the hub to the
-executor, unpickling it, the sum, and the result back. It runs twice over: as a notebook cell runs it
-(the worker finds the outputs, fingerprinting ``A`` before and after the cell to see whether it changed
-in place) and with ``outputs=["s"]`` (nothing tracked). The goal: at most 2 local copies of the array.
+its frame, so only its digest travels, and the executor holds it mapped from the cell before
+(worker/held_frames.py), so it isn't handed over again: the cost left is the notebook's digest of it,
+unpickling it, the sum, the check that the cell didn't write its pages, and the result back. It runs
+twice over: as a notebook cell runs it (the worker finds the outputs, fingerprinting ``A`` before and
+after the cell to see whether it changed in place) and with ``outputs=["s"]`` (nothing tracked). The
+goal: at most 2 local copies of the array.
 """
 
 from __future__ import annotations
@@ -102,9 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"the local copy and sum {args.repeats * 2} times each in the same run, beside them. Over TCP "
                   "loopback to a private `remote-worker --gpu off` in an empty folder. \"Copies\": the cell's "
                   "median over the local copy's median (of the same run). What a cached input still costs "
-                  "(docs/protocol.md, \"Copies\"): the notebook digests the array to name it; the supervisor "
-                  "writes it once into a shared file for the executor (a copy); the cell's first read of each "
-                  "page of the mapping faults it in; and a tracked cell fingerprints `A` before and after."
+                  "(docs/protocol.md, \"Copies\"): the notebook digests the array to name it (a read of it); "
+                  "the cell's sum, over the pages the executor kept mapped from the cell before (no copy, no "
+                  "page faults); a read of those pages' entries in /proc/self/pagemap after the cell, to see "
+                  "that it wrote none (a tracked cell also reads them before and after it, in place of hashing "
+                  "`A` to find whether it changed in place); and the round trip."
                   + (f" Before: {before['code']}, measured on the same machine just before the change."
                      if before is not None else ""))
         command = " ".join(["python benchmarks/bench_cached_input.py", *(argv if argv is not None else sys.argv[1:])])

@@ -33,6 +33,12 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
+// NaN and infinity by bit pattern, through a function: as a constant expression they are a shader-creation
+// error by the WGSL spec (Chrome's compiler refuses them; wgpu's accepts them).
+fn f32_bits(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
@@ -42,11 +48,11 @@ fn is_inf(x: f32) -> bool {
 }
 
 fn nan() -> f32 {
-    return bitcast<f32>(0x7fc00000u);
+    return f32_bits(0x7fc00000u);
 }
 
 fn inf() -> f32 {
-    return bitcast<f32>(0x7f800000u);
+    return f32_bits(0x7f800000u);
 }
 
 fn is_odd_integer(y: f32) -> bool {

@@ -1,9 +1,21 @@
 // Batched float32 matrix product: C = A @ B, or C += A @ B when `accumulate` is set.
 //
-// Tiling: a workgroup of WX x WY invocations computes a (8*WY) x (8*WX) tile of C. Each
-// invocation keeps an 8x8 block of C in registers (sixteen vec4 accumulators) and walks K in
-// steps of BK through workgroup memory, so every value loaded from global memory feeds
-// 8 multiply-adds from workgroup memory.
+// Three entry points, one per kind of tiling; the host (worker/gpu/matmul.py) picks one by shape
+// and adapter and sets the override constants below:
+//
+// * `naive`: one invocation per element of C, every operand value read from global memory. For
+//   small and skinny products, where a tile would mostly hold padding.
+// * `tiled4`: a workgroup of WX x WY invocations computes a (4*WY) x (4*WX) tile of C, each
+//   invocation a 4x4 block (four vec4 accumulators).
+// * `tiled8`: the same with 8x8 blocks (sixteen vec4 accumulators): (8*WY) x (8*WX) tiles.
+//
+// The tiled kernels walk K in steps of BK through workgroup memory, so every value loaded from
+// global memory feeds TM multiply-adds from workgroup memory.
+//
+// A and B are declared as vec4 arrays. With VEC4 set (the host's promise that K, N, lda, ldb, the
+// element offsets and the batch strides are multiples of 4), tiles are loaded a vec4 at a time;
+// otherwise one element at a time (`A[i / 4][i % 4]`), which serves any shape. The host binds
+// A and B with sizes rounded up to 16 bytes, so the last partial vec4 is inside the binding.
 //
 // Dispatch: one workgroup per (column tile, row tile, batch), numbered linearly and folded by
 // the host over x and y when the count passes the 65,535-per-dimension limit. Leading (batch)
@@ -12,9 +24,11 @@
 // (lda, ldb, ldc) and element offsets, so the host can bind slices of larger buffers when it
 // splits a product that exceeds one binding's size.
 
-override WX: u32 = 8u;  // invocations per workgroup along N (8 or 16)
-override WY: u32 = 8u;  // invocations per workgroup along M (8 or 16)
-const BK: u32 = 16u;    // K step through workgroup memory
+override WX: u32 = 16u;       // invocations per workgroup along N
+override WY: u32 = 16u;       // invocations per workgroup along M
+override TM: u32 = 8u;        // rows and columns of C per invocation: 4 (tiled4) or 8 (tiled8)
+override VEC4: bool = false;  // load A and B tiles as vec4 (shapes aligned to 4; see above)
+const BK: u32 = 16u;          // K step through workgroup memory
 
 struct Params {
     M: u32, N: u32, K: u32, batch: u32,
@@ -26,18 +40,41 @@ struct Params {
     b_bstride: array<vec4<u32>, 2>,
 }
 
-@group(0) @binding(0) var<storage, read> A: array<f32>;
-@group(0) @binding(1) var<storage, read> B: array<f32>;
+@group(0) @binding(0) var<storage, read> A: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> B: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-// A tile stored K-major (BK rows of 8*WY values), B tile stored K-major (BK rows of 8*WX values):
-// 8 KiB in all for 8x8 invocations, 16 KiB (WebGPU's guaranteed minimum) for 16x16.
-var<workgroup> As: array<vec4<f32>, BK * 2u * WY>;
-var<workgroup> Bs: array<vec4<f32>, BK * 2u * WX>;
+// A tile stored K-major (BK rows of TM*WY values), B tile stored K-major (BK rows of TM*WX
+// values): 16 KiB (WebGPU's guaranteed minimum) for tiled8 at 16x16 invocations.
+var<workgroup> As: array<vec4<f32>, BK * TM * WY / 4u>;
+var<workgroup> Bs: array<vec4<f32>, BK * TM * WX / 4u>;
 
 fn get4(v: array<vec4<u32>, 2>, d: u32) -> u32 {
     return v[d / 4u][d % 4u];
+}
+
+fn a_at(i: u32) -> f32 {
+    return A[i / 4u][i % 4u];
+}
+
+fn b_at(i: u32) -> f32 {
+    return B[i / 4u][i % 4u];
+}
+
+// Element offsets of batch entry `entry` in A, B and C, broadcasting leading dimensions.
+fn bases(entry: u32) -> vec3<u32> {
+    var rest = entry;
+    var a_base = p.a_off;
+    var b_base = p.b_off;
+    for (var d = i32(p.batch_ndim) - 1; d >= 0; d--) {
+        let size = get4(p.batch_shape, u32(d));
+        let i = rest % size;
+        rest = rest / size;
+        a_base += i * get4(p.a_bstride, u32(d));
+        b_base += i * get4(p.b_bstride, u32(d));
+    }
+    return vec3<u32>(a_base, b_base, p.c_off + entry * p.c_bstride);
 }
 
 fn result(at: u32, v: f32) -> f32 {
@@ -47,49 +84,161 @@ fn result(at: u32, v: f32) -> f32 {
     return v;
 }
 
-fn store_row(row: u32, col: u32, base: u32, lo: vec4<f32>, hi: vec4<f32>) {
+// Four values of one row of C from column `col`, those inside the matrix.
+fn store4(row: u32, col: u32, base: u32, v: vec4<f32>) {
     if (row >= p.M) {
         return;
     }
     let at = base + row * p.ldc + col;
     for (var j = 0u; j < 4u; j++) {
         if (col + j < p.N) {
-            C[at + j] = result(at + j, lo[j]);
-        }
-        if (col + 4u + j < p.N) {
-            C[at + 4u + j] = result(at + 4u + j, hi[j]);
+            C[at + j] = result(at + j, v[j]);
         }
     }
 }
 
+fn store8(row: u32, col: u32, base: u32, lo: vec4<f32>, hi: vec4<f32>) {
+    store4(row, col, base, lo);
+    store4(row, col + 4u, base, hi);
+}
+
+// Loads the tiles of A (rows m0.., K k0..) and B (K k0.., columns n0..) into workgroup memory,
+// zero past the matrices' edges. Invocation `li` of the workgroup's `nt` takes every nt-th value.
+fn load_tiles(li: u32, m0: u32, n0: u32, k0: u32, a_base: u32, b_base: u32) {
+    let bm = TM * WY;
+    let bn = TM * WX;
+    let nt = WX * WY;
+    if (VEC4) {
+        // A: bm rows of BK / 4 vec4s; each vec4 is four k of one row, spread over four rows of As.
+        for (var e = li; e < bm * BK / 4u; e += nt) {
+            let m = e / (BK / 4u);
+            let k = (e % (BK / 4u)) * 4u;
+            var v = vec4<f32>(0.0);
+            if (m0 + m < p.M && k0 + k < p.K) {
+                v = A[(a_base + (m0 + m) * p.lda + k0 + k) / 4u];
+            }
+            for (var j = 0u; j < 4u; j++) {
+                let at = (k + j) * bm + m;
+                As[at / 4u][at % 4u] = v[j];
+            }
+        }
+        for (var e = li; e < bn * BK / 4u; e += nt) {
+            let k = e / (bn / 4u);
+            let n = (e % (bn / 4u)) * 4u;
+            var v = vec4<f32>(0.0);
+            if (k0 + k < p.K && n0 + n < p.N) {
+                v = B[(b_base + (k0 + k) * p.ldb + n0 + n) / 4u];
+            }
+            Bs[e] = v;
+        }
+        return;
+    }
+    // A: bm x BK values; consecutive invocations read consecutive k of one row.
+    for (var e = li; e < bm * BK; e += nt) {
+        let m = e / BK;
+        let k = e % BK;
+        var v = 0.0;
+        if (m0 + m < p.M && k0 + k < p.K) {
+            v = a_at(a_base + (m0 + m) * p.lda + k0 + k);
+        }
+        let at = k * bm + m;
+        As[at / 4u][at % 4u] = v;
+    }
+    // B: BK x bn values, four consecutive columns per invocation.
+    for (var e = li; e < bn * BK / 4u; e += nt) {
+        let k = e / (bn / 4u);
+        let n = (e % (bn / 4u)) * 4u;
+        var v = vec4<f32>(0.0);
+        if (k0 + k < p.K) {
+            let at = b_base + (k0 + k) * p.ldb + n0 + n;
+            for (var t = 0u; t < 4u; t++) {
+                if (n0 + n + t < p.N) {
+                    v[t] = b_at(at + t);
+                }
+            }
+        }
+        Bs[e] = v;
+    }
+}
+
 @compute @workgroup_size(WX, WY)
-fn main(@builtin(workgroup_id) wg: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(local_invocation_index) li: u32) {
+fn naive(@builtin(workgroup_id) wg: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) {
+    let wid = wg.x + wg.y * nwg.x;
+    let per_batch = p.tiles_n * p.tiles_m;
+    let col = (wid % p.tiles_n) * WX + lid.x;
+    let row = ((wid / p.tiles_n) % p.tiles_m) * WY + lid.y;
+    if (wid >= per_batch * p.batch || row >= p.M || col >= p.N) {
+        return;  // no barriers below: invocations may leave on their own
+    }
+    let base = bases(wid / per_batch);
+    let a_row = base.x + row * p.lda;
+    var acc = 0.0;
+    for (var k = 0u; k < p.K; k++) {
+        acc = fma(a_at(a_row + k), b_at(base.y + k * p.ldb + col), acc);
+    }
+    let at = base.z + row * p.ldc + col;
+    C[at] = result(at, acc);
+}
+
+@compute @workgroup_size(WX, WY)
+fn tiled4(@builtin(workgroup_id) wg: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>,
+          @builtin(local_invocation_index) li: u32) {
     let wid = wg.x + wg.y * nwg.x;
     let per_batch = p.tiles_n * p.tiles_m;
     if (wid >= per_batch * p.batch) {
         return;  // a spare workgroup from folding; uniform across the workgroup
     }
-    let bm = 8u * WY;
-    let bn = 8u * WX;
-    let nt = WX * WY;
+    let bm = TM * WY;
+    let bn = TM * WX;
     let n0 = (wid % p.tiles_n) * bn;
     let m0 = ((wid / p.tiles_n) % p.tiles_m) * bm;
+    let base = bases(wid / per_batch);
 
-    // Offsets of this batch entry in A, B and C, broadcasting leading dimensions.
-    var rest = wid / per_batch;
-    var a_base = p.a_off;
-    var b_base = p.b_off;
-    let c_base = p.c_off + rest * p.c_bstride;
-    for (var d = i32(p.batch_ndim) - 1; d >= 0; d--) {
-        let size = get4(p.batch_shape, u32(d));
-        let i = rest % size;
-        rest = rest / size;
-        a_base += i * get4(p.a_bstride, u32(d));
-        b_base += i * get4(p.b_bstride, u32(d));
+    var r0 = vec4<f32>(0.0);
+    var r1 = vec4<f32>(0.0);
+    var r2 = vec4<f32>(0.0);
+    var r3 = vec4<f32>(0.0);
+    for (var k0 = 0u; k0 < p.K; k0 += BK) {
+        load_tiles(li, m0, n0, k0, base.x, base.y);
+        workgroupBarrier();
+        for (var k = 0u; k < BK; k++) {
+            let a = As[k * (bm / 4u) + lid.y];
+            let b = Bs[k * (bn / 4u) + lid.x];
+            r0 = fma(vec4<f32>(a.x), b, r0);
+            r1 = fma(vec4<f32>(a.y), b, r1);
+            r2 = fma(vec4<f32>(a.z), b, r2);
+            r3 = fma(vec4<f32>(a.w), b, r3);
+        }
+        workgroupBarrier();
     }
+
+    let row = m0 + lid.y * 4u;
+    let col = n0 + lid.x * 4u;
+    store4(row, col, base.z, r0);
+    store4(row + 1u, col, base.z, r1);
+    store4(row + 2u, col, base.z, r2);
+    store4(row + 3u, col, base.z, r3);
+}
+
+@compute @workgroup_size(WX, WY)
+fn tiled8(@builtin(workgroup_id) wg: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>,
+          @builtin(local_invocation_index) li: u32) {
+    let wid = wg.x + wg.y * nwg.x;
+    let per_batch = p.tiles_n * p.tiles_m;
+    if (wid >= per_batch * p.batch) {
+        return;  // a spare workgroup from folding; uniform across the workgroup
+    }
+    let bm = TM * WY;
+    let bn = TM * WX;
+    let n0 = (wid % p.tiles_n) * bn;
+    let m0 = ((wid / p.tiles_n) % p.tiles_m) * bm;
+    let base = bases(wid / per_batch);
 
     var r0a = vec4<f32>(0.0); var r0b = vec4<f32>(0.0);
     var r1a = vec4<f32>(0.0); var r1b = vec4<f32>(0.0);
@@ -101,38 +250,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>,
     var r7a = vec4<f32>(0.0); var r7b = vec4<f32>(0.0);
 
     for (var k0 = 0u; k0 < p.K; k0 += BK) {
-        // A tile: bm x BK values; consecutive invocations read consecutive k of one row.
-        for (var e = li; e < bm * BK; e += nt) {
-            let m = e / BK;
-            let k = e % BK;
-            var v = 0.0;
-            if (m0 + m < p.M && k0 + k < p.K) {
-                v = A[a_base + (m0 + m) * p.lda + k0 + k];
-            }
-            let at = k * bm + m;
-            As[at / 4u][at % 4u] = v;
-        }
-        // B tile: BK x bn values, four consecutive columns per invocation.
-        for (var e = li; e < bn * BK / 4u; e += nt) {
-            let k = e / (bn / 4u);
-            let n = (e % (bn / 4u)) * 4u;
-            var v = vec4<f32>(0.0);
-            if (k0 + k < p.K) {
-                let at = b_base + (k0 + k) * p.ldb + n0 + n;
-                if (n0 + n + 3u < p.N) {
-                    v = vec4<f32>(B[at], B[at + 1u], B[at + 2u], B[at + 3u]);
-                } else {
-                    for (var t = 0u; t < 4u; t++) {
-                        if (n0 + n + t < p.N) {
-                            v[t] = B[at + t];
-                        }
-                    }
-                }
-            }
-            Bs[e] = v;
-        }
+        load_tiles(li, m0, n0, k0, base.x, base.y);
         workgroupBarrier();
-
         for (var k = 0u; k < BK; k++) {
             let alo = As[k * (bm / 4u) + lid.y * 2u];
             let ahi = As[k * (bm / 4u) + lid.y * 2u + 1u];
@@ -152,12 +271,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>,
 
     let row = m0 + lid.y * 8u;
     let col = n0 + lid.x * 8u;
-    store_row(row, col, c_base, r0a, r0b);
-    store_row(row + 1u, col, c_base, r1a, r1b);
-    store_row(row + 2u, col, c_base, r2a, r2b);
-    store_row(row + 3u, col, c_base, r3a, r3b);
-    store_row(row + 4u, col, c_base, r4a, r4b);
-    store_row(row + 5u, col, c_base, r5a, r5b);
-    store_row(row + 6u, col, c_base, r6a, r6b);
-    store_row(row + 7u, col, c_base, r7a, r7b);
+    store8(row, col, base.z, r0a, r0b);
+    store8(row + 1u, col, base.z, r1a, r1b);
+    store8(row + 2u, col, base.z, r2a, r2b);
+    store8(row + 3u, col, base.z, r3a, r3b);
+    store8(row + 4u, col, base.z, r4a, r4b);
+    store8(row + 5u, col, base.z, r5a, r5b);
+    store8(row + 6u, col, base.z, r6a, r6b);
+    store8(row + 7u, col, base.z, r7a, r7b);
 }

@@ -38,6 +38,12 @@ struct Acc {
     lo: f32,
 }
 
+// NaN and infinity by bit pattern, through a function: as a constant expression they are a shader-creation
+// error by the WGSL spec (Chrome's compiler refuses them; wgpu's accepts them).
+fn f32_bits(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
@@ -48,8 +54,8 @@ fn is_finite(v: f32) -> bool {
 
 fn identity() -> Acc {
     switch OP {
-        case 1u: { return Acc(bitcast<f32>(0xff800000u), 0.0); }  // -inf
-        case 2u: { return Acc(bitcast<f32>(0x7f800000u), 0.0); }  // +inf
+        case 1u: { return Acc(f32_bits(0xff800000u), 0.0); }  // -inf
+        case 2u: { return Acc(f32_bits(0x7f800000u), 0.0); }  // +inf
         default: { return Acc(0.0, 0.0); }
     }
 }
@@ -76,11 +82,11 @@ fn add(u: Acc, v: Acc) -> Acc {
 fn combine(u: Acc, v: Acc) -> Acc {
     switch OP {
         case 1u: {
-            if (is_nan(u.hi) || is_nan(v.hi)) { return Acc(bitcast<f32>(0x7fc00000u), 0.0); }
+            if (is_nan(u.hi) || is_nan(v.hi)) { return Acc(f32_bits(0x7fc00000u), 0.0); }
             return Acc(max(u.hi, v.hi), 0.0);
         }
         case 2u: {
-            if (is_nan(u.hi) || is_nan(v.hi)) { return Acc(bitcast<f32>(0x7fc00000u), 0.0); }
+            if (is_nan(u.hi) || is_nan(v.hi)) { return Acc(f32_bits(0x7fc00000u), 0.0); }
             return Acc(min(u.hi, v.hi), 0.0);
         }
         default: { return add(u, v); }

@@ -19,13 +19,19 @@ struct Params {
 
 var<workgroup> part: array<f32, WG>;
 
+// NaN and infinity by bit pattern, through a function: as a constant expression they are a shader-creation
+// error by the WGSL spec (Chrome's compiler refuses them; wgpu's accepts them).
+fn f32_bits(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
 fn nan_max(u: f32, v: f32) -> f32 {
     if (is_nan(u) || is_nan(v)) {
-        return bitcast<f32>(0x7fc00000u);
+        return f32_bits(0x7fc00000u);
     }
     return max(u, v);
 }
@@ -44,7 +50,7 @@ fn groups(@builtin(workgroup_id) wg: vec3<u32>,
     }
     let base = first(row);
 
-    var m = bitcast<f32>(0xff800000u);
+    var m = f32_bits(0xff800000u);
     for (var j = li; j < p.len; j += WG) {
         m = nan_max(m, x[base + j * p.inner]);
     }
@@ -87,7 +93,7 @@ fn threads(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let base = first(row);
-    var m = bitcast<f32>(0xff800000u);
+    var m = f32_bits(0xff800000u);
     for (var j = 0u; j < p.len; j++) {
         m = nan_max(m, x[base + j * p.inner]);
     }

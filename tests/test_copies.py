@@ -90,8 +90,8 @@ def test_shared_frames_are_page_aligned_copy_on_write_and_stay_in_their_folder(t
     assert path is not None and path.parent == tmp_path
     assert sent[0] == shared_frames.MARK and sent[2:6] == frames[:4] and sent[6] == b""  # it left the socket
     released = shared_frames.Released()
-    message, names = shared_frames.unpack(sent, str(tmp_path), remove=False, released=released)
-    assert names == [] and bytes(message[3]) == b"small"
+    message, note = shared_frames.unpack(sent, str(tmp_path), remove=False, released=released)
+    assert note == shared_frames.Note([]) and bytes(message[3]) == b"small"
     assert _address(message[4]) % shared_frames.PAGE_BYTES == 0
     view = np.frombuffer(message[4], np.float64)
     assert np.array_equal(view, large)
@@ -173,8 +173,8 @@ def _run(link: ExecutorLink, process: ExecutorProcess, code: str, values: dict[s
         if received is None or (msg := received[1]) is None or msg.header.get("job") != job:
             continue
         assert msg.type is T.RESULT, msg.header
-        if link.socket.poll(NOTE_S * 1000):  # which files it let go of, once the job's inputs are gone
-            assert link.receive(link.socket.recv_multipart(copy=False)) is None
+        if link.socket.poll(NOTE_S * 1000):  # which files it let go of and holds, once the job's inputs are gone
+            assert link.receive(link.socket.recv_multipart(copy=False)) in (None, (process, None))
         return serialization.unpack(msg.header, msg.buffers)
     raise AssertionError(f"no answer within {ANSWER_S:g} s")
 

@@ -37,12 +37,15 @@ from remote_magic.wire.tokens import Token, write_private
 from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S
 
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
+    from .browser.server import TabServer
+    from .browser.tab_workers import TabWorkers
     from .executor_processes import ExecutorOptions
     from .supervisor import Supervisor
 
 log = logging.getLogger("remote-worker")
 
 DEFAULT_LISTEN = "0.0.0.0:5587"
+DEFAULT_BROWSER_LISTEN = "127.0.0.1:5588"
 JOIN_TOKEN_ENV = "REMOTE_MAGIC_JOIN_TOKEN"
 """Where `remote-worker --join` reads its worker token: an environment variable is readable only
 by its own user (/proc/PID/environ), a command line by everyone (ps)."""
@@ -122,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ngrok-authtoken", metavar="TOKEN",
                         help="refused: the command line is visible to every user of this machine (ps); set "
                              "$NGROK_AUTHTOKEN instead")
+    parser.add_argument("--browser", nargs="?", const=DEFAULT_BROWSER_LISTEN, type=parse_listen, metavar="HOST:PORT",
+                        help="serve a page (default on " + DEFAULT_BROWSER_LISTEN + "; port 0 picks a free one) whose "
+                             "link makes any browser tab with WebGPU a GPU worker; see docs/browser.md")
+    parser.add_argument("--browser-cert", type=Path, metavar="PATH",
+                        help="serve the --browser page over HTTPS with this certificate (a phone on the LAN needs "
+                             "HTTPS); with --browser-key")
+    parser.add_argument("--browser-key", type=Path, metavar="PATH", help="the private key of --browser-cert")
     parser.add_argument("--gpu", choices=["auto", "on", "off"], default=os.environ.get("REMOTE_MAGIC_GPU", "auto"),
                         help="auto: GPU kernels only on a hardware adapter; on: always; off: never")
     parser.add_argument("--adapter", default=os.environ.get("REMOTE_MAGIC_ADAPTER"), metavar="SUBSTRING",
@@ -296,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
               f"worker side with:\n\n    {install_command('worker')}\n\n(remote-magic without [worker] is the "
               "notebook side.)", file=sys.stderr)
         return 2
+    from .browser.tab_workers import TabWorkers
     from .descendants import hide_process_memory, tree
     from .executor_processes import ExecutorOptions
     from .supervisor import Supervisor
@@ -322,16 +333,24 @@ def main(argv: list[str] | None = None) -> int:
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     advertisement: LanAdvertisement | None = None
+    tabs: Tabs | None = None
+
+    def make_worker(name: str, options: ExecutorOptions, placement: dict[str, Any], **kernels: Any) -> Supervisor:
+        if local is not None:
+            return local.local_worker(name, options, args.max_sessions, placement, **kernels)
+        assert join is not None
+        return Supervisor(Token.decode(join), name, options, max_sessions=args.max_sessions, placement=placement,
+                          **kernels)
+
     try:
         if join is None:
             local = LocalHub(args)
-            supervisor = local.local_worker(args.name, options, args.max_sessions, placement, **kernels)
-        else:
-            supervisor = Supervisor(Token.decode(join), args.name, options, max_sessions=args.max_sessions,
-                                    placement=placement, **kernels)
+        supervisor = make_worker(args.name, options, placement, **kernels)
         supervisor.start()
         if local is not None and lan is not None:
             advertisement = LanAdvertisement(args.name, local.keys.server_public, local.hub.port, lan)
+        if args.browser is not None:
+            tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, kernels=False), options, placement))
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         if supervisor is not None:
@@ -356,17 +375,60 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"remote-worker: worker {supervisor.name!r} joined {supervisor.token.address}", flush=True)
     print(f"remote-worker: {describe_gpu(supervisor.gpu)}", flush=True)
+    if tabs is not None:
+        tabs.announce()
     try:
         while not stop.wait(KEY_CHECK_INTERVAL_S):
             if local is not None and local.reload_rotated_keys() and args.token_file:
                 write_private(args.token_file, local.token(Role.CLIENT).encode() + "\n")
     finally:
+        if tabs is not None:
+            tabs.close()
         if advertisement is not None:
             advertisement.close()
         supervisor.stop()
         if local is not None:
             local.close()
     return 0
+
+
+class Tabs:
+    """The ``--browser`` page, reached through an ngrok HTTPS tunnel with ``--ngrok``."""
+
+    def __init__(self, args: argparse.Namespace, workers: TabWorkers) -> None:
+        from remote_magic.hub.tunnel import open_https_tunnel
+
+        from .browser.tab_workers import serve_tabs, tls_context
+
+        host, port = args.browser
+        self.server: TabServer = serve_tabs(host, port, workers, tls=tls_context(args.browser_cert, args.browser_key))
+        self.tunnel = None
+        if args.ngrok:
+            try:
+                self.tunnel = open_https_tunnel(self.server.port)
+            except BaseException:
+                self.server.close()
+                raise
+            self.server.public_url = self.tunnel.public_address
+
+    def announce(self) -> None:
+        """Print the link to open, and the same as a QR code for a phone's camera."""
+        import segno
+
+        link = self.server.link
+        print(f"remote-worker: to make a browser tab a GPU worker, open this link in it (it holds a secret: share it "
+              f"only with devices you trust):\n\n    {link}\n", flush=True)
+        segno.make(link, error="l").terminal(out=sys.stdout, compact=True)
+        if not self.tunnel and not self.server.tls and self.server.host not in ("127.0.0.1", "localhost"):
+            print("remote-worker: other devices need HTTPS for WebGPU: add --browser-cert/--browser-key or --ngrok "
+                  "(docs/browser.md)", flush=True)
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        """Stop serving the page; the tabs' workers leave."""
+        if self.tunnel is not None:
+            self.tunnel.close()
+        self.server.close()
 
 
 def join_token(args: argparse.Namespace) -> str | None:
@@ -394,7 +456,7 @@ def join_token(args: argparse.Namespace) -> str | None:
 def missing_worker_packages(args: argparse.Namespace) -> list[str]:
     """The [worker] extra's packages these options need and this environment lacks."""
     needed = ["psutil", "xxhash"] + (["wgpu"] if args.gpu != "off" else []) + (["ngrok"] if args.ngrok else []) \
-        + (["zeroconf"] if args.lan else [])
+        + (["zeroconf"] if args.lan else []) + (["aiohttp", "segno"] if args.browser is not None else [])
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
 

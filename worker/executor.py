@@ -29,6 +29,7 @@ from remote_magic.wire.install import install_command
 from remote_magic.wire.protocol import MessageType as T, decode, encode
 
 from . import as_in_a_kernel, shared_frames
+from .held_frames import HeldFrames
 from .job_runner import GPU_OFF, MATPLOTLIB_BACKEND, JobRunner
 from .outputs import flush_periodically, install_display
 
@@ -41,7 +42,7 @@ class Executor(JobRunner):
     """Receives jobs from the supervisor and runs them one at a time."""
 
     def __init__(self, endpoint: str, generation: int, gpu_mode: str, adapter: str | None,
-                 backend: str | None, gpu_memory: int | None = None) -> None:
+                 backend: str | None, gpu_memory: int | None = None, tab: str | None = None) -> None:
         self._context = zmq.Context()
         self._sock = self._context.socket(zmq.DEALER)
         self._sock.linger = 5000  # let the last result leave before exit
@@ -50,7 +51,8 @@ class Executor(JobRunner):
         self._send_lock = threading.Lock()
         self.frames_folder: str | None = None  # where large frames to and from the supervisor are (shared_frames)
         self._released = shared_frames.Released()  # the jobs' files this process no longer maps
-        super().__init__(*_create_gpu(gpu_mode, adapter, backend, gpu_memory))
+        self._held = HeldFrames()  # the last job's large inputs, kept mapped for the next
+        super().__init__(*_create_gpu(gpu_mode, adapter, backend, gpu_memory, tab))
 
     def send(self, msg_type: T, header: dict[str, Any], buffers: list[Any] | tuple[Any, ...] = ()) -> None:
         frames = encode(msg_type, header, buffers)
@@ -61,36 +63,57 @@ class Executor(JobRunner):
         with self._send_lock:
             self._sock.send_multipart(frames, copy=False)
 
+    def stand_in(self, buffer: memoryview) -> bytes | None:
+        return self._held.stand_in(buffer)
+
     def serve(self) -> None:
         install_display(lambda: self._outputs)
         flush_periodically(lambda: self._outputs)
         signal.signal(signal.SIGINT, self._on_sigint)
         self.send(T.HELLO, {"pid": os.getpid(), "gpu": self.gpu.capabilities() if self.gpu else {"active": False}})
         while True:
-            frames = self._sock.recv_multipart(copy=False)
-            try:
-                message, _ = shared_frames.unpack(frames, self.frames_folder or "", remove=False,
-                                                  released=self._released)
-                msg = decode(message)
-            except Exception as exc:
-                log.error("dropped a malformed job: %s", exc)
-                continue
-            if msg.type is not T.SUBMIT:
-                continue
-            try:
-                self.run_job(msg)
-            except Exception as exc:  # a bug must cost its job, not the session's state: say it, and go on
-                log.exception("failed to run a job")
-                self.send(T.ERROR, error_header(RemoteMagicError(
-                    f"the worker failed to run this job ({type(exc).__name__}: {str(exc)[:500]}); the session's "
-                    "state is kept. This is a bug in remote-magic: please report it with the worker's log"),
-                    schema.job_of(msg.header)))
-            # Let go of the job's inputs now that its result has left, not when the next job comes: unmapping
-            # a large shared frame (freeing its pages) takes a while, and the next job need not wait for it.
-            del frames, message, msg
-            if released := self._released.take():  # the supervisor writes the next job's frames over them
-                with self._send_lock:
-                    self._sock.send_multipart(shared_frames.note(released))
+            self._serve_one(self._sock.recv_multipart(copy=False))
+            # Its objects are gone now that its result has left: the files its inputs came in are held for the
+            # next job or let go of now, not when that job comes (unmapping a large frame takes a while).
+            self._settle()
+
+    def _serve_one(self, frames: list[zmq.Frame]) -> None:
+        """Run the job in a message from the supervisor; what it needs of the message is gone on return."""
+        try:
+            message, _ = shared_frames.unpack(frames, self.frames_folder or "", remove=False,
+                                              released=self._released, held=self._held)
+            msg = decode(message)
+        except Exception as exc:
+            log.error("dropped a malformed job: %s", exc)
+            return
+        if msg.type is not T.SUBMIT:
+            return
+        if self._held.missing:
+            self.send(T.ERROR, error_header(RemoteMagicError(
+                "the worker's job process no longer held an input its worker named instead of sending it (a bug "
+                "in remote-magic: please report it with the worker's log); run the cell again: the worker sends "
+                "the input whole"), schema.job_of(msg.header)))
+            return
+        try:
+            self.run_job(msg)
+        except Exception as exc:  # a bug must cost its job, not the session's state: say it, and go on
+            log.exception("failed to run a job")
+            self.send(T.ERROR, error_header(RemoteMagicError(
+                f"the worker failed to run this job ({type(exc).__name__}: {str(exc)[:500]}); the session's "
+                "state is kept. This is a bug in remote-magic: please report it with the worker's log"),
+                schema.job_of(msg.header)))
+
+    def _settle(self) -> None:
+        """Tell the supervisor which job files this process let go of (it writes the next job's frames over
+        them) and, after a job with large frames, which of them it holds for the next (held_frames.py)."""
+        try:
+            held = self._held.settle()
+        except Exception:  # a bug: hold nothing rather than leave the supervisor waiting to hear what is held
+            log.exception("failed to check the job's large inputs")
+            self._held, held = HeldFrames(), []
+        if (released := self._released.take()) or held is not None:
+            with self._send_lock:
+                self._sock.send_multipart(shared_frames.note(released, held))
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         # The supervisor interrupts only a running job; a late signal between jobs is ignored.
@@ -98,8 +121,9 @@ class Executor(JobRunner):
             raise KeyboardInterrupt
 
 
-def _create_gpu(mode: str, adapter: str | None, backend: str | None, gpu_memory: int | None) -> tuple[Any, str]:
-    """The GPU runtime, or None and why there is none."""
+def _create_gpu(mode: str, adapter: str | None, backend: str | None, gpu_memory: int | None,
+                tab: str | None) -> tuple[Any, str]:
+    """The GPU runtime (on the browser tab whose bridge listens at ``tab``, if given), or None and why there is none."""
     if mode == "off":
         return None, GPU_OFF
     try:
@@ -107,7 +131,7 @@ def _create_gpu(mode: str, adapter: str | None, backend: str | None, gpu_memory:
     except ImportError as exc:
         log.warning("GPU support is unavailable (%s); cells run on the CPU", exc)
         return None, f"GPU support doesn't load on this worker ({exc}): install it with {install_command('worker')}"
-    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend, gpu_memory=gpu_memory), ""
+    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend, tab=tab, gpu_memory=gpu_memory), ""
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -128,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--adapter")
     parser.add_argument("--backend")
     parser.add_argument("--gpu-memory", type=int, default=None, help="bytes of arrays kept on the GPU between cells")
+    parser.add_argument("--tab", help="the endpoint of the browser tab whose WebGPU is this executor's GPU")
     parser.add_argument("--frames-folder", help="where large frames to and from the worker are (shared_frames.py)")
     parser.add_argument("--parent", type=int, default=None, help="the worker's pid (default: this one's parent)")
     args = parser.parse_args(argv)
@@ -140,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
                      daemon=True).start()
     import numpy  # noqa: F401  (most jobs unpickle arrays; an import cut short by Ctrl-C poisons the process)
     try:
-        executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend, args.gpu_memory)
+        executor = Executor(args.endpoint, args.generation, args.gpu, args.adapter, args.backend, args.gpu_memory,
+                            args.tab)
     except GpuError as exc:  # --gpu on without the adapter asked for: say so, without a traceback
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)

@@ -8,6 +8,7 @@ recognised by their routing id and dropped.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
@@ -17,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import psutil
 import zmq
@@ -47,6 +48,9 @@ PID_REUSE_SLACK_S = 1.0
 reused); the slack covers the coarse clocks of process start times."""
 
 
+_OWNER_NUMBERS = itertools.count(1)
+
+
 @dataclass
 class ExecutorOptions:
     gpu: str = "auto"
@@ -55,6 +59,8 @@ class ExecutorOptions:
     max_memory_bytes: int | None = None
     gpu_memory_bytes: int | None = None
     """Bytes of arrays each executor keeps on the GPU between cells (None: its default)."""
+    tab: str | None = None
+    """The bridge endpoint of the browser tab whose WebGPU is the executors' GPU (``worker/browser``)."""
 
 
 def remove_abandoned_dirs() -> list[Path]:
@@ -112,9 +118,11 @@ class ExecutorProcess:
             command += ["--backend", options.backend]
         if options.gpu_memory_bytes is not None:
             command += ["--gpu-memory", str(options.gpu_memory_bytes)]
+        if options.tab is not None:
+            command += ["--tab", options.tab]
         # Vulkan loaders complain on headless machines without it; a private one is enough. No credential of
         # the worker's reaches the job (descendants.SECRET_ENV), and all it starts carries its owner's mark.
-        self.owner = f"executor-{number}"
+        self.owner = f"executor-{next(_OWNER_NUMBERS)}"  # unique in the process: a tab's worker is a second one
         env = child_environment(tree().mark(self.owner),
                                 {"XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR") or link.folder})
         self.spawned_at = time.monotonic()
@@ -123,10 +131,11 @@ class ExecutorProcess:
         self.process = tree().start(self.owner, command, env)
         log.info("started executor %d (pid %d)", number, self.process.pid)
 
-    def send(self, frames: list[Any]) -> None:
-        """Hand the executor a message (an encoded SUBMIT), its large frames through shared memory
-        (``shared_frames``). Raises ZMQError when the executor's connection is gone (it died)."""
-        self._socket.send_multipart([self.routing_id, *self.frames.pack(frames, first=3)], copy=False)
+    def send(self, frames: list[Any], digests: Mapping[int, str] | None = None) -> None:
+        """Hand the executor a message (an encoded SUBMIT), its large frames through shared memory, or named by
+        their digest (``digests``: {frame index: digest}) where it holds them already (``shared_frames``).
+        Raises ZMQError when the executor's connection is gone (it died)."""
+        self._socket.send_multipart([self.routing_id, *self.frames.pack(frames, 3, digests)], copy=False)
 
     def died(self) -> str | None:
         """None while alive, else how it ended, in words."""
@@ -195,12 +204,14 @@ class ExecutorLink:
         self.endpoint = self.socket.last_endpoint.decode()
         self._started = 0
         self._live: dict[bytes, ExecutorProcess] = {}
+        self._owners: list[str] = []  # every executor this link started, by its mark in descendants.tree()
 
     def spawn(self) -> ExecutorProcess:
         """Start a new executor; it is ready once its hello comes through ``receive``."""
         self._started += 1
         executor = ExecutorProcess(self, self._started)
         self._live[executor.routing_id] = executor
+        self._owners.append(executor.owner)
         return executor
 
     def stop(self, executor: ExecutorProcess) -> None:
@@ -210,16 +221,17 @@ class ExecutorLink:
 
     def receive(self, frames: list[zmq.Frame]) -> tuple[ExecutorProcess, Message | None] | None:
         """Decode a message from a live executor: (it, the message), or (it, None) for its hello, which
-        marks it ready. None for one from an executor that was stopped, and for one that only says which
-        of its jobs' files it let go of (``shared_frames``). Large frames come as views of a shared file."""
+        marks it ready, and for what it says after a job with large frames, which lets it take the next
+        (``FramePool.settled``). None for one from an executor that was stopped, and for one that only says
+        which of its jobs' files it let go of (``shared_frames``). Large frames come as views of a shared file."""
         executor = self._live.get(frames[0].bytes)
         if executor is None:
             shared_frames.unpack(frames[1:], self.frames_folder or "", remove=True)  # dropped: its file goes too
             return None
-        message, released = shared_frames.unpack(frames[1:], self.frames_folder or "", remove=True)
-        executor.frames.released(released)
+        message, note = shared_frames.unpack(frames[1:], self.frames_folder or "", remove=True)
+        settled = executor.frames.told(note)
         if not message:  # only that
-            return None
+            return (executor, None) if settled else None
         msg = decode(message)
         if msg.type is T.HELLO:
             executor.ready = True
@@ -240,10 +252,13 @@ class ExecutorLink:
                 raise RuntimeError(f"the executor did not start within {timeout:g} s")
 
     def close(self) -> None:
-        """Stop every executor, then whatever any job or kernel of this worker left running."""
+        """Stop every executor, then whatever their jobs left running, and the orphans no executor owns (not
+        other workers' in this process: a browser tab's worker stops while the machine's goes on)."""
         for executor in list(self._live.values()):
             self.stop(executor)
-        tree().kill(None)
+        for owner in self._owners:
+            tree().kill(owner)
+        tree().kill("")
         self.socket.close()
         self._dir.cleanup()
         if self._frames_dir is not None:

@@ -74,6 +74,12 @@ class JobRunner:
         """Report a job's output or its end (STREAM, DISPLAY, RESULT, ERROR)."""
         raise NotImplementedError
 
+    def stand_in(self, buffer: memoryview) -> bytes | None:
+        """A token for a buffer of the running job's inputs whose bytes this process knows unchanged without
+        reading them (``tracking.StandIn``), or None: they are hashed. (The executor knows its shared-memory
+        inputs': ``held_frames``.)"""
+        return None
+
     # -- one job ---------------------------------------------------------------------------
 
     def run_job(self, msg: Message) -> None:
@@ -217,7 +223,7 @@ class JobRunner:
         if wanted is None and not gpu_choice:
             untracked = [*provided, *held, namespace["display"]]
             tracked = fingerprints({name: value for name, value in before.items()
-                                    if not is_dunder(name) and not _is_any(value, untracked)})
+                                    if not is_dunder(name) and not _is_any(value, untracked)}, self.stand_in)
         self._starting_files()
         threads_before = set(threading.enumerate())
         try:
@@ -226,11 +232,13 @@ class JobRunner:
         except (SerializationError, GpuError):
             raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
         except Exception as exc:  # as locally, what the cell did before it raised stays done
-            changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=False)
+            changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=False,
+                                   stand_in=self.stand_in)
             changes.shared = shared
             self._share_module_state(changes, shared_state)
             raise _CellFailed(exc, self._to_host(changes, gpu_choice)) from None
-        changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=True)
+        changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=True,
+                               stand_in=self.stand_in)
         changes.shared = shared
         self._share_module_state(changes, shared_state)
         _say_threads_run_on(set(threading.enumerate()) - threads_before, outputs)

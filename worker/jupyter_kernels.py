@@ -236,7 +236,7 @@ class KernelHost:
         # Owner-only (the key is inside), and named after this worker: removed if it is killed (executor_processes.py).
         folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-kernel-"))
         self._started += 1
-        owner = f"kernel-{self._started}"
+        owner = f"kernel-{folder.name}"  # unique in the process, which may hold several workers (browser tabs')
         try:
             connection_file, info = write_connection_file(
                 str(folder / "kernel.json"), ip="127.0.0.1", transport="tcp", key=str(header["key"]).encode(),

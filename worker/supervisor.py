@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import zmq
@@ -75,14 +75,17 @@ class HeldJob:
     deadline: float | None = None
     interrupted_at: float | None = None
     reason: str = ""  # why it was interrupted: "cancel", "timeout" or "lost"
+    digests: dict[int, str] = field(default_factory=dict)  # the large frames', by index in ``frames`` (the hub's)
 
     @classmethod
     def from_submit(cls, msg: Message, party: str) -> "HeldJob":
         asked = msg.header.get("timeout")
         valid = isinstance(asked, (int, float)) and 0 < asked <= sys.float_info.max  # not NaN, inf, 10**400
         job_id = str(msg.header["job"])
+        digests = msg.header.get("digests") or {}  # {buffer index: digest}; the buffers follow 3 frames
         return cls(job_id, encode(T.SUBMIT, msg.header, msg.buffers), float(asked) if valid else None,  # type: ignore[arg-type]
-                   Lifecycle(job_id, party), str(msg.header.get("session") or ""), str(msg.header.get("kind")))
+                   Lifecycle(job_id, party), str(msg.header.get("session") or ""), str(msg.header.get("kind")),
+                   digests={3 + int(index): key for index, key in digests.items() if index.isdigit()})
 
 
 class Supervisor:
@@ -245,6 +248,8 @@ class Supervisor:
             session = self.sessions.open(job.session)
             if not session.executor.ready:
                 return  # it says hello soon; the tick fails the job if it never does
+            if not session.executor.frames.settled:
+                return  # it says which of its last job's inputs it holds as soon as that job's objects are gone
             if self._start_job(job, session):
                 self._pending.pop(0)
 
@@ -255,7 +260,7 @@ class Supervisor:
             self._lose_session(session, f"its process {death} while idle")
             return False
         try:
-            session.executor.send(job.frames)
+            session.executor.send(job.frames, job.digests)
         except zmq.ZMQError:  # no route to the executor: it died idle, and the job never reached it
             self._lose_session(session, "its process ended while idle")
             return False
@@ -386,10 +391,12 @@ class Supervisor:
         return HEALTH_CHECK_INTERVAL_S
 
     def _check_idle_executors(self) -> None:
-        """Between jobs: reset sessions whose executor died, and fail the jobs of one that can't start."""
+        """Between jobs: reset sessions whose executor died (a job waiting for one runs in a fresh one), and
+        fail the jobs of one that can't start."""
         for session in self.sessions.live():
             if session.executor.ready and (death := session.executor.died()) is not None:
                 self._lose_session(session, f"its process {death} while idle")
+                self._start_pending()
             elif not session.executor.ready and (why := session.executor.failed_to_start()) is not None:
                 self._give_up_starting(session, why)
         spare = self.sessions.spare

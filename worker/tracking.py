@@ -8,7 +8,9 @@ A fingerprint is the xxh3-128 digest of the value's pickle (protocol 5), its lar
 arrays, pandas blocks) hashed in place, out of band, without a copy. xxh3 because it hashes at
 memory speed (tens of GB/s), so an unchanged 100 MB array costs milliseconds, not the 100 ms or
 more of a cryptographic hash; a collision here only means a changed value is not sent back, and
-128 bits make that as unlikely as it gets.
+128 bits make that as unlikely as it gets. A buffer the process knows unchanged without reading it
+(an input still on the pages of the shared file it came in: ``held_frames``) is hashed as a token
+naming those pages instead (``StandIn``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import pickle
 import types
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import cloudpickle
 import xxhash
@@ -26,8 +28,12 @@ from remote_magic.wire.cellcode import names_assigned
 
 Fingerprint = bytes
 
+StandIn = Callable[[memoryview], "bytes | None"]
+"""A token for a buffer's bytes, known without reading them, that is the same before and after a cell only
+if they didn't change; or None: the bytes are hashed."""
 
-def fingerprint(value: Any) -> Fingerprint | None:
+
+def fingerprint(value: Any, stand_in: StandIn | None = None) -> Fingerprint | None:
     """A digest of everything pickling ``value`` would send; None for what can't be pickled or
     needn't be compared (modules travel by name)."""
     if isinstance(value, types.ModuleType):
@@ -36,9 +42,12 @@ def fingerprint(value: Any) -> Fingerprint | None:
 
     def hash_buffer(buffer: pickle.PickleBuffer) -> bool:
         try:
-            digest.update(buffer.raw())
+            raw = buffer.raw()
         except BufferError:  # not contiguous: hash a copy
             digest.update(bytes(buffer))
+            return False
+        token = stand_in(raw) if stand_in is not None else None
+        digest.update(raw if token is None else token)
         return False  # and leave it out of the stream: it is hashed already
 
     try:
@@ -64,17 +73,17 @@ def deleted_names(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
     return [name for name in before if name not in after and not is_dunder(name)]
 
 
-def fingerprints(values: Mapping[str, Any]) -> dict[str, Fingerprint]:
+def fingerprints(values: Mapping[str, Any], stand_in: StandIn | None = None) -> dict[str, Fingerprint]:
     """Fingerprints of the values that have one."""
-    found = {name: fingerprint(value) for name, value in values.items()}
+    found = {name: fingerprint(value, stand_in) for name, value in values.items()}
     return {name: digest for name, digest in found.items() if digest is not None}
 
 
 def changed_in_place(before: Mapping[str, Fingerprint], namespace: Mapping[str, Any],
-                     originals: Mapping[str, Any]) -> list[str]:
+                     originals: Mapping[str, Any], stand_in: StandIn | None = None) -> list[str]:
     """Names still bound to the same object as before the cell whose fingerprint changed."""
-    return [name for name, digest in before.items()
-            if name in namespace and namespace[name] is originals.get(name) and fingerprint(namespace[name]) != digest]
+    return [name for name, digest in before.items() if name in namespace and namespace[name] is originals.get(name)
+            and fingerprint(namespace[name], stand_in) != digest]
 
 
 @dataclass
@@ -96,13 +105,13 @@ class CellChanges:
 
 def cell_changes(code: str, wanted: list[str] | None, inputs: Mapping[str, Any], namespace: Mapping[str, Any],
                  before: Mapping[str, Any], tracked: Mapping[str, Fingerprint], provided: list[Any],
-                 complete: bool) -> CellChanges:
+                 complete: bool, stand_in: StandIn | None = None) -> CellChanges:
     """What the cell changed. ``wanted``: the names asked for, or None for every name it bound and
-    every object it changed in place. ``provided``: objects the worker put in scope, which stay
-    here. A cell that raised (not ``complete``) returns what it got to bind; one that ran through
-    must bind every name asked for."""
+    every object it changed in place (``tracked``: their fingerprints before, taken with ``stand_in``).
+    ``provided``: objects the worker put in scope, which stay here. A cell that raised (not
+    ``complete``) returns what it got to bind; one that ran through must bind every name asked for."""
     names = names_assigned(code) if wanted is None else [str(n) for n in wanted]
-    in_place = changed_in_place(tracked, namespace, before) if wanted is None else []
+    in_place = changed_in_place(tracked, namespace, before, stand_in) if wanted is None else []
     if wanted is None:  # and what no static analysis sees: star imports, globals()[...], `global` in
         # callees, and objects changed in place by the methods the cell called
         for name in [*namespace_changes(before, namespace), *in_place]:

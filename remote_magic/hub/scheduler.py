@@ -25,7 +25,7 @@ from ..errors import (
     WorkerLost,
 )
 from ..wire.failures import error_header
-from ..wire.frame_cache import FrameCache
+from ..wire.frame_cache import FrameCache, frame_digests
 from ..wire.lifecycle import JobState
 from ..wire.protocol import Message, MessageType as T, Role, encode, session_id
 from ..wire.requirements import check_prefer, parse_all
@@ -85,6 +85,8 @@ class Scheduler:
                 f"the hub no longer holds {len(missing)} of the values this job refers to"), job_id, missing=missing))
             return
         header = {key: value for key, value in msg.header.items() if key not in ("cached", "digests")}
+        if digests := frame_digests(msg.header, len(buffers)):  # every large frame's: the worker's executor
+            header["digests"] = digests  # may hold some already (worker/held_frames.py)
         # The worker runs it in the client's session; the hub says which, whatever the client wrote.
         submit = encode(T.SUBMIT, {**header, "session": session_id(peer.routing_id)}, buffers)
         code = str(msg.header.get("code") or "").strip()

@@ -64,7 +64,7 @@ NO_TOKEN_CODES = frozenset({"ERR_NGROK_4018"})  # the session carried no credent
 SESSION_LIMIT_CODES = frozenset({"ERR_NGROK_108"})  # too many agent sessions at once
 
 _CODE = re.compile(r"ERR_NGROK_\d+")
-_TCP_URL = re.compile(r"^tcp://[^:/\s]+:\d+$")
+_URLS = {"tcp": re.compile(r"^tcp://[^:/\s]+:\d+$"), "http": re.compile(r"^https://[^/\s]+/?$")}
 _SESSION_CONTEXT = "failed to connect session"  # the SDK's first ValueError argument for connect
 
 _ALTERNATIVE = ("or skip ngrok: forward the port yourself (ssh -R, Tailscale, cloudflared, a "
@@ -130,6 +130,9 @@ def open_tcp_tunnel(local_port: int, *, authtoken: str | None = None,
                     timeout: float = DEFAULT_TIMEOUT_S) -> Tunnel:
     """Open an ngrok TCP endpoint that forwards to ``127.0.0.1:local_port``.
 
+    ``open_https_tunnel`` takes the same arguments and opens an HTTPS endpoint, with a certificate
+    browsers trust, for a local HTTP server (the page of ``remote-worker --browser``).
+
     Parameters:
         local_port: the port a local server (the hub) listens on, on 127.0.0.1 or 0.0.0.0.
         authtoken: the ngrok auth token; defaults to the ``NGROK_AUTHTOKEN`` environment variable.
@@ -139,15 +142,26 @@ def open_tcp_tunnel(local_port: int, *, authtoken: str | None = None,
     message that says what to do, if the tunnel cannot be opened; ``ValueError`` for a port
     outside 1-65535 or a timeout that is not positive.
     """
+    return _open_tunnel("tcp", local_port, authtoken, timeout)
+
+
+def open_https_tunnel(local_port: int, *, authtoken: str | None = None,
+                      timeout: float = DEFAULT_TIMEOUT_S) -> Tunnel:
+    """An ngrok HTTPS endpoint (``https://…``) that forwards to ``http://127.0.0.1:local_port``; see
+    :func:`open_tcp_tunnel`."""
+    return _open_tunnel("http", local_port, authtoken, timeout)
+
+
+def _open_tunnel(kind: str, local_port: int, authtoken: str | None, timeout: float) -> Tunnel:
     if isinstance(local_port, bool) or not isinstance(local_port, int) or not 0 < local_port < 65536:
         raise ValueError(f"local_port must be a port number from 1 to 65535, not {local_port!r}")
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     token = _resolve_authtoken(authtoken)
     ngrok = _import_sdk()
-    forward_to = f"tcp://127.0.0.1:{local_port}"
+    forward_to = f"{kind}://127.0.0.1:{local_port}"
     closing = threading.Event()
-    log.info("Opening an ngrok TCP tunnel to %s (timeout %g s)", forward_to, timeout)
+    log.info("Opening an ngrok %s tunnel to %s (timeout %g s)", kind.upper(), forward_to, timeout)
     try:
         builder = (ngrok.SessionBuilder()
                    .authtoken(token)
@@ -156,14 +170,14 @@ def open_tcp_tunnel(local_port: int, *, authtoken: str | None = None,
         if _server_addr is not None:
             builder = builder.server_addr(_server_addr)
         deadline = time.monotonic() + timeout
-        session, listener = _run_in_loop(lambda: _open_async(builder, forward_to, deadline), timeout)
+        session, listener = _run_in_loop(lambda: _open_async(builder, kind, forward_to, deadline), timeout)
     except Exception as exc:  # the SDK raises ValueError; a timeout is asyncio.TimeoutError
         raise translate_sdk_error(exc, authtoken=token, timeout=timeout) from exc
     tunnel = Tunnel(str(listener.url()), local_port, session, listener, closing)
-    if not _TCP_URL.match(tunnel.public_address):
+    if not _URLS[kind].match(tunnel.public_address):
         tunnel.close()
-        raise TunnelError(f"ngrok opened an endpoint at {tunnel.public_address!r}, which is not a "
-                          f"tcp://HOST:PORT address; {_ALTERNATIVE}.")
+        raise TunnelError(f"ngrok opened an endpoint at {tunnel.public_address!r}, which is not "
+                          f"{'a tcp://HOST:PORT' if kind == 'tcp' else 'an https://'} address; {_ALTERNATIVE}.")
     log.info("ngrok tunnel %s -> %s is open", tunnel.public_address, forward_to)
     return tunnel
 
@@ -270,12 +284,11 @@ def _remaining(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
 
 
-async def _open_async(builder: Any, forward_to: str, deadline: float) -> tuple[Any, Any]:
+async def _open_async(builder: Any, kind: str, forward_to: str, deadline: float) -> tuple[Any, Any]:
     session = await asyncio.wait_for(builder.connect(), _remaining(deadline))
     try:
-        listener = await asyncio.wait_for(
-            session.tcp_endpoint().listen_and_forward(forward_to),
-            _remaining(deadline))
+        endpoint = session.tcp_endpoint() if kind == "tcp" else session.http_endpoint()
+        listener = await asyncio.wait_for(endpoint.listen_and_forward(forward_to), _remaining(deadline))
     except BaseException:
         try:
             await _close_async(None, session)

@@ -82,6 +82,13 @@ class FrameCache:
         return filled, missing
 
 
+def frame_digests(header: Mapping[str, Any], frames: int) -> dict[str, str]:
+    """{frame index: digest} of every large frame of a SUBMIT once the hub has put back those it sent as
+    digests (``cached``) beside those it sent whole (``digests``); ``frames``: how many it has."""
+    return {str(index): key for index, key in [*_entries(header.get("digests")), *_entries(header.get("cached"))]
+            if index < frames}
+
+
 def _entries(table: Any) -> list[tuple[int, str]]:
     if not isinstance(table, dict):
         return []

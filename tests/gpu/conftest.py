@@ -1,6 +1,8 @@
-"""Fixtures for GPU tests: one real wgpu runtime (lavapipe on CPU-only machines), fresh random data.
+"""Fixtures for GPU tests: fresh random data, and the runtime on each backend, so every test that takes
+``runtime`` or ``gpu`` runs twice: on wgpu-py's adapter (lavapipe on CPU-only machines), and on the
+WebGPU of a real browser tab (headless Chromium; SwiftShader without a GPU) through the tab bridge.
 
-Without an adapter the GPU tests skip, unless REMOTE_MAGIC_REQUIRE_GPU=1 (CI), where they fail.
+Without an adapter (or Chromium) those tests skip, unless REMOTE_MAGIC_REQUIRE_GPU=1 (CI), where they fail.
 """
 
 from __future__ import annotations
@@ -16,11 +18,39 @@ from remote_magic.worker.gpu import GpuNamespace, GpuRuntime
 
 
 @pytest.fixture(scope="session")
-def runtime() -> Iterator[GpuRuntime]:
-    """The shared runtime (mode 'on'), as the executor would make it."""
+def wgpu_runtime() -> Iterator[GpuRuntime]:
+    """The shared wgpu runtime (mode 'on'), as the executor would make it."""
     rt = make_runtime()
     yield rt
     rt.close()
+
+
+@pytest.fixture(scope="session")
+def tab_runtime() -> Iterator[GpuRuntime]:
+    """A runtime whose device is a browser tab's WebGPU, as a tab worker's executor makes it."""
+    from browser_tabs import chromium, open_tab
+
+    from remote_magic.worker.browser.server import TabServer
+
+    bridges = []
+    server = TabServer("127.0.0.1", 0, lambda bridge: bridges.append(bridge), lambda bridge, _: None)
+    server.start()
+    try:
+        with chromium() as browser:
+            page = open_tab(browser, server.link)
+            rt = GpuRuntime.create(tab=bridges[0].endpoint)
+            yield rt
+            rt.close()
+            page.close()
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session", params=["wgpu", "tab"])
+def runtime(request: pytest.FixtureRequest) -> GpuRuntime:
+    """The runtime of each backend in turn: wgpu-py on this machine, and a browser tab."""
+    rt: GpuRuntime = request.getfixturevalue(f"{request.param}_runtime")
+    return rt
 
 
 @pytest.fixture

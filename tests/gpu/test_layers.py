@@ -15,8 +15,9 @@ FOLDER = Path(__file__).resolve().parents[2] / "worker" / "gpu"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the device and everything that needs no other module of the package
-    ("convert", "device", "host_ops", "memory", "notices", "pipelines", "stats", "uniforms"),
-    ("resident",),  # buffers kept between cells by content digest
+    ("convert", "device", "host_ops", "memory", "notices", "stats", "uniforms"),
+    # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device
+    ("pipelines", "resident", "tab_device"),
     ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
     ("launch", "custom"),  # launching the built-in shaders and users' kernels
     ("matmul",),

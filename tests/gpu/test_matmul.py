@@ -1,14 +1,28 @@
-"""Matmul against numpy: odd shapes, vectors, batches with broadcasting, empties, specials, splits."""
+"""Matmul against numpy: odd shapes, vectors, batches with broadcasting, empties, specials, splits; every tiling,
+with and without vec4 loads, and the rule that picks one."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import math
+from types import SimpleNamespace
+from typing import Any, Iterator, cast
 
 import numpy as np
 import pytest
 from gpu_checks import MATMUL_TOL, make_runtime, rel_err, same_specials
 
 from remote_magic.worker.gpu import DeviceArray, GpuRuntime
+from remote_magic.worker.gpu.context import DeviceContext
+from remote_magic.worker.gpu.matmul import (
+    GPU_FILL_WORKGROUPS,
+    TILE_32,
+    TILE_64,
+    TILE_128,
+    Tiling,
+    choose_tiling,
+    matmul,
+    naive_tiling,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -127,3 +141,95 @@ def test_matmul_past_the_binding_limit_is_split(small_binding: GpuRuntime, rng: 
     assert max(a.nbytes, b.nbytes, 4 * np.matmul(a, b).size) > 64 * 1024
     check(small_binding.gpu, a, b)
     assert small_binding.take_stats()["kernels"]["matmul"] > 1
+
+
+def kernel_product(runtime: GpuRuntime, a: np.ndarray, b: np.ndarray, **options: Any) -> np.ndarray:
+    """``a @ b`` (at least 2-D each) straight through the matmul launcher, with its ``options``."""
+    ctx = runtime.dispatcher.ctx
+    out, shape = matmul(ctx, ctx.upload(a), a.shape, ctx.upload(b), b.shape, **options)
+    return ctx.download(out, math.prod(shape)).reshape(shape)
+
+
+TILINGS = [TILE_128, TILE_64, TILE_32, naive_tiling(16, 16), naive_tiling(1, 256), naive_tiling(256, 1)]
+
+
+@pytest.mark.parametrize("vectorize", [True, False], ids=["vec4", "scalar"])
+@pytest.mark.parametrize("tiling", TILINGS, ids=lambda t: f"{t.name}-{t.wx}x{t.wy}")
+@pytest.mark.parametrize("a_shape,b_shape", [((70, 36), (36, 68)), ((65, 33), (33, 67)), ((3, 1), (1, 5)),
+                                             ((2, 1, 20, 44), (1, 3, 44, 12))], ids=str)
+def test_every_tiling_matches_numpy(runtime: GpuRuntime, rng: np.random.Generator, tiling: Tiling, vectorize: bool,
+                                    a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    a, b = operands(rng, a_shape, b_shape)  # aligned to 4 (vec4 loads when asked), odd, K of 1, batched
+    out = kernel_product(runtime, a, b, tiling=tiling, vectorize=vectorize)
+    assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
+
+
+def test_a_tiled_kernel_folds_workgroups_past_one_dimension(narrow_runtime: GpuRuntime,
+                                                             rng: np.random.Generator) -> None:
+    a, b = operands(rng, (70_000, 1, 4), (70_000, 4, 1))
+    out = kernel_product(narrow_runtime, a, b, tiling=TILE_32)
+    assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
+
+
+def fake_context(adapter_type: str = "discrete-gpu", **limits: int) -> DeviceContext:
+    """Just what :func:`choose_tiling` reads of a context: the adapter's type and limits."""
+    device = SimpleNamespace(info=SimpleNamespace(adapter_type=adapter_type), limits=limits)
+    return cast(DeviceContext, SimpleNamespace(device=device))
+
+
+@pytest.mark.parametrize("dims,batch,expected", [
+    ((4096, 4096, 4096), 1, TILE_128),      # 1,024 tiles of 128x128: the most reuse still fills the GPU
+    ((2048, 2048, 64), 1, TILE_128),        # 256 tiles: just enough
+    ((1024, 1024, 1024), 1, TILE_64),       # 64 tiles of 128x128 would leave most compute units idle
+    ((1024, 1024, 1024), 4, TILE_128),      # ... unless the batch makes up for it
+    ((384, 384, 384), 1, TILE_32),          # 144 workgroups: over half the target
+    ((256, 256, 256), 1, "naive"),          # 64 tiles of 32x32 can't keep a GPU busy
+    ((4096, 40, 64), 1, TILE_32),           # 40 columns: no 128-wide tile, and 64x64 makes only 64
+    ((1, 1024, 1024), 1, "naive"),          # a vector-matrix product
+    ((4096, 8, 4096), 1, "naive"),          # eight columns
+], ids=str)
+def test_choice_on_a_gpu(dims: tuple[int, int, int], batch: int, expected: Tiling | str) -> None:
+    chosen = choose_tiling(fake_context(), dims, batch)
+    assert chosen == expected or chosen.name == expected
+
+
+def test_choice_within_limits_and_threads() -> None:
+    big = (8192, 8192, 8192)
+    assert choose_tiling(fake_context(), big, 1) == TILE_128
+    assert choose_tiling(fake_context(), big, 1, threads=8) == TILE_64
+    assert choose_tiling(fake_context(max_compute_workgroup_storage_size=8192), big, 1) == TILE_64
+    assert choose_tiling(fake_context(max_compute_invocations_per_workgroup=64), big, 1) == TILE_64
+    assert choose_tiling(fake_context(max_compute_workgroup_storage_size=2048), big, 1).name == "naive"
+
+
+def test_choice_on_a_software_adapter_fills_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("remote_magic.worker.gpu.matmul.os.cpu_count", lambda: 2)
+    cpu = fake_context("software")
+    assert choose_tiling(cpu, (256, 256, 256), 1) == TILE_128  # 4 workgroups for 2 threads
+    assert choose_tiling(cpu, (128, 128, 128), 1) == TILE_64
+    assert choose_tiling(cpu, (1024, 1024, 1024), 1) == TILE_128
+    assert GPU_FILL_WORKGROUPS > 4 * 2
+
+
+@pytest.mark.parametrize("m,n", [(1, 1000), (1000, 1), (3, 7), (16, 16), (200, 300)], ids=str)
+def test_naive_workgroups_follow_the_shape_of_c(m: int, n: int) -> None:
+    tiling = naive_tiling(m, n)
+    assert tiling.wx * tiling.wy <= 256
+    assert tiling.wx <= max(1 << (n - 1).bit_length(), 1) and tiling.wy <= max(1 << (m - 1).bit_length(), 1)
+    assert tiling.wx * tiling.wy == 256 or (tiling.wx >= n and tiling.wy >= m)
+
+
+def test_split_blocks_keep_vec4_loads(small_binding: GpuRuntime, rng: np.random.Generator,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    pipelines = small_binding.dispatcher.ctx.pipelines
+    asked: list[dict[str, float]] = []
+    original = pipelines.get
+
+    def spy(shader: str, entry: str, constants: dict[str, float] | None = None) -> Any:
+        asked.append(dict(constants or {}))
+        return original(shader, entry, constants)
+
+    monkeypatch.setattr(pipelines, "get", spy)
+    a, b = operands(rng, (200, 132), (132, 152))  # K and N multiples of 4; over 64 KiB each, so split over K too
+    check(small_binding.gpu, a, b)
+    assert len(asked) > 1 and all(c.get("VEC4") == 1 for c in asked)

@@ -52,7 +52,7 @@ class DeviceContext:
         self.pool = BufferPool(self.handle)
         self.resident = ResidentBuffers(resident_bytes)
         self.transfers = Transfers(self.handle, self.pool, self._count)
-        self.pipelines = Pipelines(self.handle)
+        self.pipelines = Pipelines(device)
         self.timer = GpuTimer(self.handle, device.timestamps, stats)
 
     @property

@@ -51,6 +51,15 @@ _LOST = re.compile(r"\b(lost|device is invalid|invalid device)\b", re.IGNORECASE
 _instance_configured = False
 
 
+class DeviceCallError(Exception):
+    """A call on a device that is not wgpu's (a browser tab's) failed; ``lost``: the device is gone for good.
+    :meth:`GpuDevice.guard` turns it into :class:`GpuError` as it does wgpu's errors."""
+
+    def __init__(self, message: str, *, lost: bool = False) -> None:
+        super().__init__(message)
+        self.lost = lost
+
+
 @dataclass(frozen=True)
 class AdapterInfo:
     """What the worker reports about its adapter."""
@@ -61,11 +70,14 @@ class AdapterInfo:
     vendor: str
     description: str
     limits: dict[str, int] = field(default_factory=dict)
+    browser_tab: str | None = None
+    """The worker name of the browser tab whose WebGPU this is (None: wgpu on this machine)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form, with limit names in snake_case."""
-        return {"adapter": self.name, "backend": self.backend, "adapter_type": self.adapter_type,
+        info = {"adapter": self.name, "backend": self.backend, "adapter_type": self.adapter_type,
                 "vendor": self.vendor, "description": self.description, "limits": dict(self.limits)}
+        return info if self.browser_tab is None else {**info, "browser_tab": self.browser_tab}
 
 
 def _configure_instance() -> None:
@@ -134,28 +146,19 @@ def select_adapter(substring: str | None = None, backend: str | None = None) -> 
 
 
 class GpuDevice:
-    """One wgpu device on a chosen adapter, created with the adapter's real limits.
+    """One device (``handle``) on an adapter, which :func:`open_device` creates with the adapter's real
+    limits; a browser tab's is a :class:`~remote_magic.worker.gpu.tab_device.TabDevice`.
 
-    ``handle`` is the wgpu device. After the device is lost, :attr:`lost` is True and every
-    :meth:`guard` block raises; the owner makes a new :class:`GpuDevice`.
+    After the device is lost, :attr:`lost` is True and every :meth:`guard` block raises; the owner
+    makes a new :class:`GpuDevice`.
     """
 
-    def __init__(self, adapter: Any, info: AdapterInfo) -> None:
+    def __init__(self, handle: Any, info: AdapterInfo, *, timestamps: bool = False, adapter: Any = None) -> None:
         self.adapter = adapter
         self.info = info
-        self.timestamps = "timestamp-query" in adapter.features
-        features = ["timestamp-query"] if self.timestamps else []
-        try:
-            self.handle = adapter.request_device_sync(required_features=features,
-                                                      required_limits=dict(adapter.limits))
-        except Exception as exc:  # some drivers refuse limits they report; ask for the compute ones
-            log.debug("device with all adapter limits refused (%s); asking for compute limits only", exc)
-            limits = {k: adapter.limits[k] for k in REPORTED_LIMITS if k in adapter.limits}
-            try:
-                self.handle = adapter.request_device_sync(required_features=features, required_limits=limits)
-            except Exception as exc2:
-                raise GpuError(f"the GPU adapter {info.name} refused to create a device: {exc2}") from exc2
-        self.limits: dict[str, int] = {k.replace("-", "_"): int(v) for k, v in self.handle.limits.items()
+        self.timestamps = timestamps
+        self.handle = handle
+        self.limits: dict[str, int] = {k.replace("-", "_"): int(v) for k, v in handle.limits.items()
                                        if isinstance(v, int)}
         self.lost = False
         self.lost_reason = ""
@@ -164,6 +167,22 @@ class GpuDevice:
                                                     | wgpu.BufferUsage.MAP_READ)
         log.info("GPU device on %s (%s, %s), max binding %d bytes", info.name, info.adapter_type,
                  info.backend, self.limits.get("max_storage_buffer_binding_size", 0))
+
+    @classmethod
+    def on_adapter(cls, adapter: Any, info: AdapterInfo) -> "GpuDevice":
+        """A device on wgpu ``adapter``, with all its limits (or, if the driver refuses, its compute ones)."""
+        timestamps = "timestamp-query" in adapter.features
+        features = ["timestamp-query"] if timestamps else []
+        try:
+            handle = adapter.request_device_sync(required_features=features, required_limits=dict(adapter.limits))
+        except Exception as exc:  # some drivers refuse limits they report; ask for the compute ones
+            log.debug("device with all adapter limits refused (%s); asking for compute limits only", exc)
+            limits = {k: adapter.limits[k] for k in REPORTED_LIMITS if k in adapter.limits}
+            try:
+                handle = adapter.request_device_sync(required_features=features, required_limits=limits)
+            except Exception as exc2:
+                raise GpuError(f"the GPU adapter {info.name} refused to create a device: {exc2}") from exc2
+        return cls(handle, info, timestamps=timestamps, adapter=adapter)
 
     @contextmanager
     def guard(self, what: str) -> Iterator[None]:
@@ -181,6 +200,10 @@ class GpuDevice:
         except Exception as exc:
             if not self._is_wgpu_error(exc):
                 raise
+            if isinstance(exc, DeviceCallError) and exc.lost:  # a browser tab: its message says what happened
+                self.lost = True
+                raise GpuError(f"{exc}, during {what}; arrays that lived only on its GPU are gone: run the cell "
+                               "again") from exc
             if _LOST.search(str(exc)):
                 self.lost = True
                 self.lost_reason = str(exc).strip().splitlines()[-1].strip()
@@ -195,7 +218,8 @@ class GpuDevice:
 
     @staticmethod
     def _is_wgpu_error(exc: BaseException) -> bool:
-        return isinstance(exc, wgpu.GPUError) or type(exc).__module__.startswith("wgpu")
+        return (isinstance(exc, wgpu.GPUError) or type(exc).__module__.startswith("wgpu")
+                or isinstance(exc, DeviceCallError))
 
     def wait(self) -> None:
         """Block until the GPU has finished all work submitted so far."""
@@ -227,4 +251,4 @@ def _first_line(exc: BaseException) -> str:
 def open_device(substring: str | None = None, backend: str | None = None) -> GpuDevice:
     """Choose an adapter (see :func:`select_adapter`) and create a device on it."""
     adapter, info = select_adapter(substring, backend)
-    return GpuDevice(adapter, info)
+    return GpuDevice.on_adapter(adapter, info)

@@ -1,15 +1,39 @@
-"""Launching the tiled matmul kernel, including products larger than one binding.
+"""Launching the matmul kernels: a tiling picked by shape and adapter, and products larger than one binding.
 
-``shaders/matmul.wgsl`` reads A, B and C through leading dimensions and element offsets, so a
-product whose operands exceed ``max_storage_buffer_binding_size`` is computed by binding slices
-of the buffers: first whole matrices in batches, else row, column and K blocks of one matrix,
-accumulating partial sums over K blocks into C. Every binding stays within the limit.
+``shaders/matmul.wgsl`` has three entry points: ``naive`` (one invocation per element of C) and
+``tiled4``/``tiled8`` (tiles of C through workgroup memory, 4x4 or 8x8 outputs per invocation).
+:func:`choose_tiling` picks one per launch:
+
+1. Only tiles at most twice C's rows and columns are considered: a larger tile would be mostly
+   padding. A skinny C (fewer than 16 rows or columns, a vector-matrix product) has none and
+   runs ``naive``.
+2. Of those, the largest (128x128, 64x64, 32x32) that still makes at least ``target``
+   workgroups, so that every compute unit has work: :func:`fill_target` is 2x the CPU count on a
+   software adapter (lavapipe runs one workgroup per thread) and :data:`GPU_FILL_WORKGROUPS` on a
+   GPU, as WebGPU does not tell how many compute units an adapter has.
+3. When none does, the smallest if it makes at least half of ``target``; below that the product
+   is too small to keep the device busy with tiles (each workgroup waits on its loads with no
+   other to switch to), and ``naive``, with the most workgroups, runs it.
+
+K does not enter the rule: with K as small as 4 the tiles still ran several times faster than
+``naive`` on lavapipe. Tilings past the adapter's limits (invocations and size per workgroup,
+workgroup memory) are never chosen; ``threads`` caps the tiled kernels' workgroup side (8: tiles
+up to 64x64).
+Tiles are loaded as ``vec4<f32>`` when K, N and every offset and leading dimension are multiples
+of 4, one element at a time otherwise.
+
+A and B are read through leading dimensions and element offsets, so a product whose operands
+exceed ``max_storage_buffer_binding_size`` is computed by binding slices of the buffers: first
+whole matrices in batches, else row, column and K blocks of one matrix, accumulating partial sums
+over K blocks into C. Every binding stays within the limit.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+from dataclasses import dataclass
 from itertools import product as cartesian
 from typing import Sequence
 
@@ -22,16 +46,113 @@ from .uniforms import MATMUL
 
 log = logging.getLogger(__name__)
 
-TILE_PER_THREAD = 8
-"""Each invocation computes an 8x8 block of C."""
+BK = 16
+"""K step of the tiled kernels through workgroup memory (``BK`` in matmul.wgsl)."""
+GPU_FILL_WORKGROUPS = 256
+"""Workgroups that fill a GPU: about 2x the compute units of a large one (an H100 has 132)."""
+NAIVE_INVOCATIONS = 256
+"""Invocations per workgroup of the naive kernel (16x16 for a square C, 256x1 for one row)."""
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How one dispatch covers C: the entry point, the workgroup's shape, outputs per invocation.
+
+    Each invocation computes a ``block`` x ``block`` block of C, so a workgroup covers a
+    ``tile_m`` x ``tile_n`` tile.
+    """
+
+    name: str
+    entry: str
+    wx: int
+    wy: int
+    block: int
+
+    @property
+    def tile_m(self) -> int:
+        """Rows of C per workgroup."""
+        return self.wy * self.block
+
+    @property
+    def tile_n(self) -> int:
+        """Columns of C per workgroup."""
+        return self.wx * self.block
+
+    @property
+    def workgroup_bytes(self) -> int:
+        """Workgroup memory the kernel declares (the A and B tiles; none for naive)."""
+        return 0 if self.entry == "naive" else 4 * BK * (self.tile_m + self.tile_n)
+
+    def workgroups(self, m: int, n: int, batch: int) -> int:
+        """Workgroups for ``batch`` products with an m x n C."""
+        return math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n) * batch
+
+    def constants(self, vec4: bool) -> dict[str, float]:
+        """The override constants of this tiling's pipeline."""
+        if self.entry == "naive":
+            return {"WX": self.wx, "WY": self.wy}
+        return {"WX": self.wx, "WY": self.wy, "TM": self.block, "VEC4": int(vec4)}
+
+
+TILE_128 = Tiling("128x128", "tiled8", 16, 16, 8)
+"""16x16 invocations of 8x8 outputs: the most reuse, for large products (the one tiling before issue 21)."""
+TILE_64 = Tiling("64x64", "tiled8", 8, 8, 8)
+"""8x8 invocations of 8x8 outputs."""
+TILE_32 = Tiling("32x32", "tiled4", 8, 8, 4)
+"""8x8 invocations of 4x4 outputs: four times the workgroups of 64x64 on a mid-sized product."""
+TILED = (TILE_128, TILE_64, TILE_32)
+"""The tiled kernels, largest tile first."""
+
+
+def naive_tiling(m: int, n: int) -> Tiling:
+    """One output per invocation, the workgroup shaped after C: 16x16, or a row or column of 256."""
+    wy = min(1 << (m - 1).bit_length(), 16)
+    wx = min(1 << (n - 1).bit_length(), NAIVE_INVOCATIONS // wy)
+    wy = min(1 << (m - 1).bit_length(), NAIVE_INVOCATIONS // wx)
+    return Tiling("naive", "naive", wx, wy, 1)
+
+
+def fill_target(ctx: DeviceContext) -> int:
+    """Workgroups that keep every compute unit of ``ctx``'s adapter busy (see the module docstring)."""
+    if ctx.device.info.adapter_type == "software":
+        return 2 * (os.cpu_count() or 1)
+    return GPU_FILL_WORKGROUPS
+
+
+def fits(ctx: DeviceContext, tiling: Tiling) -> bool:
+    """True if ``tiling``'s workgroup is within the adapter's limits."""
+    limits = ctx.device.limits
+    return (tiling.wx * tiling.wy <= limits.get("max_compute_invocations_per_workgroup", 256)
+            and tiling.wx <= limits.get("max_compute_workgroup_size_x", 256)
+            and tiling.wy <= limits.get("max_compute_workgroup_size_y", 256)
+            and tiling.workgroup_bytes <= limits.get("max_compute_workgroup_storage_size", 16384))
+
+
+def choose_tiling(ctx: DeviceContext, dims: tuple[int, int, int], batch: int, threads: int = 16) -> Tiling:
+    """The tiling for ``batch`` products of an m x k and a k x n matrix (``dims`` = (m, n, k)).
+
+    The rule is the module docstring's; ``threads`` caps the tiled kernels' workgroup side.
+    """
+    m, n, _ = dims
+    allowed = [t for t in TILED if max(t.wx, t.wy) <= threads and fits(ctx, t)
+               and t.tile_m <= 2 * m and t.tile_n <= 2 * n]
+    target = fill_target(ctx)
+    for tiling in allowed:
+        if tiling.workgroups(m, n, batch) >= target:
+            return tiling
+    if allowed and allowed[-1].workgroups(m, n, batch) * 2 >= target:
+        return allowed[-1]
+    return naive_tiling(m, n)
 
 
 def matmul(ctx: DeviceContext, a: Allocation, a_shape: Shape, b: Allocation, b_shape: Shape,
-           threads: int = 16) -> tuple[Allocation, Shape]:
+           threads: int = 16, *, tiling: Tiling | None = None, vectorize: bool = True) -> tuple[Allocation, Shape]:
     """C = A @ B for contiguous arrays of at least two dimensions, batch dimensions broadcast.
 
-    ``threads`` is the workgroup's side (8: 64 invocations and 64x64 tiles; 16: 256 and
-    128x128). Returns C's buffer and shape. The caller checks that the inner dimensions match.
+    ``threads`` caps the tiled kernels' workgroup side (8: tiles up to 64x64; 16: up to
+    128x128). ``tiling`` forces one tiling and ``vectorize=False`` the element-wise loads, for
+    benchmarks and tests; by default :func:`choose_tiling` picks per launch. Returns C's buffer
+    and shape. The caller checks that the inner dimensions match.
     """
     m, k = a_shape[-2:]
     n = b_shape[-1]
@@ -49,7 +170,7 @@ def matmul(ctx: DeviceContext, a: Allocation, a_shape: Shape, b: Allocation, b_s
     bshape, (a_bs, b_bs, _) = collapse(batch_shape, [a_bs, b_bs, c_bs])
     if len(bshape) > MAX_DIMS:
         raise Unsupported(f"more than {MAX_DIMS} broadcast batch dimensions")
-    launch = _Launcher(ctx, threads)
+    launch = _Launcher(ctx, threads, tiling, vectorize)
     if max(a.nbytes, b.nbytes, out.nbytes) <= ctx.max_binding:
         launch(a, b, out, (m, n, k), (0, 0, 0), False, bshape, a_bs, b_bs, m * n)
         return out, out_shape
@@ -59,12 +180,13 @@ def matmul(ctx: DeviceContext, a: Allocation, a_shape: Shape, b: Allocation, b_s
 
 
 class _Launcher:
-    """Packs the uniform and dispatches one matmul over given bindings."""
+    """Picks the tiling, packs the uniform and dispatches one matmul over given bindings."""
 
-    def __init__(self, ctx: DeviceContext, threads: int) -> None:
+    def __init__(self, ctx: DeviceContext, threads: int, tiling: Tiling | None, vectorize: bool) -> None:
         self.ctx = ctx
         self.threads = threads
-        self.pipeline = ctx.pipelines.get("matmul", "main", {"WX": threads, "WY": threads})
+        self.tiling = tiling
+        self.vectorize = vectorize
 
     def __call__(self, a: Binding, b: Binding, c: Binding, dims: tuple[int, int, int],
                  offsets: tuple[int, int, int], accumulate: bool, bshape: Shape,
@@ -72,14 +194,29 @@ class _Launcher:
                  lds: tuple[int, int, int] | None = None) -> None:
         m, n, k = dims
         lda, ldb, ldc = lds or (k, n, n)
-        tile = TILE_PER_THREAD * self.threads
-        tiles_n, tiles_m = math.ceil(n / tile), math.ceil(m / tile)
         batch = size_of(bshape)
         a_off, b_off, c_off = offsets
+        tiling = self.tiling or choose_tiling(self.ctx, dims, batch, self.threads)
+        vec4 = (self.vectorize and tiling.entry != "naive"
+                and all(v % 4 == 0 for v in (k, n, lda, ldb, a_off, b_off, *a_bs, *b_bs)))
+        pipeline = self.ctx.pipelines.get("matmul", tiling.entry, tiling.constants(vec4))
+        tiles_n, tiles_m = math.ceil(n / tiling.tile_n), math.ceil(m / tiling.tile_m)
         params = MATMUL.pack(M=m, N=n, K=k, batch=batch, lda=lda, ldb=ldb, ldc=ldc, accumulate=int(accumulate),
                              a_off=a_off, b_off=b_off, c_off=c_off, batch_ndim=len(bshape), tiles_n=tiles_n,
                              tiles_m=tiles_m, c_bstride=c_bstride, batch_shape=bshape, a_bstride=a_bs, b_bstride=b_bs)
-        self.ctx.dispatch("matmul", self.pipeline, {0: a, 1: b, 2: c}, params, 3, tiles_n * tiles_m * batch)
+        self.ctx.dispatch("matmul", pipeline, {0: _vec4_binding(a), 1: _vec4_binding(b), 2: c}, params, 3,
+                          tiles_n * tiles_m * batch)
+
+
+def _vec4_binding(binding: Binding) -> Binding:
+    """``binding`` with its size rounded up to whole vec4s, as matmul.wgsl reads A and B.
+
+    Pooled buffers are at least 256 bytes in sizes that are multiples of 16, and bindings start
+    at multiples of ``min_storage_buffer_offset_alignment`` (32 bytes or more), so the rounded
+    binding stays inside its buffer; the values past the array are read but never used.
+    """
+    alloc, offset, size = (binding, 0, binding.nbytes) if isinstance(binding, Allocation) else binding
+    return alloc, offset, -(-max(size, 16) // 16) * 16
 
 
 def _slice(ctx: DeviceContext, alloc: Allocation, start: int, count: int) -> tuple[Binding, int]:
@@ -101,9 +238,10 @@ def _split(ctx: DeviceContext, launch: _Launcher, a: Allocation, b: Allocation, 
         _split_batches(ctx, launch, a, b, c, dims, bshape[0] if bshape else 1,
                        a_bs[0] if bshape else 0, b_bs[0] if bshape else 0, room)
         return
-    # One matrix at a time, in blocks of rows (m), columns (n) and inner dimension (k).
-    nc = min(n, room)
-    kc = min(k, room, max(1, (room - nc) // n + 1))
+    # One matrix at a time, in blocks of rows (m), columns (n) and inner dimension (k); blocks of
+    # columns and of k in multiples of 4 where the whole is, so the blocks keep vec4 loads.
+    nc = _multiple_of_4(min(n, room), n)
+    kc = _multiple_of_4(min(k, room, max(1, (room - nc) // n + 1)), k)
     mc = min(m, max(1, (room - kc) // k + 1), max(1, (room - nc) // n + 1))
     for index in cartesian(*(range(s) for s in bshape)):
         a_base = sum(i * s for i, s in zip(index, a_bs))
@@ -122,6 +260,11 @@ def _split(ctx: DeviceContext, launch: _Launcher, a: Allocation, b: Allocation, 
                            (), (), (), 0, (k, n, n))
 
 
+def _multiple_of_4(block: int, whole: int) -> int:
+    """``block`` rounded down to a multiple of 4 when ``whole`` is one and ``block`` is at least 4."""
+    return block - block % 4 if whole % 4 == 0 and block >= 4 else block
+
+
 def _split_batches(ctx: DeviceContext, launch: _Launcher, a: Allocation, b: Allocation, c: Allocation,
                    dims: tuple[int, int, int], count: int, a_stride: int, b_stride: int, room: int) -> None:
     """Whole matrices fit one binding: bind as many consecutive batch entries as fit."""
@@ -135,4 +278,3 @@ def _split_batches(ctx: DeviceContext, launch: _Launcher, a: Allocation, b: Allo
         c_bind, c_off = _slice(ctx, c, b0 * one_c, entries * one_c)
         launch(a_bind, b_bind, c_bind, dims, (a_off, b_off, c_off), False, (entries,), (a_stride,),
                (b_stride,), one_c)
-

@@ -13,6 +13,8 @@ from typing import Any, Mapping
 from remote_magic import shaders
 from remote_magic.errors import ShaderError
 
+from .device import DeviceCallError, GpuDevice
+
 log = logging.getLogger(__name__)
 
 _POSITION = re.compile(r"wgsl:(\d+):(\d+)")
@@ -43,7 +45,7 @@ def compile_module(device: Any, source: str, label: str) -> Any:
     try:
         return device.create_shader_module(label=label, code=source)
     except Exception as exc:  # wgpu raises GPUValidationError (or a plain error on old versions)
-        raise shader_error(exc, label) from exc
+        raise _compile_error(exc, label) from exc
 
 
 def create_pipeline(device: Any, module: Any, entry: str, label: str,
@@ -55,13 +57,21 @@ def create_pipeline(device: Any, module: Any, entry: str, label: str,
     try:
         return device.create_compute_pipeline(label=label, layout=layout, compute=stage)
     except Exception as exc:
-        raise shader_error(exc, label) from exc
+        raise _compile_error(exc, label) from exc
+
+
+def _compile_error(exc: Exception, label: str) -> Exception:
+    """What compiling ``label`` failing with ``exc`` is: the shader's fault, or (as it is) a device that is gone,
+    for :meth:`GpuDevice.guard` to see."""
+    if isinstance(exc, DeviceCallError) and exc.lost:
+        return exc
+    return shader_error(exc, label)
 
 
 class Pipelines:
     """The built-in kernels' compiled pipelines on one device, created on first use."""
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: GpuDevice) -> None:
         self._device = device
         self._modules: dict[str, Any] = {}
         self._pipelines: dict[tuple[str, str, tuple[tuple[str, float], ...]], Any] = {}
@@ -72,10 +82,11 @@ class Pipelines:
         pipeline = self._pipelines.get(key)
         if pipeline is None:
             module = self._modules.get(shader)
-            if module is None:
-                module = compile_module(self._device, shaders.source(shader), f"{shader}.wgsl")
-                self._modules[shader] = module
-            pipeline = create_pipeline(self._device, module, entry, f"{shader}.wgsl:{entry}", constants)
+            with self._device.guard(f"the compiling of {shader}.wgsl"):
+                if module is None:
+                    module = compile_module(self._device.handle, shaders.source(shader), f"{shader}.wgsl")
+                    self._modules[shader] = module
+                pipeline = create_pipeline(self._device.handle, module, entry, f"{shader}.wgsl:{entry}", constants)
             self._pipelines[key] = pipeline
             log.debug("compiled %s:%s %s", shader, entry, dict(constants or {}))
         return pipeline

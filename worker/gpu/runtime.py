@@ -35,12 +35,14 @@ from .host_ops import GROUPS, KERNEL_NAMES
 from .namespace import BUILTIN_NAMES, GpuNamespace
 from .notices import Notices
 from .stats import Stats
+from .tab_device import open_tab_device
 
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
 DEFAULT_MATMUL_THREADS = 16
-"""Matmul workgroups of 16x16 invocations (128x128 tiles): fastest measured, lavapipe included."""
+"""The largest matmul workgroup side: tiles up to 128x128 (16x16 invocations); ``matmul.py`` picks
+the tiling for each product's shape within that (8 caps tiles at 64x64)."""
 MIN_BINDING_BYTES = 1024
 """Smallest ``max_binding_bytes`` accepted (tests lower the limit to force split matmuls)."""
 MAX_DEFAULT_GPU_MEMORY = 2 * 10**9
@@ -58,11 +60,12 @@ class GpuRuntime:
     """The GPU of one executor process; see the module docstring. Make one with :meth:`create`."""
 
     def __init__(self, mode: str, device: GpuDevice | None, *, adapter: str | None = None,
-                 backend: str | None = None, max_binding_bytes: int | None = None,
+                 backend: str | None = None, tab: str | None = None, max_binding_bytes: int | None = None,
                  matmul_threads: int | None = None, gpu_memory: int | None = None, reason: str = "") -> None:
         self.mode = mode
         self._adapter = adapter
         self._backend = backend
+        self._tab = tab
         self._max_binding_bytes = max_binding_bytes
         self._device = device
         self._reason = reason
@@ -93,9 +96,12 @@ class GpuRuntime:
 
     @classmethod
     def create(cls, mode: str = "auto", adapter: str | None = None, backend: str | None = None, *,
-               max_binding_bytes: int | None = None, matmul_threads: int | None = None,
+               tab: str | None = None, max_binding_bytes: int | None = None, matmul_threads: int | None = None,
                gpu_memory: int | None = None) -> "GpuRuntime":
         """Open the GPU for ``mode`` (auto/on/off), choosing the adapter by name substring and backend.
+
+        ``tab``: use the WebGPU of the browser tab whose bridge listens at this endpoint instead (mode
+        ``on`` always: a tab is there for its GPU, software or not).
 
         ``max_binding_bytes`` lowers the per-binding limit below the device's (for tests);
         ``matmul_threads`` (8 or 16) is the matmul workgroup's side (default 16: 128x128 tiles).
@@ -111,13 +117,15 @@ class GpuRuntime:
             raise GpuError("matmul_threads must be 8 or 16")
         if gpu_memory is not None and gpu_memory < 0:
             raise GpuError("gpu_memory must be 0 or more bytes")
-        options: dict[str, Any] = {"adapter": adapter, "backend": backend,
+        if tab is not None:
+            mode = "on"
+        options: dict[str, Any] = {"adapter": adapter, "backend": backend, "tab": tab,
                                    "max_binding_bytes": max_binding_bytes, "matmul_threads": matmul_threads,
                                    "gpu_memory": gpu_memory}
         if mode == "off":
             return cls(mode, None, **options, reason="the worker runs with --gpu off")
         try:
-            device = open_device(adapter, backend)
+            device = open_tab_device(tab) if tab is not None else open_device(adapter, backend)
         except GpuError as exc:
             if mode == "on":
                 raise GpuError(f"--gpu on, but {exc}") from exc
@@ -131,7 +139,8 @@ class GpuRuntime:
             raise GpuError("the GPU runtime is closed")
         device = self._device
         if device is None or device.lost:
-            device = self._device = open_device(self._adapter, self._backend)
+            device = self._device = (open_tab_device(self._tab) if self._tab is not None
+                                     else open_device(self._adapter, self._backend))
         return DeviceContext(device, self._stats, self._max_binding_bytes, self.gpu_memory)
 
     @property

@@ -1,0 +1,230 @@
+"""Matmul tilings by shape (issue 21): the tiling the worker picks, beside the one fixed tiling it had
+before, a naive kernel and local numpy, in GFLOP/s.
+
+    python benchmarks/bench_matmul_tiles.py                         # n = 64 ... 2048 and three skinny shapes
+    python benchmarks/bench_matmul_tiles.py --sizes 64 256 --shapes 1x1024x1024 --no-write   # quick check
+
+For each product (square n x n, and ``--shapes`` given as MxKxN) it measures, with the inputs already
+on the device:
+
+* **chosen**: ``worker/gpu/matmul.py`` as the worker runs it, the tiling picked by shape and adapter
+  (named in the table), with vec4 loads where K and N are multiples of 4;
+* **old 128×128**: the one tiling every product used before (16x16 invocations, 8x8 outputs each,
+  element-wise loads), forced;
+* **naive**: one invocation per element of C, no workgroup memory (the shipped ``naive`` entry point), forced;
+* **numpy**: ``A @ B`` on this machine's CPU.
+
+Kernel times wait for the device (``ctx.wait()``) and are read from timestamp queries around the compute
+pass when the adapter has them, else the wall time of the launch and the wait. Each figure is the median
+of ``--repeat`` rounds after a warm-up (at least 3 rounds; no more once a shape passed ``--budget``
+seconds), each round running every column once in a shuffled order, so a drift in a shared machine's speed
+hits all alike.
+Every result is checked against numpy in float64. Prints a markdown table and, unless ``--no-write``,
+replaces its section of ``benchmarks/results.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from report import RESULTS_PATH, code_version, machine, write_section  # noqa: E402
+
+from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
+from remote_magic.worker.gpu.matmul import TILE_128, choose_tiling, matmul, naive_tiling  # noqa: E402
+from remote_magic.worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
+
+log = logging.getLogger("bench_matmul_tiles")
+
+SECTION = "## Matmul tilings by shape (issue 21)"
+DEFAULT_SIZES = [64, 128, 256, 512, 1024, 2048]
+DEFAULT_SHAPES = ["4096x64x4096", "32x1024x1024", "1x1024x1024"]
+MIN_ROUNDS = 3
+COLUMNS = ("chosen", "old", "naive", "numpy")
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``MxKxN`` as (m, k, n)."""
+    try:
+        m, k, n = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MxKxN, e.g. 4096x64x4096") from None
+    return m, k, n
+
+
+class Bench:
+    """The timed columns of one product on one runtime; each call returns seconds."""
+
+    def __init__(self, rt: GpuRuntime) -> None:
+        self.rt = rt
+        self.ctx = rt.dispatcher.ctx
+        self.timestamps = bool(self.ctx.timer.timestamps)
+
+    def _kernel_seconds(self, launch: Callable[[], Any]) -> float:
+        self.rt.take_stats()
+        start = time.perf_counter()
+        launch()
+        self.ctx.wait()
+        wall = time.perf_counter() - start
+        gpu_time = float(self.rt.take_stats()["gpu_time_s"])
+        return gpu_time if self.timestamps and gpu_time > 0 else wall
+
+    def columns(self, a: np.ndarray, b: np.ndarray) -> tuple[dict[str, Callable[[], float]], float]:
+        """The timed callables for ``a @ b`` (each run once, unchecked), and their largest relative error."""
+        ctx = self.ctx
+        m, n = a.shape[0], b.shape[1]
+        x, y = ctx.upload(a), ctx.upload(b)
+        launches: dict[str, Callable[[], Any]] = {
+            "chosen": lambda: matmul(ctx, x, a.shape, y, b.shape, DEFAULT_MATMUL_THREADS),
+            "old": lambda: matmul(ctx, x, a.shape, y, b.shape, tiling=TILE_128, vectorize=False),
+            "naive": lambda: matmul(ctx, x, a.shape, y, b.shape, tiling=naive_tiling(m, n)),
+        }
+        reference = a.astype(np.float64) @ b
+        errors = []
+        for launch in launches.values():
+            out, _ = launch()
+            got = ctx.download(out, m * n).reshape(m, n)
+            errors.append(float(np.linalg.norm(got - reference) / np.linalg.norm(reference)))
+
+        def host() -> float:
+            start = time.perf_counter()
+            a @ b
+            return time.perf_counter() - start
+
+        runs: dict[str, Callable[[], float]] = {name: (lambda launch=launch: self._kernel_seconds(launch))
+                                                for name, launch in launches.items()}
+        runs["numpy"] = host
+        return runs, max(errors)
+
+
+def medians(runs: dict[str, Callable[[], float]], repeat: int, budget_s: float) -> dict[str, float]:
+    """Median seconds of each run over up to ``repeat`` rounds (at least :data:`MIN_ROUNDS`), each in a new order."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    shuffle = random.Random(0).shuffle
+    started = time.perf_counter()
+    for round_ in range(repeat):
+        shuffle(order)
+        for name in order:
+            times[name].append(runs[name]())
+        if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
+            break
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def measure(bench: Bench, shape: tuple[int, int, int], rng: np.random.Generator, repeat: int,
+            budget_s: float) -> dict[str, Any]:
+    """One row: GFLOP/s of every column for an (m x k) @ (k x n) product, the tiling chosen, the error."""
+    m, k, n = shape
+    a = rng.standard_normal((m, k), np.float32)
+    b = rng.standard_normal((k, n), np.float32)
+    runs, err = bench.columns(a, b)
+    seconds = medians(runs, repeat, budget_s)
+    tiling = choose_tiling(bench.ctx, (m, n, k), 1, DEFAULT_MATMUL_THREADS)
+    vec4 = tiling.entry != "naive" and k % 4 == 0 and n % 4 == 0
+    flops = 2 * m * n * k
+    row: dict[str, Any] = {name: flops / seconds[name] / 1e9 for name in COLUMNS}
+    row.update(shape=shape, tiling=f"{tiling.name}{', vec4' if vec4 else ''}", err=err)
+    return row
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The markdown table of ``rows``."""
+    lines = ["| M×K @ K×N | chosen tiling | chosen | old 128×128 | naive | numpy | chosen ÷ old | chosen ÷ naive |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        m, k, n = row["shape"]
+        lines.append(f"| {m}×{k} @ {k}×{n} | {row['tiling']} | {row['chosen']:.2f} | {row['old']:.2f} | "
+                     f"{row['naive']:.2f} | {row['numpy']:.1f} | {row['chosen'] / row['old']:.2f}× | "
+                     f"{row['chosen'] / row['naive']:.1f}× |")
+    return lines
+
+
+def render(rows: Sequence[dict[str, Any]], caps: dict[str, Any], timestamps: bool, args: argparse.Namespace,
+           load: tuple[float, float]) -> str:
+    """The results section's body: machine, table, how it was measured."""
+    import wgpu
+
+    software = (" — lavapipe, Mesa's software Vulkan on the CPU, not a GPU" if caps.get("adapter_type") == "software"
+                else "")
+    method = ("timestamp queries around the compute pass" if timestamps
+              else "wall time of the launch and a wait for the device (no timestamp queries on this adapter)")
+    slower = [r for r in rows if r["chosen"] < r["naive"]]
+    return "\n".join([
+        f"Measured by `python benchmarks/bench_matmul_tiles.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`.",
+        "",
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {machine()}",
+        f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}){software}",
+        f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; {code_version()}",
+        f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
+        "",
+        "GFLOP/s (2·M·N·K flops per product, float32, inputs already on the device; higher is better):",
+        "",
+        *table(rows),
+        "",
+        "Chosen slower than naive: " + (", ".join("×".join(map(str, r["shape"])) for r in slower) if slower
+                                        else "at no shape measured") + ".",
+        "",
+        f"Kernel columns: {method}, after a wait for the device. Each figure is the median of up to "
+        f"{args.repeat} rounds after a warm-up (at least {MIN_ROUNDS}; fewer than {args.repeat} once a shape "
+        f"passed {args.budget:g} s), every column once per round in a shuffled order. Every result checked "
+        f"against numpy in float64: largest relative error {max(r['err'] for r in rows):.1e}. "
+        "Old 128×128: the single tiling before issue 21, forced. Naive: one invocation per element of C (the "
+        "shipped `naive` entry point, forced). The rule that picks a tiling is in `worker/gpu/matmul.py`; on a "
+        "software adapter it aims at 2 workgroups per CPU, on a GPU at 256.",
+    ])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=DEFAULT_SIZES,
+                        help="square sides (default 64 to 2048)")
+    parser.add_argument("--shapes", type=parse_shape, nargs="*", default=[parse_shape(s) for s in DEFAULT_SHAPES],
+                        help="more products as MxKxN (default: " + " ".join(DEFAULT_SHAPES) + ")")
+    parser.add_argument("--repeat", type=int, default=7, help="timed rounds per product (default 7; the median counts)")
+    parser.add_argument("--budget", type=float, default=20.0,
+                        help="no more rounds for a product after this many seconds (default 20)")
+    parser.add_argument("--adapter", help="GPU adapter name substring")
+    parser.add_argument("--backend", choices=["vulkan", "metal", "d3d12"])
+    parser.add_argument("--no-write", action="store_true", help=f"do not update {RESULTS_PATH.name}")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(name)s: %(message)s")
+
+    rt = GpuRuntime.create(mode="on", adapter=args.adapter, backend=args.backend)
+    caps = rt.capabilities()
+    bench = Bench(rt)
+    rng = np.random.default_rng(0)
+    load_before = os.getloadavg()[0]
+    rows = []
+    for shape in [(n, n, n) for n in args.sizes] + list(args.shapes):
+        log.info("measuring %s", "x".join(map(str, shape)))
+        rows.append(measure(bench, shape, rng, args.repeat, args.budget))
+    load_after = os.getloadavg()[0]
+    timestamps = bench.timestamps
+    rt.close()
+    body = render(rows, caps, timestamps, args, (load_before, load_after))
+    print(body)
+    if not args.no_write:
+        write_section(SECTION, body)
+    return 0 if all(math.isfinite(r["err"]) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

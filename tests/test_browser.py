@@ -1,0 +1,270 @@
+"""Browser tabs as GPU workers, end to end: a real `remote-worker --browser`, Debian's Chromium
+driven by Playwright opening the link it prints, and cells whose GPU work runs in the tab's WebGPU
+(SwiftShader on a machine without a GPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from concurrent.futures import Future
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from browser_tabs import chromium, chromium_path, open_tab
+
+import remote_magic
+from remote_magic.errors import RemoteMagicError, ShaderError
+from support import WorkerProcess, connected_shell, in_thread, run, start_worker, wait_for
+
+pytestmark = pytest.mark.gpu
+
+LINK = re.compile(r"(http://127\.0\.0\.1:\d+)/#(\S+)")
+DOUBLING = """
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&y)) { y[id.x] = 2.0 * x[id.x] + 1.0; }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    """remote-worker with its own GPU off, serving the tab page on a free port."""
+    chromium_path()
+    worker = start_worker(tmp_path_factory.mktemp("browser"), "--listen", "127.0.0.1:0", "--gpu", "off",
+                          "--name", "machine", "--browser", "127.0.0.1:0", "--heartbeat-interval", "0.25",
+                          cwd=tmp_path_factory.mktemp("browser-cwd"))
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as b:
+        yield b
+
+
+def link_of(hub: WorkerProcess) -> str:
+    found = LINK.search(hub.log())
+    assert found, hub.log()
+    return found.group(0)
+
+
+def tab_workers(client: remote_magic.Client) -> dict[str, dict[str, Any]]:
+    return {w["name"]: w for w in client.workers() if (w.get("gpu") or {}).get("browser_tab")}
+
+
+@pytest.fixture
+def client(hub: WorkerProcess) -> Iterator[remote_magic.Client]:
+    with remote_magic.connect(hub.token, timeout=10) as c:
+        yield c
+
+
+def join(browser: Any, hub: WorkerProcess, client: remote_magic.Client, name: str) -> Any:
+    """A tab that opened the link with ?name=NAME, once the hub lists its worker."""
+    base, secret = LINK.search(hub.log()).groups()  # type: ignore[union-attr]
+    page = open_tab(browser, f"{base}/?name={name}#{secret}")
+    wait_for(lambda: name in tab_workers(client), 30, f"tab {name} in the fleet")
+    return page
+
+
+def endless_gpu_job(client: remote_magic.Client, worker: str) -> Future[Any]:
+    """A cell on ``worker`` that keeps its tab busy with matmuls until something stops it."""
+    x = np.ones((128, 128), np.float32)
+    code = "while True:\n    s = float((x @ x).sum())"
+    return in_thread(lambda: client.execute(code, {"x": x}, worker=worker, gpu=True), f"job on {worker}")
+
+
+def batches_run(page: Any) -> int:
+    """How many batches of GPU work the tab says it ran."""
+    found = re.search(r"(\d+) batches run", page.inner_text("#work"))
+    return int(found.group(1)) if found else 0
+
+
+def wait_for_gpu_work(page: Any) -> None:
+    """Until a job's GPU work is running in the tab (its worker's own start ran a batch or two)."""
+    before = batches_run(page)
+    wait_for(lambda: batches_run(page) > before + 5, 30, "the job's GPU work to reach the tab")
+
+
+def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: WorkerProcess, browser: Any,
+                                                                       client: remote_magic.Client) -> None:
+    log = hub.log()
+    link = link_of(hub)
+    assert "▀" in log or "█" in log, "the link is also printed as a QR code"
+    assert link.split("#")[1] not in re.sub(re.escape(link), "", log), "the secret appears only in the link"
+    page = join(browser, hub, client, "phone")
+    try:
+        tab = tab_workers(client)["phone"]
+        assert tab["gpu"]["backend"] == "WebGPU" and tab["gpu"]["active"] is True
+        assert tab["gpu"]["adapter"] and tab["gpu"]["limits"]["max_storage_buffer_binding_size"] > 0
+        assert tab["labels"] == {"browser": "tab"}
+        assert "Joined the fleet as worker “phone”" in page.inner_text("#state")
+
+        with connected_shell(hub.token) as (shell, _):
+            result, out = run(shell, "%offload_workers")
+            table = str(result.result)
+            assert "phone" in table and "WebGPU" in table and "browser=tab" in table, table
+            shell.user_ns["A"] = np.random.default_rng(1).standard_normal((96, 130), dtype=np.float32)
+            shell.user_ns["B"] = np.random.default_rng(2).standard_normal((130, 70), dtype=np.float32)
+            result, out = run(shell, "%%offload --worker phone --gpu --stats\nC = A @ B\ntotal = float(C.sum())")
+            assert result.success, out.stderr
+            C = shell.user_ns["C"]
+            assert isinstance(C, np.ndarray) and C.shape == (96, 70)
+            expected = shell.user_ns["A"].astype(np.float64) @ shell.user_ns["B"].astype(np.float64)
+            assert np.linalg.norm(C - expected) / np.linalg.norm(expected) < 1e-5
+            assert "matmul" in out.stderr, out.stderr  # the stats name the kernel that ran in the tab
+        assert batches_run(page) > 0
+    finally:
+        page.close()
+    wait_for(lambda: "phone" not in tab_workers(client), 20, "the closed tab to leave the fleet")
+
+
+def test_a_custom_kernel_runs_in_the_tab_and_a_compile_error_has_its_position(
+        hub: WorkerProcess, browser: Any, client: remote_magic.Client) -> None:
+    page = join(browser, hub, client, "tablet")
+    try:
+        x = np.linspace(-3, 3, 1000, dtype=np.float32)
+        result = client.execute("y = gpu.doubled(x)", {"x": x}, worker="tablet", gpu=True,
+                                kernels={"doubled": DOUBLING})
+        np.testing.assert_allclose(result.values["y"], 2 * x + 1, rtol=1e-6)
+        broken = DOUBLING.replace("2.0 * x[id.x]", "2.0 * z[id.x]")
+        with pytest.raises(ShaderError, match="line 6, column 51: error: unresolved value 'z'") as failure:
+            client.execute("y = gpu.broken(x)", {"x": x}, worker="tablet", gpu=True, kernels={"broken": broken})
+        assert (failure.value.line, failure.value.column) == (6, 51)
+    finally:
+        page.close()
+
+
+def test_a_tab_closed_mid_job_fails_it_within_seconds_naming_the_tab(hub: WorkerProcess, browser: Any,
+                                                                    client: remote_magic.Client) -> None:
+    page = join(browser, hub, client, "laptop")
+    job = endless_gpu_job(client, "laptop")
+    wait_for_gpu_work(page)
+    closed_at = time.monotonic()
+    page.close()
+    with pytest.raises(RemoteMagicError) as failure:
+        job.result(timeout=30)
+    took = time.monotonic() - closed_at
+    message = str(failure.value)
+    assert "laptop" in message and "closed" in message, message
+    assert took < 10, f"the job failed {took:.1f} s after its tab closed"
+    wait_for(lambda: "laptop" not in tab_workers(client), 20, "the closed tab to leave the fleet")
+    assert client.execute("z = 1 + 1", worker="machine").values["z"] == 2, "the worker's other work goes on"
+
+
+def test_a_tab_in_the_background_fails_its_job_and_joins_again_when_shown(
+        hub: WorkerProcess, browser: Any, client: remote_magic.Client) -> None:
+    page = join(browser, hub, client, "ipad")
+    try:
+        hide = """hidden => {
+            const state = hidden ? 'hidden' : 'visible';
+            Object.defineProperty(document, 'visibilityState', {value: state, configurable: true});
+            document.dispatchEvent(new Event('visibilitychange'));
+        }"""
+        job = endless_gpu_job(client, "ipad")
+        wait_for_gpu_work(page)
+        page.evaluate(hide, True)
+        with pytest.raises(RemoteMagicError, match="ipad.*went to the background"):
+            job.result(timeout=30)
+        wait_for(lambda: "ipad" not in tab_workers(client), 20, "the hidden tab to leave the fleet")
+        page.evaluate(hide, False)
+        wait_for(lambda: "ipad" in tab_workers(client), 30, "the tab to join again when shown")
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        out = client.execute("y = x * 2", {"x": x}, worker="ipad", gpu=True).values["y"]
+        np.testing.assert_array_equal(out, x * 2)
+    finally:
+        page.close()
+
+
+def test_a_lost_device_fails_the_job_and_the_next_one_gets_a_new_device(
+        hub: WorkerProcess, browser: Any, client: remote_magic.Client) -> None:
+    page = join(browser, hub, client, "gpu-loser")
+    try:
+        job = endless_gpu_job(client, "gpu-loser")
+        wait_for_gpu_work(page)
+        page.evaluate("() => { for (const o of objects.values()) if (o instanceof GPUDevice) o.destroy(); }")
+        with pytest.raises(RemoteMagicError, match="lost"):
+            job.result(timeout=30)
+        x = np.arange(6, dtype=np.float32)
+        out = client.execute("y = x + 1", {"x": x}, worker="gpu-loser", gpu=True)
+        np.testing.assert_array_equal(out.values["y"], x + 1)
+    finally:
+        page.close()
+
+
+def test_a_wrong_secret_is_refused_and_the_page_says_so(hub: WorkerProcess, browser: Any,
+                                                        client: remote_magic.Client) -> None:
+    base = LINK.search(hub.log()).group(1)  # type: ignore[union-attr]
+    page = open_tab(browser, f"{base}/?name=intruder#not-the-secret", joined=False)
+    try:
+        page.wait_for_function("document.body.className === 'failed'", timeout=30_000)
+        assert "wrong secret" in page.inner_text("#state")
+        assert "intruder" not in tab_workers(client)
+    finally:
+        page.close()
+
+
+def test_a_browser_without_an_adapter_says_why(hub: WorkerProcess, browser: Any) -> None:
+    plain = browser.browser_type.launch(executable_path=chromium_path(), headless=True)  # no WebGPU flag
+    try:
+        page = open_tab(plain, link_of(hub), joined=False)
+        page.wait_for_function("document.body.className === 'failed'", timeout=30_000)
+        state = page.inner_text("#state")
+        assert "No GPU here" in state and "no WebGPU adapter" in state and "--enable-unsafe-webgpu" in state, state
+    finally:
+        plain.close()
+
+
+def test_malformed_and_oversized_messages_are_refused_without_harm(hub: WorkerProcess, browser: Any,
+                                                                  client: remote_magic.Client) -> None:
+    import aiohttp
+
+    base, secret = LINK.search(hub.log()).groups()  # type: ignore[union-attr]
+    url = base.replace("http", "ws") + "/ws"
+
+    def refused(*messages: Any) -> tuple[int | None, str]:
+        """How the worker closes a WebSocket that sends ``messages`` (run off this thread: Playwright's
+        loop runs on it)."""
+        result: tuple[int | None, str] = in_thread(lambda: asyncio.run(exchange(*messages)), "fuzz").result(60)
+        return result
+
+    async def exchange(*messages: Any) -> tuple[int | None, str]:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(url, max_msg_size=0) as socket:
+                try:
+                    for message in messages:
+                        if isinstance(message, bytes):
+                            await socket.send_bytes(message)
+                        else:
+                            await socket.send_str(message)
+                except ConnectionError:  # refused while still sending
+                    return None, "dropped"
+                reply = await socket.receive(timeout=20)
+                while reply.type == aiohttp.WSMsgType.TEXT:  # the welcome of a tab that said hello
+                    reply = await socket.receive(timeout=20)
+                assert reply.type == aiohttp.WSMsgType.CLOSE, reply
+                return reply.data, str(reply.extra or "")
+
+    hello = json.dumps({"type": "hello", "secret": secret, "name": "fuzz", "adapter": {}})
+    assert refused("not json")[0] == 4400
+    assert refused(json.dumps({"type": "hello", "secret": "nope"}))[0] == 4401
+    assert refused(b"\x00\x01binary first")[0] == 4400
+    code, _ = refused(hello, b"\xff\xff\xff\xff garbage answer")
+    assert code == 4400
+    code, _ = refused(hello, b"\x00" * (40 * 10**6))
+    assert code in (1009, None), code  # message too big, said or the connection dropped while it was sent
+    wait_for(lambda: re.search(r"browser tab 'fuzz[-\d]*' sent a message the worker refused", hub.log()), 10,
+             "the refusal in the log")
+    page = join(browser, hub, client, "after-fuzz")
+    try:
+        x = np.arange(5, dtype=np.float32)
+        out = client.execute("y = x - 1", {"x": x}, worker="after-fuzz", gpu=True)
+        np.testing.assert_array_equal(out.values["y"], x - 1)
+    finally:
+        page.close()
