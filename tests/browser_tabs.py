@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -54,3 +56,34 @@ def open_tab(browser: Any, link: str, *, joined: bool = True) -> Any:
         state = page.inner_text("#state")
         assert "Joined the fleet" in state, state
     return page
+
+
+@contextmanager
+def tab_on_its_own_thread(link: str) -> Iterator[None]:
+    """A tab that opened ``link`` and joined, in a Chromium driven from a thread of its own, until the block
+    ends. Playwright's sync API runs an event loop on the thread that uses it, which would leave later tests'
+    ``asyncio.run`` on the main thread refused; this keeps it off the main thread."""
+    chromium_path()  # skip or fail here, on the test's thread
+    joined: Future[None] = Future()
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            with chromium() as browser:
+                page = open_tab(browser, link)
+                joined.set_result(None)
+                done.wait()
+                page.close()
+        except BaseException as exc:
+            if not joined.done():
+                joined.set_exception(exc)
+            raise
+
+    thread = threading.Thread(target=run, name="chromium", daemon=True)
+    thread.start()
+    joined.result(timeout=JOIN_TIMEOUT_S + 30)
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=30)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
 import time
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -266,5 +269,61 @@ def test_malformed_and_oversized_messages_are_refused_without_harm(hub: WorkerPr
         x = np.arange(5, dtype=np.float32)
         out = client.execute("y = x - 1", {"x": x}, worker="after-fuzz", gpu=True)
         np.testing.assert_array_equal(out.values["y"], x - 1)
+    finally:
+        page.close()
+
+
+def test_the_page_over_https_with_the_users_certificate(tmp_path: Path, browser: Any) -> None:
+    import trustme
+
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    issued.cert_chain_pems[0].write_to_path(cert)
+    issued.private_key_pem.write_to_path(key)
+    hub = start_worker(tmp_path / "tls", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "machine",
+                       "--browser", "127.0.0.1:0", "--browser-cert", str(cert), "--browser-key", str(key))
+    try:
+        link = re.search(r"https://127\.0\.0\.1:\d+/#\S+", hub.log())
+        assert link, hub.log()
+        # The test's own authority isn't in Chromium's store: this browser context trusts what it is shown.
+        context = browser.new_context(ignore_https_errors=True)
+        page = open_tab(context, link.group(0).replace("/#", "/?name=secure#"))
+        assert page.evaluate("window.isSecureContext && location.protocol") == "https:"
+        with remote_magic.connect(hub.token, timeout=10) as client:
+            wait_for(lambda: "secure" in tab_workers(client), 30, "the HTTPS tab in the fleet")
+            x = np.arange(8, dtype=np.float32)
+            np.testing.assert_array_equal(client.execute("y = x * x", {"x": x}, worker="secure", gpu=True)
+                                          .values["y"], x * x)
+        context.close()
+    finally:
+        hub.stop()
+
+
+def test_a_certificate_without_its_key_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    result = subprocess.run(["remote-worker", "--listen", "127.0.0.1:0", "--browser", "127.0.0.1:0",
+                             "--browser-cert", str(tmp_path / "cert.pem")], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "REMOTE_MAGIC_HOME": str(tmp_path / "home")})
+    assert result.returncode == 2
+    assert "--browser-cert and --browser-key go together" in result.stderr
+
+
+def test_a_frozen_tab_fails_its_job_as_not_answering(hub: WorkerProcess, browser: Any,
+                                                     client: remote_magic.Client) -> None:
+    """A page whose script stops (paused in the debugger here; frozen by a browser, or a hung device): its
+    WebSocket stays open, it just never answers."""
+    page = join(browser, hub, client, "frozen")
+    try:
+        job = endless_gpu_job(client, "frozen")
+        wait_for_gpu_work(page)
+        frozen_at = time.monotonic()
+        debugger = page.context.new_cdp_session(page)
+        debugger.send("Debugger.enable")
+        debugger.send("Debugger.pause")
+        with pytest.raises(RemoteMagicError, match="'frozen' stopped answering"):
+            job.result(timeout=30)
+        assert time.monotonic() - frozen_at < 15
+        wait_for(lambda: "frozen" not in tab_workers(client), 20, "the frozen tab to leave the fleet")
+        debugger.send("Debugger.resume")
     finally:
         page.close()

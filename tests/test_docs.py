@@ -91,6 +91,7 @@ OTHER_TOOLS = {  # flags of other programs, allowed only where the same line or 
     "mypy": {"--strict"},
     "systemd-run": {"--user"},
     "jupyter console": {"--kernel"},
+    "Chrome": {"--enable-unsafe-webgpu"},
 }
 
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")

@@ -20,13 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from remote_magic import TunnelError
 from remote_magic.hub import tunnel as tunnel_module
-from remote_magic.hub.tunnel import open_tcp_tunnel, translate_sdk_error
+from remote_magic.hub.tunnel import open_https_tunnel, open_tcp_tunnel, translate_sdk_error
 
 BOGUS_TOKEN = "2bogusTokenForTests_0123456789abcdefghijklmnop"
 SHORT_TIMEOUT_S = 1.5
@@ -203,11 +203,13 @@ def test_bogus_token_against_the_real_service() -> None:
         assert "internet connection" in message and ADVERTISE_HINT in message
 
 
-def test_unreachable_service(refused_service: str) -> None:
+@pytest.mark.parametrize("open_tunnel", [open_tcp_tunnel, open_https_tunnel])
+def test_unreachable_service(refused_service: str, open_tunnel: Callable[..., object]) -> None:
     """A closed port: the SDK raises ValueError('failed to connect session', 'failed to establish
-    tcp connection') at once, and the message says to check the network."""
+    tcp connection') at once, and the message says to check the network; for the hub's TCP tunnel
+    and the --browser page's HTTPS one alike."""
     with pytest.raises(TunnelError) as info:
-        open_tcp_tunnel(5555, authtoken=BOGUS_TOKEN, timeout=SHORT_TIMEOUT_S)
+        open_tunnel(5555, authtoken=BOGUS_TOKEN, timeout=SHORT_TIMEOUT_S)
     cause = info.value.__cause__
     assert isinstance(cause, ValueError) and cause.args[0] == "failed to connect session"
     message = str(info.value)

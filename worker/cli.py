@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import signal
+import ssl
 import sys
 import threading
 from pathlib import Path
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
               f"worker side with:\n\n    {install_command('worker')}\n\n(remote-magic without [worker] is the "
               "notebook side.)", file=sys.stderr)
         return 2
-    from .browser.tab_workers import TabWorkers
+    from .browser.tab_workers import TabWorkers, tls_context
     from .descendants import hide_process_memory, tree
     from .executor_processes import ExecutorOptions
     from .supervisor import Supervisor
@@ -314,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         join = join_token(args)
         lan = lan_interfaces(args.listen[0]) if args.lan and join is None else None
+        tls = tls_context(args.browser_cert, args.browser_key)
     except (ValueError, RemoteMagicError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr)
         return 2
@@ -350,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         if local is not None and lan is not None:
             advertisement = LanAdvertisement(args.name, local.keys.server_public, local.hub.port, lan)
         if args.browser is not None:
-            tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, kernels=False), options, placement))
+            tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, kernels=False), options, placement), tls)
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         if supervisor is not None:
@@ -395,13 +397,13 @@ def main(argv: list[str] | None = None) -> int:
 class Tabs:
     """The ``--browser`` page, reached through an ngrok HTTPS tunnel with ``--ngrok``."""
 
-    def __init__(self, args: argparse.Namespace, workers: TabWorkers) -> None:
+    def __init__(self, args: argparse.Namespace, workers: TabWorkers, tls: ssl.SSLContext | None) -> None:
         from remote_magic.hub.tunnel import open_https_tunnel
 
-        from .browser.tab_workers import serve_tabs, tls_context
+        from .browser.tab_workers import serve_tabs
 
         host, port = args.browser
-        self.server: TabServer = serve_tabs(host, port, workers, tls=tls_context(args.browser_cert, args.browser_key))
+        self.server: TabServer = serve_tabs(host, port, workers, tls=tls)
         self.tunnel = None
         if args.ngrok:
             try:

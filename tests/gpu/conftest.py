@@ -28,7 +28,7 @@ def wgpu_runtime() -> Iterator[GpuRuntime]:
 @pytest.fixture(scope="session")
 def tab_runtime() -> Iterator[GpuRuntime]:
     """A runtime whose device is a browser tab's WebGPU, as a tab worker's executor makes it."""
-    from browser_tabs import chromium, open_tab
+    from browser_tabs import tab_on_its_own_thread
 
     from remote_magic.worker.browser.server import TabServer
 
@@ -36,12 +36,10 @@ def tab_runtime() -> Iterator[GpuRuntime]:
     server = TabServer("127.0.0.1", 0, lambda bridge: bridges.append(bridge), lambda bridge, _: None)
     server.start()
     try:
-        with chromium() as browser:
-            page = open_tab(browser, server.link)
+        with tab_on_its_own_thread(server.link):
             rt = GpuRuntime.create(tab=bridges[0].endpoint)
             yield rt
             rt.close()
-            page.close()
     finally:
         server.close()
 

@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from remote_magic.errors import RemoteMagicError
 
-from .bridge import TabBridge
-from .server import TabServer
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # aiohttp (the server's) is imported only when --browser asks for it
     from ..executor_processes import ExecutorOptions
     from ..supervisor import Supervisor
+    from .bridge import TabBridge
+    from .server import TabServer
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +76,8 @@ class TabWorkers:
 
 def serve_tabs(host: str, port: int, workers: TabWorkers, *, tls: ssl.SSLContext | None = None) -> TabServer:
     """Serve the page on ``host:port``; each tab that opens the link joins through ``workers``."""
+    from .server import TabServer
+
     server = TabServer(host, port, workers.join, workers.leave, tls=tls)
     server.start()
     return server

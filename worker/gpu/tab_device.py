@@ -74,6 +74,10 @@ class TabSession:
         self._blob_bytes = 0
         self._dropped: list[str] = []
         self.device: str | None = None
+        self.round_trips = 0
+        """Batches sent and answered: what a cell's GPU work cost in waits for the tab."""
+        self.tab_ms = 0.0
+        """Milliseconds the tab says it spent on the batches answered (GPU waits included)."""
 
     def new_id(self) -> str:
         """A fresh id for an object the tab will hold."""
@@ -132,6 +136,7 @@ class TabSession:
         self._calls, self._dropped = [], []
         blobs, self._blobs, self._blob_bytes = self._blobs, [], 0
         self._request += 1
+        self.round_trips += 1
         self._socket.send(encode({"id": self._request, "device": self.device, "calls": calls}, blobs), copy=False)
         while True:
             while not self._socket.poll(BRIDGE_CHECK_INTERVAL_MS):
@@ -140,6 +145,7 @@ class TabSession:
             header, data = decode(self._socket.recv(copy=False).buffer)
             if header.get("id") in (self._request, None):  # an earlier id: the answer to a batch cut short by Ctrl-C
                 break
+        self.tab_ms += float(header.get("ms") or 0.0)
         error = header.get("error")
         if error:
             raise TabCallError(str(error.get("message", "the tab failed")), lost=bool(error.get("lost")),
@@ -224,6 +230,7 @@ class TabDevice(RemoteObject):
         self.adapter: dict[str, Any] = adapter
         self.limits: dict[str, int] = {_kebab(k): int(v) for k, v in (header.get("limits") or {}).items()}
         self.features: set[str] = set()
+        self.session = session
         queue_id = session.new_id()
         session.record(["get", object_id, "queue", queue_id])
         self.queue = TabQueue(session, queue_id)

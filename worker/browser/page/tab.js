@@ -89,6 +89,7 @@ async function compile(id, label, code, device) {
 }
 
 async function runBatch(header, blobs) {
+  const started = performance.now();
   const reply = { id: header.id };
   const reads = [];
   const device = header.device ? objects.get(header.device) : null;
@@ -134,6 +135,7 @@ async function runBatch(header, blobs) {
     const memory = await device.popErrorScope();
     failure = failure || validation || memory;
   }
+  reply.ms = performance.now() - started;   // the batch's time in the tab, GPU waits included
   if (failure) {
     const why = lost();
     reply.error = { message: why ? `the browser tab “${workerName}” lost its GPU device (${why})` : failure.message || String(failure),
