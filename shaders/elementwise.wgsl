@@ -5,6 +5,13 @@
 // uniform; a dense operand (same shape as the output) skips the index arithmetic, and a Python
 // scalar operand travels in the uniform instead of a buffer.
 //
+// Entry points: `unary` and `binary` compute one output per invocation, for any broadcast.
+// `unary4` and `binary4` compute four, with vec4 loads and stores, when every array operand is
+// dense; `broadcast4` does the same for a binary broadcast whose last dimension is a multiple of
+// 4, working out the operands' offsets once per four outputs. The vec4 entry points see the
+// buffers through the `*4` bindings, which the host binds rounded up to whole vec4s (the pool's
+// buffers are): the last vec4 may run past `n`, into the buffers' padding.
+//
 // IEEE special values are handled explicitly: WGSL leaves NaN and infinity behaviour of several
 // builtins to the implementation, and numpy's answer is the one we must give.
 //
@@ -20,6 +27,8 @@ const A_DENSE: u32 = 1u;
 const B_DENSE: u32 = 2u;
 const A_SCALAR: u32 = 4u;
 const B_SCALAR: u32 = 8u;
+const A_ALONG: u32 = 16u;  // a runs along the last dimension (stride 1 there), for broadcast4
+const B_ALONG: u32 = 32u;
 
 struct Params {
     n: u32, ndim: u32, flags: u32, scalar: f32,
@@ -32,6 +41,9 @@ struct Params {
 @group(0) @binding(1) var<storage, read> b: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
+@group(0) @binding(4) var<storage, read> a4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> b4: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> out4: array<vec4<f32>>;
 
 // NaN and infinity by bit pattern, through a function: as a constant expression they are a shader-creation
 // error by the WGSL spec (Chrome's compiler refuses them; wgpu's accepts them).
@@ -156,12 +168,26 @@ fn binary_op(x: f32, y: f32) -> f32 {
     }
 }
 
+fn unary_op4(x: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(unary_op(x.x), unary_op(x.y), unary_op(x.z), unary_op(x.w));
+}
+
+fn binary_op4(x: vec4<f32>, y: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(binary_op(x.x, y.x), binary_op(x.y, y.y), binary_op(x.z, y.z), binary_op(x.w, y.w));
+}
+
 fn get4(v: array<vec4<u32>, 2>, d: u32) -> u32 {
     return v[d / 4u][d % 4u];
 }
 
 // Element offsets of output element i in a and b (broadcast through zero strides).
 fn offsets(i: u32) -> vec2<u32> {
+    if (p.ndim == 2u) {  // the common broadcast of a row or a column, without the loop
+        let row = i / p.shape[0].y;
+        let col = i - row * p.shape[0].y;
+        return vec2<u32>(row * p.a_strides[0].x + col * p.a_strides[0].y,
+                         row * p.b_strides[0].x + col * p.b_strides[0].y);
+    }
     var rest = i;
     var oa = 0u;
     var ob = 0u;
@@ -217,4 +243,65 @@ fn binary(@builtin(workgroup_id) wg: vec3<u32>,
     if ((p.flags & A_SCALAR) != 0u) { x = p.scalar; }
     if ((p.flags & B_SCALAR) != 0u) { y = p.scalar; }
     out[i] = binary_op(x, y);
+}
+
+// Four outputs per invocation, 4i to 4i + 3: every array operand dense.
+@compute @workgroup_size(WG)
+fn unary4(@builtin(workgroup_id) wg: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) li: u32) {
+    let i = index(wg, nwg, li);
+    if (i >= (p.n + 3u) / 4u) {
+        return;
+    }
+    out4[i] = unary_op4(a4[i]);
+}
+
+@compute @workgroup_size(WG)
+fn binary4(@builtin(workgroup_id) wg: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) li: u32) {
+    let i = index(wg, nwg, li);
+    if (i >= (p.n + 3u) / 4u) {
+        return;
+    }
+    var x: vec4<f32>;
+    var y: vec4<f32>;
+    if ((p.flags & A_SCALAR) != 0u) { x = vec4<f32>(p.scalar); } else { x = a4[i]; }
+    if ((p.flags & B_SCALAR) != 0u) { y = vec4<f32>(p.scalar); } else { y = b4[i]; }
+    out4[i] = binary_op4(x, y);
+}
+
+// Four outputs per invocation along the last dimension (a multiple of 4, so they share one
+// offset per operand): a vec4 of an operand that runs along it, one value of one broadcast along it.
+@compute @workgroup_size(WG)
+fn broadcast4(@builtin(workgroup_id) wg: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) li: u32) {
+    let i = index(wg, nwg, li);
+    if (i >= p.n / 4u) {
+        return;
+    }
+    let o = offsets(4u * i);
+    var x: vec4<f32>;
+    var y: vec4<f32>;
+    if ((p.flags & A_SCALAR) != 0u) {
+        x = vec4<f32>(p.scalar);
+    } else if ((p.flags & A_DENSE) != 0u) {
+        x = a4[i];
+    } else if ((p.flags & A_ALONG) != 0u) {
+        x = a4[o.x / 4u];
+    } else {
+        x = vec4<f32>(a4[o.x / 4u][o.x % 4u]);
+    }
+    if ((p.flags & B_SCALAR) != 0u) {
+        y = vec4<f32>(p.scalar);
+    } else if ((p.flags & B_DENSE) != 0u) {
+        y = b4[i];
+    } else if ((p.flags & B_ALONG) != 0u) {
+        y = b4[o.y / 4u];
+    } else {
+        y = vec4<f32>(b4[o.y / 4u][o.y % 4u]);
+    }
+    out4[i] = binary_op4(x, y);
 }

@@ -112,7 +112,7 @@ def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: Work
         with connected_shell(hub.token) as (shell, _):
             result, out = run(shell, "%offload_workers")
             table = str(result.result)
-            assert "phone" in table and "WebGPU" in table and "browser=tab" in table, table
+            assert "phone" in table and "WebGPU in a browser tab" in table and "browser=tab" in table, table
             shell.user_ns["A"] = np.random.default_rng(1).standard_normal((96, 130), dtype=np.float32)
             shell.user_ns["B"] = np.random.default_rng(2).standard_normal((130, 70), dtype=np.float32)
             result, out = run(shell, "%%offload --worker phone --gpu --stats\nC = A @ B\ntotal = float(C.sum())")

@@ -18,7 +18,8 @@ def _gpu(worker: dict[str, Any]) -> str:
         return "none" if gpu.get("mode") != "off" else "off"
     kind = gpu.get("adapter_type", "?")
     state = "" if gpu.get("active") else ", numpy (auto)"
-    return f"{gpu['adapter']} ({gpu.get('backend', '?')}, {kind}{state})"
+    backend = f"{gpu.get('backend', '?')}{' in a browser tab' if gpu.get('browser_tab') else ''}"
+    return f"{gpu['adapter']} ({backend}, {kind}{state})"
 
 
 def _gpu_counters(worker: dict[str, Any]) -> str:

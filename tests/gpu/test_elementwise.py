@@ -54,10 +54,16 @@ COMPARISONS = {
     "less_equal": np.less_equal, "equal": np.equal, "not_equal": np.not_equal,
 }
 
-SHAPES = [(1000,), (37, 53), (1, 300), (300, 1), (2, 3, 5, 7)]
+SHAPES = [(1000,), (1001,), (37, 53), (1, 300), (300, 1), (2, 3, 5, 7)]
 PAIRS = [((37, 53), (37, 53)), ((37, 53), (53,)), ((37, 1), (1, 53)), ((4, 1, 6), (5, 1)),
-         ((1,), (7, 9)), ((), (3, 4)), ((2, 1, 3, 1, 5), (4, 1, 6, 1))]
+         ((1,), (7, 9)), ((), (3, 4)), ((2, 1, 3, 1, 5), (4, 1, 6, 1)),
+         # four outputs per invocation: dense with a partial last vec4, and broadcasts whose last dimension is a
+         # multiple of 4 (a row, a column, both operands broadcast, a column in the middle)
+         ((1001,), (1001,)), ((6, 8), (8,)), ((6, 8), (6, 1)), ((3, 1, 8), (5, 8)), ((2, 3, 4), (3, 1))]
 SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 100.0, -100.0], np.float32)
+LAYOUTS = ["outer", "outer by 4", "dense"]
+"""How the specials test pairs values: an outer product (11 x 11, one output per invocation), one of 12 x 12
+(four per invocation, a column broadcast), or dense arrays of every pair (four per invocation, vec4 loads)."""
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -126,10 +132,14 @@ def test_unary_nan_and_inf_propagate_like_numpy(gpu: Any, name: str) -> None:
     assert rel_err(out[finite], expected[finite]) < ELEMENTWISE_TOL
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", list(BINARY) + list(COMPARISONS))
-def test_binary_nan_and_inf_propagate_like_numpy(gpu: Any, name: str) -> None:
+def test_binary_nan_and_inf_propagate_like_numpy(gpu: Any, name: str, layout: str) -> None:
     reference = BINARY[name][0] if name in BINARY else COMPARISONS[name]
-    a, b = SPECIALS[:, None], SPECIALS[None, :]
+    values = SPECIALS if layout == "outer" else np.append(SPECIALS, np.float32(0.5))
+    a, b = values[:, None], values[None, :]
+    if layout == "dense":
+        a, b = (np.ascontiguousarray(v).ravel() for v in np.broadcast_arrays(a, b))
     with np.errstate(all="ignore"):
         expected = reference(a, b)
     out = getattr(gpu, name)(a, b).numpy()

@@ -37,7 +37,9 @@ def test_reduction_keepdims(gpu: Any, rng: np.random.Generator, name: str) -> No
     assert rel_err(out.numpy(), expected) < ELEMENTWISE_TOL
 
 
-@pytest.mark.parametrize("shape,axis", [((3, 50_000), 1), ((100_003,), None), ((20_000, 2), 0)], ids=str)
+# and in one pass: vec4 loads with a tail of 1, rows that do not start on a vec4
+@pytest.mark.parametrize("shape,axis", [((3, 50_000), 1), ((100_003,), None), ((20_000, 2), 0),
+                                        ((1_001,), None), ((5, 1_003), 1)], ids=str)
 @pytest.mark.parametrize("name", REDUCTIONS)
 def test_long_axes_reduce_in_two_passes(gpu: Any, rng: np.random.Generator, name: str,
                                         shape: tuple[int, ...], axis: Any) -> None:

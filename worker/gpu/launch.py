@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Sequence, Union
 
-from .context import DeviceContext
+from .context import Binding, DeviceContext
 from .memory import Allocation
 from .uniforms import ELEMENTWISE, REDUCE, SOFTMAX, TRANSPOSE
 
@@ -20,6 +20,8 @@ MAX_DIMS = ELEMENTWISE.field("shape").count
 UNARY = {"copy": 0, "negative": 1, "abs": 2, "exp": 3, "log": 4, "sqrt": 5, "tanh": 6, "sigmoid": 7, "relu": 8}
 BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "power": 4, "maximum": 5, "minimum": 6,
           "greater": 7, "greater_equal": 8, "less": 9, "less_equal": 10, "equal": 11, "not_equal": 12}
+DENSE, SCALAR, ALONG = 1, 4, 16
+"""``elementwise.wgsl`` flags of operand a, shifted left by 1 for operand b (A_DENSE = 1, B_DENSE = 2, ...)."""
 COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
 REDUCTIONS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
 
@@ -29,6 +31,8 @@ SHORT_AXIS = 256
 """Axes up to this long are reduced by one invocation per output rather than one workgroup."""
 CHUNK = 4096
 """Long axes with few outputs are reduced in chunks of about this many values, then combined."""
+MAX_CHUNKS = 4096
+"""At most this many chunks (a longer axis gets longer chunks), so the second pass is one short span."""
 
 Shape = tuple[int, ...]
 Operand = Union[tuple[Allocation, Shape], float]
@@ -100,38 +104,67 @@ def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_
     flags, scalar = 0, 0.0
     for i, op in enumerate(operands):
         if isinstance(op, float):
-            flags |= 4 << i  # A_SCALAR / B_SCALAR
+            flags |= SCALAR << i
             scalar = op
         elif size_of(op[1]) == n:
-            flags |= 1 << i  # A_DENSE / B_DENSE
+            flags |= DENSE << i
+        elif shape and strides[i][-1] == 1:
+            flags |= ALONG << i  # runs along the last dimension
     while len(strides) < 2:
         strides.append((0,) * len(shape))
     check_dims(shape)
     params = ELEMENTWISE.pack(n=n, ndim=len(shape), flags=flags, scalar=scalar, shape=shape,
                               a_strides=strides[0], b_strides=strides[1])
     unary = len(operands) == 1
-    pipeline = ctx.pipelines.get("elementwise", "unary" if unary else "binary",
-                                 {"OP": (UNARY if unary else BINARY)[name]})
     buffers = [op[0] if not isinstance(op, float) else arrays[0][0] for op in operands]
-    bindings = {0: buffers[0], 2: out} if unary else {0: buffers[0], 1: buffers[1], 2: out}
-    ctx.dispatch(name, pipeline, bindings, params, 3, math.ceil(n / ELEMENTWISE_GROUP))
+    entry = _elementwise_entry(unary, flags, shape, [out, *buffers])
+    pipeline = ctx.pipelines.get("elementwise", entry, {"OP": (UNARY if unary else BINARY)[name]})
+    if entry.endswith("4"):  # the vec4 bindings, rounded up to whole vec4s
+        bindings: dict[int, Binding] = {4 + i: (buffer, 0, _vec4_bytes(buffer.nbytes))
+                                        for i, buffer in enumerate(buffers)}
+        bindings[6] = (out, 0, _vec4_bytes(out.nbytes))
+        groups = math.ceil(n / (4 * ELEMENTWISE_GROUP))
+    else:
+        bindings = {i: buffer for i, buffer in enumerate(buffers)}
+        bindings[2] = out
+        groups = math.ceil(n / ELEMENTWISE_GROUP)
+    ctx.dispatch(name, pipeline, bindings, params, 3, groups)
     return out
 
 
+def _vec4_bytes(nbytes: int) -> int:
+    return -(-nbytes // 16) * 16
+
+
+def _elementwise_entry(unary: bool, flags: int, shape: Shape, allocs: Sequence[Allocation]) -> str:
+    """The entry point of ``elementwise.wgsl`` for these operands: four outputs per invocation where it can."""
+    if any(alloc.buffer.size < _vec4_bytes(alloc.nbytes) for alloc in allocs):
+        return "unary" if unary else "binary"  # not padded to whole vec4s (the pool's buffers are)
+    indexed = [i for i in range(1 if unary else 2) if not flags & ((DENSE | SCALAR) << i)]
+    if not indexed:
+        return "unary4" if unary else "binary4"
+    return "broadcast4" if not unary and shape and shape[-1] % 4 == 0 else ("unary" if unary else "binary")
+
+
 def _reduce_pass(ctx: DeviceContext, name: str, op: int, source: Allocation, outer: int, length: int,
-                 inner: int, chunks: int, scale: float, *, lo_in: int = 0, lo_out: int = 0) -> Allocation:
-    """One dispatch of ``reduce.wgsl``; ``lo_in``/``lo_out`` place the lo halves of a chunked sum."""
-    chunk = math.ceil(length / chunks)
+                 inner: int, chunk: int, scale: float, *, lo_in: int = 0, lo_out: int = 0) -> Allocation:
+    """One dispatch of ``reduce.wgsl`` over spans of ``chunk`` values; ``lo_in``/``lo_out`` place the lo
+    halves of a chunked sum."""
+    chunks = math.ceil(length / chunk)
     count = outer * chunks * inner
     out = ctx.empty(4 * (count + lo_out))
     params = REDUCE.pack(outer=outer, len=length, inner=inner, chunks=chunks, chunk=chunk, count=count, scale=scale,
                          lo_in=lo_in, lo_out=lo_out, one=1.0)
+    bindings: dict[int, Binding] = {0: source, 1: out}
     if chunk <= SHORT_AXIS:
         entry, groups = "threads", math.ceil(count / THREAD_GROUP)
+    elif inner == 1 and not lo_in and (outer == 1 or length % 4 == 0) and (chunks == 1 or chunk % 4 == 0):
+        entry, groups = "contiguous", count  # every span starts on a vec4
+        bindings[3] = (source, 0, source.nbytes - source.nbytes % 16)
     else:
         entry, groups = "groups", count
     pipeline = ctx.pipelines.get("reduce", entry, {"OP": op})
-    ctx.dispatch(name, pipeline, {0: source, 1: out}, params, 2, groups)
+    ctx.dispatch(name, pipeline, bindings, params, 2, groups)
     return out
 
 
@@ -143,15 +176,14 @@ def reduce(ctx: DeviceContext, name: str, alloc: Allocation, outer: int, length:
     ctx.check_binding(name, alloc.nbytes)
     op = REDUCTIONS[name]
     scale = 1.0 / length if name == "mean" else 1.0
-    chunks = 1
-    if length > 2 * CHUNK and outer * inner < 1024:
-        chunks = min(math.ceil(length / CHUNK), 4096)
-    if chunks == 1:
-        return _reduce_pass(ctx, name, op, alloc, outer, length, inner, 1, scale)
+    if length <= 2 * CHUNK or outer * inner >= 1024:
+        return _reduce_pass(ctx, name, op, alloc, outer, length, inner, length, scale)
+    chunk = 4 * math.ceil(length / min(math.ceil(length / CHUNK), MAX_CHUNKS) / 4)  # a multiple of 4
+    chunks = math.ceil(length / chunk)
     # A sum's partial results are float-float pairs: their lo halves follow the his.
     lo = outer * chunks * inner if op == REDUCTIONS["sum"] else 0
-    partial = _reduce_pass(ctx, name, op, alloc, outer, length, inner, chunks, 1.0, lo_out=lo)
-    return _reduce_pass(ctx, name, op, partial, outer, chunks, inner, 1, scale, lo_in=lo)
+    partial = _reduce_pass(ctx, name, op, alloc, outer, length, inner, chunk, 1.0, lo_out=lo)
+    return _reduce_pass(ctx, name, op, partial, outer, chunks, inner, chunks, scale, lo_in=lo)
 
 
 def softmax(ctx: DeviceContext, alloc: Allocation, outer: int, length: int, inner: int) -> Allocation:
