@@ -113,7 +113,7 @@ def test_every_kernel_folds_workgroups_past_the_per_dimension_limit(rng: np.rand
     rt = make_runtime()
     rt.dispatcher.ctx.max_groups = 7  # as if the GPU allowed 7 workgroups per dimension (49 per dispatch)
     gpu = rt.gpu
-    a = rng.standard_normal((40, 300)).astype(np.float32)  # 47 elementwise workgroups
+    a = rng.standard_normal((40, 300)).astype(np.float32)  # 12 elementwise workgroups (four values per invocation)
     c = rng.standard_normal((20, 1000)).astype(np.float32)
     a64, c64 = a.astype(np.float64), c.astype(np.float64)
     m, n = rng.standard_normal((300, 20)).astype(np.float32), rng.standard_normal((20, 300)).astype(np.float32)
@@ -128,7 +128,7 @@ def test_every_kernel_folds_workgroups_past_the_per_dimension_limit(rng: np.rand
     cube = a.reshape(10, 30, 40)
     np.testing.assert_array_equal(gpu.transpose(cube, (1, 0, 2)).numpy(), cube.transpose(1, 0, 2))  # 47 groups
     with pytest.raises(GpuLimitError, match="max_compute_workgroups_per_dimension"):
-        gpu.exp(np.ones(256 * 7 * 7 + 1, np.float32))
+        gpu.exp(np.ones(4 * 256 * 7 * 7 + 1, np.float32))  # four values per invocation
     rt.close()
 
 
