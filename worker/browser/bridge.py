@@ -14,7 +14,7 @@ import logging
 import struct
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import zmq
 import zmq.asyncio
@@ -31,10 +31,9 @@ SEQUENCE = struct.Struct("<I")
 class TabBridge:
     """The joined tab ``name``; ``send`` puts a binary message on its WebSocket."""
 
-    def __init__(self, name: str, adapter: dict[str, Any], folder: Path, context: zmq.asyncio.Context,
+    def __init__(self, name: str, folder: Path, context: zmq.asyncio.Context,
                  send: Callable[[bytes], Awaitable[None]]) -> None:
         self.name = name
-        self.adapter = adapter
         self._send = send
         self._socket = context.socket(zmq.ROUTER)
         self._socket.linger = 0

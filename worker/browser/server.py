@@ -18,9 +18,10 @@ import ssl
 import tempfile
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
+from socket import gethostname
 from typing import Any, Awaitable, Callable
 
 import zmq.asyncio
@@ -74,6 +75,7 @@ class TabServer:
         self._loop = asyncio.new_event_loop()
         self._context = zmq.asyncio.Context()
         self._runner: web.AppRunner | None = None
+        self._joins = ThreadPoolExecutor(thread_name_prefix="browser-tab-join")  # a worker starts in seconds
         self._thread = threading.Thread(target=self._loop.run_forever, name="browser-tabs", daemon=True)
         self.public_url: str | None = None
         """Set when the page is reached through a tunnel (``--ngrok``): the link uses it."""
@@ -102,11 +104,8 @@ class TabServer:
         app.router.add_get("/ws", self._tab_socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.tls)
-        await site.start()
-        server = site._server  # aiohttp keeps the bound sockets there; the port chosen for 0 is on them
-        if server is not None and self.port == 0:
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        await web.TCPSite(self._runner, self.host, self.port, ssl_context=self.tls).start()
+        self.port = self._runner.addresses[0][1]  # the one chosen, for port 0
 
     def close(self) -> None:
         """Stop serving; joined tabs leave."""
@@ -115,6 +114,7 @@ class TabServer:
                 asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+        self._joins.shutdown(wait=False)
         self._context.destroy(linger=0)
         self._folder.cleanup()
 
@@ -129,15 +129,13 @@ class TabServer:
             code = REFUSED_SECRET if "secret" in str(exc) else REFUSED_MESSAGE
             await socket.close(code=code, message=str(exc).encode()[:120])
             return socket
-        bridge = TabBridge(self._name(hello), hello.get("adapter") or {}, Path(self._folder.name), self._context,
-                           socket.send_bytes)
+        bridge = TabBridge(self._name(hello), Path(self._folder.name), self._context, socket.send_bytes)
         self.tabs[bridge.name] = bridge
         log.warning("browser tab %r joined from %s", bridge.name, request.remote)
         await socket.send_str(json.dumps({"type": "welcome", "name": bridge.name, "joined": False}))
         bridge.start()  # answers the tab's executors until the tab's worker has left, the tab gone or not
         watch = asyncio.ensure_future(self._watch(bridge, socket))
-        joined: Future[Any] = Future()
-        threading.Thread(target=_run_into, args=(joined, self._on_join, bridge), daemon=True).start()
+        joined = self._joins.submit(self._on_join, bridge)
         welcome = asyncio.ensure_future(self._welcome(socket, bridge, joined))
         reason = await self._serve(socket, bridge)
         bridge.fail(reason)
@@ -248,13 +246,6 @@ def _page_file(name: str, content_type: str) -> Callable[[web.Request], Awaitabl
     return handler
 
 
-def _run_into(future: Future[Any], func: Callable[[TabBridge], Any], bridge: TabBridge) -> None:
-    try:
-        future.set_result(func(bridge))
-    except BaseException as exc:
-        future.set_exception(exc)
-
-
 def _control(text: str) -> str:
     try:
         message = json.loads(text)
@@ -264,8 +255,4 @@ def _control(text: str) -> str:
 
 
 def _link_host(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        import socket
-
-        return socket.gethostname()
-    return host
+    return gethostname() if host in ("0.0.0.0", "") else host

@@ -124,8 +124,10 @@ class TabSession:
             return int(value)
         if isinstance(value, (float, np.floating)):
             return float(value)
-        if value is None or isinstance(value, str):
-            return str(value) if isinstance(value, str) else None
+        if value is None:
+            return None
+        if isinstance(value, str):  # wgpu's enums are str subclasses
+            return str(value)
         raise TypeError(f"can't send {type(value).__name__} to a browser tab")
 
     def flush(self) -> tuple[dict[str, Any], memoryview]:
