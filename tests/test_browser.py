@@ -24,7 +24,7 @@ from support import WorkerProcess, connected_shell, in_thread, run, start_worker
 
 pytestmark = pytest.mark.gpu
 
-LINK = re.compile(r"(http://127\.0\.0\.1:\d+)/#(\S+)")
+LINK = re.compile(r"(https?://127\.0\.0\.1:\d+)/#(\S+)")
 DOUBLING = """
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
@@ -52,10 +52,15 @@ def browser() -> Iterator[Any]:
         yield b
 
 
+def link_parts(hub: WorkerProcess) -> tuple[str, str]:
+    """The page's address and the secret of the link remote-worker printed (just after it said it is ready)."""
+    found = wait_for(lambda: LINK.search(hub.log()), 10, "remote-worker to print the link")
+    base, secret = found.groups()  # type: ignore[attr-defined]
+    return base, secret
+
+
 def link_of(hub: WorkerProcess) -> str:
-    found = LINK.search(hub.log())
-    assert found, hub.log()
-    return found.group(0)
+    return "/#".join(link_parts(hub))
 
 
 def tab_workers(client: remote_magic.Client) -> dict[str, dict[str, Any]]:
@@ -70,7 +75,7 @@ def client(hub: WorkerProcess) -> Iterator[remote_magic.Client]:
 
 def join(browser: Any, hub: WorkerProcess, client: remote_magic.Client, name: str) -> Any:
     """A tab that opened the link with ?name=NAME, once the hub lists its worker."""
-    base, secret = LINK.search(hub.log()).groups()  # type: ignore[union-attr]
+    base, secret = link_parts(hub)
     page = open_tab(browser, f"{base}/?name={name}#{secret}")
     wait_for(lambda: name in tab_workers(client), 30, f"tab {name} in the fleet")
     return page
@@ -97,9 +102,9 @@ def wait_for_gpu_work(page: Any) -> None:
 
 def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: WorkerProcess, browser: Any,
                                                                        client: remote_magic.Client) -> None:
-    log = hub.log()
     link = link_of(hub)
-    assert "▀" in log or "█" in log, "the link is also printed as a QR code"
+    wait_for(lambda: "▀" in hub.log() or "█" in hub.log(), 10, "the link as a QR code")
+    log = hub.log()
     assert link.split("#")[1] not in re.sub(re.escape(link), "", log), "the secret appears only in the link"
     page = join(browser, hub, client, "phone")
     try:
@@ -203,7 +208,7 @@ def test_a_lost_device_fails_the_job_and_the_next_one_gets_a_new_device(
 
 def test_a_wrong_secret_is_refused_and_the_page_says_so(hub: WorkerProcess, browser: Any,
                                                         client: remote_magic.Client) -> None:
-    base = LINK.search(hub.log()).group(1)  # type: ignore[union-attr]
+    base, _ = link_parts(hub)
     page = open_tab(browser, f"{base}/?name=intruder#not-the-secret", joined=False)
     try:
         page.wait_for_function("document.body.className === 'failed'", timeout=30_000)
@@ -228,7 +233,7 @@ def test_malformed_and_oversized_messages_are_refused_without_harm(hub: WorkerPr
                                                                   client: remote_magic.Client) -> None:
     import aiohttp
 
-    base, secret = LINK.search(hub.log()).groups()  # type: ignore[union-attr]
+    base, secret = link_parts(hub)
     url = base.replace("http", "ws") + "/ws"
 
     def refused(*messages: Any) -> tuple[int | None, str]:
@@ -284,11 +289,11 @@ def test_the_page_over_https_with_the_users_certificate(tmp_path: Path, browser:
     hub = start_worker(tmp_path / "tls", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "machine",
                        "--browser", "127.0.0.1:0", "--browser-cert", str(cert), "--browser-key", str(key))
     try:
-        link = re.search(r"https://127\.0\.0\.1:\d+/#\S+", hub.log())
-        assert link, hub.log()
+        base, secret = link_parts(hub)
+        assert base.startswith("https://"), base
         # The test's own authority isn't in Chromium's store: this browser context trusts what it is shown.
         context = browser.new_context(ignore_https_errors=True)
-        page = open_tab(context, link.group(0).replace("/#", "/?name=secure#"))
+        page = open_tab(context, f"{base}/?name=secure#{secret}")
         assert page.evaluate("window.isSecureContext && location.protocol") == "https:"
         with remote_magic.connect(hub.token, timeout=10) as client:
             wait_for(lambda: "secure" in tab_workers(client), 30, "the HTTPS tab in the fleet")
