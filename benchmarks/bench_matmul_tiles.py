@@ -12,6 +12,9 @@ on the device:
 * **old 128×128**: the one tiling every product used before (16x16 invocations, 8x8 outputs each,
   element-wise loads), forced;
 * **naive**: one invocation per element of C, no workgroup memory (the shipped ``naive`` entry point), forced;
+* **subgroups** and **tiles**, only on a device with the "subgroups" feature: the ``subgroups8`` kernel
+  (``shaders/matmul_subgroups.wgsl``, loads of A shared through the subgroup), forced, beside the tiling
+  chosen as on a device without the feature (where **chosen** is the subgroup kernel, the one it replaced);
 * **numpy**: ``A @ B`` on this machine's CPU.
 
 Kernel times wait for the device (``ctx.wait()``) and are read from timestamp queries around the compute
@@ -46,7 +49,7 @@ sys.path.insert(0, str(REPO))
 from report import RESULTS_PATH, code_version, machine, write_section  # noqa: E402
 
 from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
-from remote_magic.worker.gpu.matmul import TILE_128, choose_tiling, matmul, naive_tiling  # noqa: E402
+from remote_magic.worker.gpu.matmul import TILE_128, TILE_SUBGROUPS, choose_tiling, matmul, naive_tiling  # noqa: E402
 from remote_magic.worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
 
 log = logging.getLogger("bench_matmul_tiles")
@@ -55,7 +58,8 @@ SECTION = "## Matmul tilings by shape (issue 21)"
 DEFAULT_SIZES = [64, 128, 256, 512, 1024, 2048]
 DEFAULT_SHAPES = ["4096x64x4096", "32x1024x1024", "1x1024x1024"]
 MIN_ROUNDS = 3
-COLUMNS = ("chosen", "old", "naive", "numpy")
+SUBGROUP_COLUMN = "subgroups"
+"""The column measured only where the device has the "subgroups" feature."""
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -94,6 +98,10 @@ class Bench:
             "old": lambda: matmul(ctx, x, a.shape, y, b.shape, tiling=TILE_128, vectorize=False),
             "naive": lambda: matmul(ctx, x, a.shape, y, b.shape, tiling=naive_tiling(m, n)),
         }
+        if ctx.device.subgroups:
+            tiles = choose_tiling(ctx, (m, n, a.shape[1]), 1, DEFAULT_MATMUL_THREADS, subgroups=False)
+            launches[SUBGROUP_COLUMN] = lambda: matmul(ctx, x, a.shape, y, b.shape, tiling=TILE_SUBGROUPS)
+            launches["tiles"] = lambda: matmul(ctx, x, a.shape, y, b.shape, tiling=tiles)
         reference = a.astype(np.float64) @ b
         errors = []
         for launch in launches.values():
@@ -138,20 +146,27 @@ def measure(bench: Bench, shape: tuple[int, int, int], rng: np.random.Generator,
     tiling = choose_tiling(bench.ctx, (m, n, k), 1, DEFAULT_MATMUL_THREADS)
     vec4 = tiling.entry != "naive" and k % 4 == 0 and n % 4 == 0
     flops = 2 * m * n * k
-    row: dict[str, Any] = {name: flops / seconds[name] / 1e9 for name in COLUMNS}
+    row: dict[str, Any] = {name: flops / seconds[name] / 1e9 for name in seconds}
     row.update(shape=shape, tiling=f"{tiling.name}{', vec4' if vec4 else ''}", err=err)
     return row
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The markdown table of ``rows``."""
-    lines = ["| M×K @ K×N | chosen tiling | chosen | old 128×128 | naive | numpy | chosen ÷ old | chosen ÷ naive |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    """The markdown table of ``rows``, with the subgroups columns where they were measured."""
+    subgroups = all(SUBGROUP_COLUMN in row for row in rows)
+    extra = " tiles | subgroups | subgroups ÷ tiles |" if subgroups else ""
+    rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: | ---: |" if subgroups else "")
+    lines = ["| M×K @ K×N | chosen tiling | chosen | old 128×128 | naive | numpy | chosen ÷ old | chosen ÷ naive |"
+             + extra, rule]
     for row in rows:
         m, k, n = row["shape"]
-        lines.append(f"| {m}×{k} @ {k}×{n} | {row['tiling']} | {row['chosen']:.2f} | {row['old']:.2f} | "
-                     f"{row['naive']:.2f} | {row['numpy']:.1f} | {row['chosen'] / row['old']:.2f}× | "
-                     f"{row['chosen'] / row['naive']:.1f}× |")
+        line = (f"| {m}×{k} @ {k}×{n} | {row['tiling']} | {row['chosen']:.2f} | {row['old']:.2f} | "
+                f"{row['naive']:.2f} | {row['numpy']:.1f} | {row['chosen'] / row['old']:.2f}× | "
+                f"{row['chosen'] / row['naive']:.1f}× |")
+        if subgroups:
+            line += (f" {row['tiles']:.2f} | {row[SUBGROUP_COLUMN]:.2f} | "
+                     f"{row[SUBGROUP_COLUMN] / row['tiles']:.2f}× |")
+        lines.append(line)
     return lines
 
 
@@ -187,8 +202,21 @@ def render(rows: Sequence[dict[str, Any]], caps: dict[str, Any], timestamps: boo
         f"against numpy in float64: largest relative error {max(r['err'] for r in rows):.1e}. "
         "Old 128×128: the single tiling before issue 21, forced. Naive: one invocation per element of C (the "
         "shipped `naive` entry point, forced). The rule that picks a tiling is in `worker/gpu/matmul.py`; on a "
-        "software adapter it aims at 2 workgroups per CPU, on a GPU at 256.",
+        "software adapter it aims at 2 workgroups per CPU, on a GPU at 256." + subgroup_note(rows),
     ])
+
+
+def subgroup_note(rows: Sequence[dict[str, Any]]) -> str:
+    """What the subgroups column is, and at which shapes it beat the chosen tiling (empty without the column)."""
+    if not all(SUBGROUP_COLUMN in r for r in rows):
+        return ""
+    faster = [r for r in rows if r[SUBGROUP_COLUMN] > r["tiles"]]
+    return (" Subgroups: the `subgroups8` kernel (`shaders/matmul_subgroups.wgsl`, A's loads shared through the "
+            "subgroup, no workgroup memory), forced; tiles: the tiling chosen as on a device without the feature, "
+            "forced (vec4 loads where K and N are multiples of 4). Subgroups faster than tiles at "
+            + (", ".join("×".join(map(str, r["shape"])) for r in faster) if faster else "no shape measured")
+            + ". `choose_tiling` takes it on a software adapter for a C of at most 512×512 elements, where it "
+            "measured faster (the chosen column then runs it too); never on a GPU, where it is unmeasured.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,9 @@
 """Matmul against numpy: odd shapes, vectors, batches with broadcasting, empties, specials, splits; every tiling,
-with and without vec4 loads, and the rule that picks one."""
+with and without vec4 loads, the subgroup kernel where the device has the feature, and the rule that picks one."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 from typing import Any, Iterator, cast
@@ -18,6 +19,7 @@ from remote_magic.worker.gpu.matmul import (
     TILE_32,
     TILE_64,
     TILE_128,
+    TILE_SUBGROUPS,
     Tiling,
     choose_tiling,
     matmul,
@@ -171,10 +173,55 @@ def test_a_tiled_kernel_folds_workgroups_past_one_dimension(narrow_runtime: GpuR
     assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
 
 
-def fake_context(adapter_type: str = "discrete-gpu", **limits: int) -> DeviceContext:
-    """Just what :func:`choose_tiling` reads of a context: the adapter's type and limits."""
-    device = SimpleNamespace(info=SimpleNamespace(adapter_type=adapter_type), limits=limits)
-    return cast(DeviceContext, SimpleNamespace(device=device))
+@pytest.fixture(scope="module")
+def subgroup_runtime(wgpu_runtime: GpuRuntime) -> GpuRuntime:
+    """The wgpu runtime, if its device has the "subgroups" feature (a browser tab's never has)."""
+    if not wgpu_runtime.dispatcher.ctx.device.subgroups:  # skipped even under REMOTE_MAGIC_REQUIRE_GPU=1
+        pytest.skip("the wgpu adapter lacks the subgroups feature: no subgroup matmul to test")
+    return wgpu_runtime
+
+
+@pytest.mark.parametrize("lanes", [TILE_SUBGROUPS.wx, 4, 16], ids=lambda n: f"{n}-lanes")
+@pytest.mark.parametrize("vectorize", [True, False], ids=["vec4", "scalar"])
+@pytest.mark.parametrize("a_shape,b_shape", [((70, 36), (36, 68)), ((65, 33), (33, 67)), ((3, 1), (1, 5)),
+                                             ((2, 1, 20, 44), (1, 3, 44, 12)), ((129, 257), (257, 65)),
+                                             ((1, 300), (300, 200)), ((200, 300), (300, 1))], ids=str)
+def test_the_subgroup_kernel_matches_numpy(subgroup_runtime: GpuRuntime, rng: np.random.Generator, lanes: int,
+                                           vectorize: bool, a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    # Workgroups of other sizes than the shipped one: smaller than a subgroup (a partial one, still shared)
+    # and, on most adapters, larger (several subgroups: the kernel's path without sharing)
+    tiling = dataclasses.replace(TILE_SUBGROUPS, wx=lanes)
+    a, b = operands(rng, a_shape, b_shape)
+    out = kernel_product(subgroup_runtime, a, b, tiling=tiling, vectorize=vectorize)
+    assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((200, 132), (132, 152)), ((20, 40, 50), (20, 50, 30)),
+                                             ((3, 20_000), (20_000, 2))], ids=str)
+def test_the_subgroup_kernel_past_the_binding_limit(small_binding: GpuRuntime, rng: np.random.Generator,
+                                                    a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    if not small_binding.dispatcher.ctx.device.subgroups:
+        pytest.skip("the wgpu adapter lacks the subgroups feature: no subgroup matmul to test")
+    small_binding.take_stats()
+    a, b = operands(rng, a_shape, b_shape)
+    out = kernel_product(small_binding, a, b, tiling=TILE_SUBGROUPS)
+    assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
+    assert small_binding.take_stats()["kernels"]["matmul"] > 1
+
+
+def test_a_tab_device_has_no_subgroup_kernel(tab_runtime: GpuRuntime, rng: np.random.Generator) -> None:
+    ctx = tab_runtime.dispatcher.ctx
+    assert not ctx.device.subgroups
+    a, b = operands(rng, (20, 30), (30, 40))
+    with pytest.raises(ValueError, match="subgroups feature"):
+        matmul(ctx, ctx.upload(a), a.shape, ctx.upload(b), b.shape, tiling=TILE_SUBGROUPS)
+
+
+def fake_context(adapter_type: str = "discrete-gpu", subgroups: bool = False, max_groups: int = 65_535,
+                 **limits: int) -> DeviceContext:
+    """Just what :func:`choose_tiling` reads of a context: the adapter's type, subgroups feature and limits."""
+    device = SimpleNamespace(info=SimpleNamespace(adapter_type=adapter_type), subgroups=subgroups, limits=limits)
+    return cast(DeviceContext, SimpleNamespace(device=device, max_groups=max_groups))
 
 
 @pytest.mark.parametrize("dims,batch,expected", [
@@ -209,6 +256,19 @@ def test_choice_on_a_software_adapter_fills_the_cpus(monkeypatch: pytest.MonkeyP
     assert choose_tiling(cpu, (128, 128, 128), 1) == TILE_64
     assert choose_tiling(cpu, (1024, 1024, 1024), 1) == TILE_128
     assert GPU_FILL_WORKGROUPS > 4 * 2
+
+
+def test_subgroups_chosen_only_where_they_measured_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("remote_magic.worker.gpu.matmul.os.cpu_count", lambda: 2)
+    cpu = fake_context("software", subgroups=True)
+    assert choose_tiling(cpu, (256, 256, 256), 1) == TILE_SUBGROUPS  # lavapipe: 1.2-1.6x the tiles up to 512
+    assert choose_tiling(cpu, (512, 512, 512), 1) == TILE_SUBGROUPS
+    assert choose_tiling(cpu, (32, 1024, 1024), 1) == TILE_SUBGROUPS
+    assert choose_tiling(cpu, (1024, 1024, 1024), 1) == TILE_128  # even at 1024, slower past it
+    assert choose_tiling(cpu, (1, 1024, 1024), 1).name == "naive"  # skinny: as without subgroups
+    assert choose_tiling(fake_context(subgroups=True), (384, 384, 384), 1) == TILE_32  # never measured on a GPU
+    few = fake_context("software", subgroups=True, max_groups=7)  # 49 workgroups a dispatch: 9 tiles, 190 not
+    assert choose_tiling(few, (300, 300, 20), 1) == TILE_128
 
 
 @pytest.mark.parametrize("m,n", [(1, 1000), (1000, 1), (3, 7), (16, 16), (200, 300)], ids=str)

@@ -61,7 +61,11 @@ class TabWorkers:
         options = dataclasses.replace(self._options, gpu="on", tab=bridge.endpoint)
         labels = {**self._placement.get("labels", {}), "browser": "tab"}
         worker = self._make_worker(bridge.name, options, {**self._placement, "labels": labels})
-        worker.start()
+        try:
+            worker.start()
+        except BaseException:  # the tab went while its worker started: its executors go too
+            worker.stop()
+            raise
         log.warning("browser tab %r is worker %r", bridge.name, worker.name)
         return worker
 

@@ -47,6 +47,9 @@ REPORTED_LIMITS = (
 )
 """The limits that matter for compute; requested explicitly if asking for all of them fails."""
 
+SUBGROUP_FEATURES = ("subgroups", "subgroup")
+"""WebGPU's "subgroups" feature as an adapter may list it: wgpu-native (wgpu-py 0.32) lists its own "subgroup"."""
+
 _LOST = re.compile(r"\b(lost|device is invalid|invalid device)\b", re.IGNORECASE)
 _instance_configured = False
 
@@ -153,10 +156,13 @@ class GpuDevice:
     makes a new :class:`GpuDevice`.
     """
 
-    def __init__(self, handle: Any, info: AdapterInfo, *, timestamps: bool = False, adapter: Any = None) -> None:
+    def __init__(self, handle: Any, info: AdapterInfo, *, timestamps: bool = False, subgroups: bool = False,
+                 adapter: Any = None) -> None:
         self.adapter = adapter
         self.info = info
         self.timestamps = timestamps
+        self.subgroups = subgroups
+        """True if the device has WebGPU's "subgroups" feature (never for a browser tab's)."""
         self.handle = handle
         self.limits: dict[str, int] = {k.replace("-", "_"): int(v) for k, v in handle.limits.items()
                                        if isinstance(v, int)}
@@ -173,6 +179,9 @@ class GpuDevice:
         """A device on wgpu ``adapter``, with all its limits (or, if the driver refuses, its compute ones)."""
         timestamps = "timestamp-query" in adapter.features
         features = ["timestamp-query"] if timestamps else []
+        subgroups = next((f for f in SUBGROUP_FEATURES if f in adapter.features), None)
+        if subgroups is not None:
+            features.append(subgroups)
         try:
             handle = adapter.request_device_sync(required_features=features, required_limits=dict(adapter.limits))
         except Exception as exc:  # some drivers refuse limits they report; ask for the compute ones
@@ -182,7 +191,7 @@ class GpuDevice:
                 handle = adapter.request_device_sync(required_features=features, required_limits=limits)
             except Exception as exc2:
                 raise GpuError(f"the GPU adapter {info.name} refused to create a device: {exc2}") from exc2
-        return cls(handle, info, timestamps=timestamps, adapter=adapter)
+        return cls(handle, info, timestamps=timestamps, subgroups=subgroups is not None, adapter=adapter)
 
     @contextmanager
     def guard(self, what: str) -> Iterator[None]:

@@ -22,6 +22,15 @@ up to 64x64).
 Tiles are loaded as ``vec4<f32>`` when K, N and every offset and leading dimension are multiples
 of 4, one element at a time otherwise.
 
+On a device with WebGPU's "subgroups" feature (``GpuDevice.subgroups``; never a browser tab's),
+``shaders/matmul_subgroups.wgsl`` adds ``subgroups8`` (:data:`TILE_SUBGROUPS`): 8x8 outputs per
+invocation as ``tiled8``, A's loads shared through the subgroup instead of workgroup memory, no
+barriers. :func:`choose_tiling` takes it only where it measured faster: on a software adapter, in
+place of a tile, for a C of at most :data:`SUBGROUP_MAX_OUTPUTS` elements: on lavapipe it ran
+1.2-1.7x the tiles up to 512x512 in every run, 1.0-1.1x at 1024x1024 and 0.7-1.3x at 4096x4096 with
+K = 64 (too close to call), 0.3-0.6x at 2048x2048 (``benchmarks/results.md``). No GPU has measured it,
+so a GPU never gets it.
+
 A and B are read through leading dimensions and element offsets, so a product whose operands
 exceed ``max_storage_buffer_binding_size`` is computed by binding slices of the buffers: first
 whole matrices in batches, else row, column and K blocks of one matrix, accumulating partial sums
@@ -67,6 +76,8 @@ class Tiling:
     wx: int
     wy: int
     block: int
+    shader: str = "matmul"
+    """The shader file: ``matmul_subgroups`` for the kernel that needs the "subgroups" feature."""
 
     @property
     def tile_m(self) -> int:
@@ -80,8 +91,8 @@ class Tiling:
 
     @property
     def workgroup_bytes(self) -> int:
-        """Workgroup memory the kernel declares (the A and B tiles; none for naive)."""
-        return 0 if self.entry == "naive" else 4 * BK * (self.tile_m + self.tile_n)
+        """Workgroup memory the kernel declares (the A and B tiles; none for naive and subgroups8)."""
+        return 0 if self.entry in ("naive", "subgroups8") else 4 * BK * (self.tile_m + self.tile_n)
 
     def workgroups(self, m: int, n: int, batch: int) -> int:
         """Workgroups for ``batch`` products with an m x n C."""
@@ -91,6 +102,8 @@ class Tiling:
         """The override constants of this tiling's pipeline."""
         if self.entry == "naive":
             return {"WX": self.wx, "WY": self.wy}
+        if self.entry == "subgroups8":
+            return {"WX": self.wx, "VEC4": int(vec4)}
         return {"WX": self.wx, "WY": self.wy, "TM": self.block, "VEC4": int(vec4)}
 
 
@@ -102,6 +115,15 @@ TILE_32 = Tiling("32x32", "tiled4", 8, 8, 4)
 """8x8 invocations of 4x4 outputs: four times the workgroups of 64x64 on a mid-sized product."""
 TILED = (TILE_128, TILE_64, TILE_32)
 """The tiled kernels, largest tile first."""
+SUBGROUP_LANES = 8
+"""Invocations per workgroup of the subgroup kernel: lavapipe's subgroup (256-bit vectors of f32), and no
+more than a GPU's (32 or 64 on most), so that the workgroup is one subgroup, which the kernel needs to share
+loads (with smaller subgroups it runs correctly without sharing)."""
+SUBGROUP_MAX_OUTPUTS = 512 * 512
+"""Largest C (elements) for which a software adapter runs the subgroup kernel instead of a tile."""
+TILE_SUBGROUPS = Tiling("subgroups", "subgroups8", SUBGROUP_LANES, 1, 8, shader="matmul_subgroups")
+"""8x8 outputs per invocation, A's loads shared through the subgroup: 8 x 64 tiles, no workgroup memory.
+Only on devices with the "subgroups" feature (``GpuDevice.subgroups``)."""
 
 
 def naive_tiling(m: int, n: int) -> Tiling:
@@ -128,10 +150,12 @@ def fits(ctx: DeviceContext, tiling: Tiling) -> bool:
             and tiling.workgroup_bytes <= limits.get("max_compute_workgroup_storage_size", 16384))
 
 
-def choose_tiling(ctx: DeviceContext, dims: tuple[int, int, int], batch: int, threads: int = 16) -> Tiling:
+def choose_tiling(ctx: DeviceContext, dims: tuple[int, int, int], batch: int, threads: int = 16, *,
+                  subgroups: bool = True) -> Tiling:
     """The tiling for ``batch`` products of an m x k and a k x n matrix (``dims`` = (m, n, k)).
 
-    The rule is the module docstring's; ``threads`` caps the tiled kernels' workgroup side.
+    The rule is the module docstring's; ``threads`` caps the tiled kernels' workgroup side;
+    ``subgroups=False`` chooses as on a device without the feature (for benchmarks).
     """
     m, n, _ = dims
     allowed = [t for t in TILED if max(t.wx, t.wy) <= threads and fits(ctx, t)
@@ -139,10 +163,21 @@ def choose_tiling(ctx: DeviceContext, dims: tuple[int, int, int], batch: int, th
     target = fill_target(ctx)
     for tiling in allowed:
         if tiling.workgroups(m, n, batch) >= target:
-            return tiling
+            return _or_subgroups(ctx, tiling, m, n, batch) if subgroups else tiling
     if allowed and allowed[-1].workgroups(m, n, batch) * 2 >= target:
-        return allowed[-1]
+        return _or_subgroups(ctx, allowed[-1], m, n, batch) if subgroups else allowed[-1]
     return naive_tiling(m, n)
+
+
+def _or_subgroups(ctx: DeviceContext, tiled: Tiling, m: int, n: int, batch: int) -> Tiling:
+    """The subgroup kernel where it measured faster than ``tiled`` (see the module docstring), else ``tiled``.
+
+    Its 8 x 64 tiles make several times the workgroups of ``tiled``: not where they pass the dispatch's limit.
+    """
+    if (ctx.device.subgroups and ctx.device.info.adapter_type == "software" and m * n <= SUBGROUP_MAX_OUTPUTS
+            and TILE_SUBGROUPS.workgroups(m, n, batch) <= ctx.max_groups ** 2):
+        return TILE_SUBGROUPS
+    return tiled
 
 
 def matmul(ctx: DeviceContext, a: Allocation, a_shape: Shape, b: Allocation, b_shape: Shape,
@@ -199,7 +234,9 @@ class _Launcher:
         tiling = self.tiling or choose_tiling(self.ctx, dims, batch, self.threads)
         vec4 = (self.vectorize and tiling.entry != "naive"
                 and all(v % 4 == 0 for v in (k, n, lda, ldb, a_off, b_off, *a_bs, *b_bs)))
-        pipeline = self.ctx.pipelines.get("matmul", tiling.entry, tiling.constants(vec4))
+        if tiling.shader == "matmul_subgroups" and not self.ctx.device.subgroups:
+            raise ValueError(f"the {tiling.name} matmul needs the subgroups feature, which this device lacks")
+        pipeline = self.ctx.pipelines.get(tiling.shader, tiling.entry, tiling.constants(vec4))
         tiles_n, tiles_m = math.ceil(n / tiling.tile_n), math.ceil(m / tiling.tile_m)
         params = MATMUL.pack(M=m, N=n, K=k, batch=batch, lda=lda, ldb=ldb, ldc=ldc, accumulate=int(accumulate),
                              a_off=a_off, b_off=b_off, c_off=c_off, batch_ndim=len(bshape), tiles_n=tiles_n,
