@@ -104,7 +104,7 @@ class GpuRuntime:
         ``on`` always: a tab is there for its GPU, software or not).
 
         ``max_binding_bytes`` lowers the per-binding limit below the device's (for tests);
-        ``matmul_threads`` (8 or 16) is the matmul workgroup's side (default 16: 128x128 tiles).
+        ``matmul_threads`` (8 or 16) caps the matmul workgroup's side (default 16: tiles up to 128x128).
         ``gpu_memory`` bounds the bytes of arrays kept on the device between cells (0: none; None:
         :func:`default_gpu_memory`).
         Raises :class:`GpuError` in mode ``on`` when no adapter can be had.
