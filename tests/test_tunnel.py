@@ -318,3 +318,26 @@ def test_real_tunnel_round_trip() -> None:
                 assert c.recv(64) == b"ping"
         assert tunnel.closed
         tunnel.close()  # idempotent
+
+
+@pytest.mark.skipif(not REAL_TOKEN,
+                    reason="needs ngrok's service: set REMOTE_MAGIC_TEST_NGROK=1 and NGROK_AUTHTOKEN "
+                           "(an account allowed TCP endpoints)")
+def test_real_https_endpoint_beside_the_hubs_tunnel() -> None:
+    """`remote-worker --ngrok --browser`: the page's HTTPS endpoint on the hub tunnel's one session (a free
+    account has one at a time); closing it leaves the hub's open."""
+    import urllib.request
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    page = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    try:
+        with open_tcp_tunnel(5555, authtoken=REAL_TOKEN) as hub_tunnel:
+            https = hub_tunnel.https_endpoint(page.server_port)
+            assert https.public_address.startswith("https://")
+            with urllib.request.urlopen(https.public_address, timeout=30) as answer:
+                assert answer.status == 200
+            https.close()
+            assert not hub_tunnel.closed
+    finally:
+        page.shutdown()

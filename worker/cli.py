@@ -38,6 +38,8 @@ from remote_magic.wire.tokens import Token, write_private
 from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S
 
 if TYPE_CHECKING:  # the supervisor needs the [worker] extra, which main() checks for first
+    from remote_magic.hub.tunnel import Tunnel
+
     from .browser.server import TabServer
     from .browser.tab_workers import TabWorkers
     from .executor_processes import ExecutorOptions
@@ -352,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         if local is not None and lan is not None:
             advertisement = LanAdvertisement(args.name, local.keys.server_public, local.hub.port, lan)
         if args.browser is not None:
-            tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, kernels=False), options, placement), tls)
+            tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, kernels=False), options, placement), tls,
+                        local.tunnel if local is not None else None)
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         if supervisor is not None:
@@ -397,17 +400,19 @@ def main(argv: list[str] | None = None) -> int:
 class Tabs:
     """The ``--browser`` page, reached through an ngrok HTTPS tunnel with ``--ngrok``."""
 
-    def __init__(self, args: argparse.Namespace, workers: TabWorkers, tls: ssl.SSLContext | None) -> None:
+    def __init__(self, args: argparse.Namespace, workers: TabWorkers, tls: ssl.SSLContext | None,
+                 hub_tunnel: Tunnel | None) -> None:
         from remote_magic.hub.tunnel import open_https_tunnel
 
         from .browser.tab_workers import serve_tabs
 
         host, port = args.browser
         self.server: TabServer = serve_tabs(host, port, workers, tls=tls)
-        self.tunnel = None
+        self.tunnel: Tunnel | None = None
         if args.ngrok:
-            try:
-                self.tunnel = open_https_tunnel(self.server.port)
+            try:  # beside the hub's, on its session: a free ngrok account has one at a time
+                self.tunnel = (hub_tunnel.https_endpoint(self.server.port) if hub_tunnel is not None
+                               else open_https_tunnel(self.server.port))
             except BaseException:
                 self.server.close()
                 raise

@@ -115,6 +115,20 @@ class Tunnel:
         else:
             log.info("Closed ngrok tunnel %s", self.public_address)
 
+    def https_endpoint(self, local_port: int, timeout: float = DEFAULT_TIMEOUT_S) -> Tunnel:
+        """An HTTPS endpoint to ``http://127.0.0.1:local_port`` on this tunnel's ngrok session: a free ngrok
+        account has one session at a time. Closing it leaves this tunnel open; closing this one ends both."""
+        session = self._session
+        if session is None:
+            raise TunnelError("the ngrok tunnel is closed; open a new one")
+        forward_to = f"http://127.0.0.1:{local_port}"
+        try:
+            listener = _run_in_loop(
+                lambda: asyncio.wait_for(session.http_endpoint().listen_and_forward(forward_to), timeout), timeout)
+        except Exception as exc:  # the SDK raises ValueError; a timeout is asyncio.TimeoutError
+            raise translate_sdk_error(exc, timeout=timeout) from exc
+        return _checked(Tunnel(str(listener.url()), local_port, None, listener, threading.Event()), "http")
+
     def __enter__(self) -> Tunnel:
         return self
 
@@ -173,12 +187,16 @@ def _open_tunnel(kind: str, local_port: int, authtoken: str | None, timeout: flo
         session, listener = _run_in_loop(lambda: _open_async(builder, kind, forward_to, deadline), timeout)
     except Exception as exc:  # the SDK raises ValueError; a timeout is asyncio.TimeoutError
         raise translate_sdk_error(exc, authtoken=token, timeout=timeout) from exc
-    tunnel = Tunnel(str(listener.url()), local_port, session, listener, closing)
+    return _checked(Tunnel(str(listener.url()), local_port, session, listener, closing), kind)
+
+
+def _checked(tunnel: Tunnel, kind: str) -> Tunnel:
+    """``tunnel``, if ngrok gave it the kind of address asked for (else it is closed, and TunnelError)."""
     if not _URLS[kind].match(tunnel.public_address):
         tunnel.close()
         raise TunnelError(f"ngrok opened an endpoint at {tunnel.public_address!r}, which is not "
                           f"{'a tcp://HOST:PORT' if kind == 'tcp' else 'an https://'} address; {_ALTERNATIVE}.")
-    log.info("ngrok tunnel %s -> %s is open", tunnel.public_address, forward_to)
+    log.info("ngrok tunnel %s -> 127.0.0.1:%d is open", tunnel.public_address, tunnel.local_port)
     return tunnel
 
 
