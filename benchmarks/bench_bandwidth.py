@@ -31,8 +31,6 @@ import datetime as dt
 import logging
 import os
 import platform
-import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -43,7 +41,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from report import RESULTS_PATH, code_version, machine, write_section  # noqa: E402
+from report import MIN_ROUNDS, RESULTS_PATH, code_version, interleaved_medians, machine, write_section  # noqa: E402
 
 from remote_magic.worker.gpu import GpuRuntime, launch  # noqa: E402
 from remote_magic.worker.gpu.memory import Allocation  # noqa: E402
@@ -56,7 +54,6 @@ DEFAULT_SIZES = [1, 16, 64]
 """Array lengths in Mi float32 values."""
 COLS = 1024
 """Row length of the 2-D cases (broadcast row, sum over the last axis)."""
-MIN_ROUNDS = 3
 COLUMNS = ("exp", "add", "broadcast", "sum_all", "sum_rows", "copy", "np_add", "np_copyto")
 LABELS = {
     "exp": "exp (unary)", "add": "add (binary, dense)", "broadcast": f"matrix + row (n/{COLS}×{COLS} + {COLS})",
@@ -139,20 +136,10 @@ class Bench:
 
 
 def medians(runs: dict[str, Callable[[], float]], repeat: int, budget_s: float) -> dict[str, float]:
-    """Median seconds of each run over up to ``repeat`` rounds (at least :data:`MIN_ROUNDS`), each in a new order."""
-    for run in runs.values():  # warm-up
+    """Each run once to warm up, then :func:`report.interleaved_medians`."""
+    for run in runs.values():
         run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    order = list(runs)
-    shuffle = random.Random(0).shuffle
-    started = time.perf_counter()
-    for round_ in range(repeat):
-        shuffle(order)
-        for name in order:
-            times[name].append(runs[name]())
-        if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
-            break
-    return {name: statistics.median(values) for name, values in times.items()}
+    return interleaved_medians(runs, repeat, budget_s)
 
 
 def measure(bench: Bench, n: int, rng: np.random.Generator, repeat: int, budget_s: float) -> dict[str, Any]:

@@ -34,8 +34,6 @@ import logging
 import math
 import os
 import platform
-import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,7 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from report import RESULTS_PATH, code_version, machine, write_section  # noqa: E402
+from report import MIN_ROUNDS, RESULTS_PATH, code_version, interleaved_medians, machine, write_section  # noqa: E402
 
 from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
 from remote_magic.worker.gpu.matmul import TILE_128, TILE_SUBGROUPS, choose_tiling, matmul, naive_tiling  # noqa: E402
@@ -57,7 +55,6 @@ log = logging.getLogger("bench_matmul_tiles")
 SECTION = "## Matmul tilings by shape (issue 21)"
 DEFAULT_SIZES = [64, 128, 256, 512, 1024, 2048]
 DEFAULT_SHAPES = ["4096x64x4096", "32x1024x1024", "1x1024x1024"]
-MIN_ROUNDS = 3
 SUBGROUP_COLUMN = "subgroups"
 """The column measured only where the device has the "subgroups" feature."""
 
@@ -120,21 +117,6 @@ class Bench:
         return runs, max(errors)
 
 
-def medians(runs: dict[str, Callable[[], float]], repeat: int, budget_s: float) -> dict[str, float]:
-    """Median seconds of each run over up to ``repeat`` rounds (at least :data:`MIN_ROUNDS`), each in a new order."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    order = list(runs)
-    shuffle = random.Random(0).shuffle
-    started = time.perf_counter()
-    for round_ in range(repeat):
-        shuffle(order)
-        for name in order:
-            times[name].append(runs[name]())
-        if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
-            break
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
 def measure(bench: Bench, shape: tuple[int, int, int], rng: np.random.Generator, repeat: int,
             budget_s: float) -> dict[str, Any]:
     """One row: GFLOP/s of every column for an (m x k) @ (k x n) product, the tiling chosen, the error."""
@@ -142,7 +124,7 @@ def measure(bench: Bench, shape: tuple[int, int, int], rng: np.random.Generator,
     a = rng.standard_normal((m, k), np.float32)
     b = rng.standard_normal((k, n), np.float32)
     runs, err = bench.columns(a, b)
-    seconds = medians(runs, repeat, budget_s)
+    seconds = interleaved_medians(runs, repeat, budget_s)
     tiling = choose_tiling(bench.ctx, (m, n, k), 1, DEFAULT_MATMUL_THREADS)
     vec4 = tiling.entry != "naive" and k % 4 == 0 and n % 4 == 0
     flops = 2 * m * n * k

@@ -6,12 +6,18 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import random
+import statistics
 import subprocess
+import time
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_PATH = REPO / "benchmarks" / "results.md"
 RESULTS_TITLE = "# Benchmark results"
+MIN_ROUNDS = 3
+"""Rounds :func:`interleaved_medians` always runs, whatever its time budget."""
 
 
 def cpu_model() -> str:
@@ -84,3 +90,20 @@ def write_section(title: str, body: str, path: Path = RESULTS_PATH) -> None:
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, path)
+
+
+def interleaved_medians(runs: dict[str, Callable[[], float]], repeat: int, budget_s: float) -> dict[str, float]:
+    """Median seconds of each run over up to ``repeat`` rounds (at least :data:`MIN_ROUNDS`; no more once
+    ``budget_s`` has passed), every run once a round in a new order, so a drift in a shared machine's speed
+    hits all alike. Each run returns the seconds it measured."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    order = list(runs)
+    shuffle = random.Random(0).shuffle
+    started = time.perf_counter()
+    for round_ in range(repeat):
+        shuffle(order)
+        for name in order:
+            times[name].append(runs[name]())
+        if round_ + 1 >= MIN_ROUNDS and time.perf_counter() - started > budget_s:
+            break
+    return {name: statistics.median(values) for name, values in times.items()}
