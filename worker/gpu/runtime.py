@@ -125,7 +125,7 @@ class GpuRuntime:
         if mode == "off":
             return cls(mode, None, **options, reason="the worker runs with --gpu off")
         try:
-            device = open_tab_device(tab) if tab is not None else open_device(adapter, backend)
+            device = _open_device(adapter, backend, tab)
         except GpuError as exc:
             if mode == "on":
                 raise GpuError(f"--gpu on, but {exc}") from exc
@@ -139,8 +139,7 @@ class GpuRuntime:
             raise GpuError("the GPU runtime is closed")
         device = self._device
         if device is None or device.lost:
-            device = self._device = (open_tab_device(self._tab) if self._tab is not None
-                                     else open_device(self._adapter, self._backend))
+            device = self._device = _open_device(self._adapter, self._backend, self._tab)
         return DeviceContext(device, self._stats, self._max_binding_bytes, self.gpu_memory)
 
     @property
@@ -259,6 +258,11 @@ class GpuRuntime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_device(adapter: str | None, backend: str | None, tab: str | None) -> GpuDevice:
+    """A device on the browser tab whose bridge listens at ``tab``, else on the wgpu adapter by name and backend."""
+    return open_tab_device(tab) if tab is not None else open_device(adapter, backend)
 
 
 def _host_value(value: Any) -> Any:
