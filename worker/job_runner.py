@@ -185,7 +185,7 @@ class JobRunner:
             self._module_state.take(shared_state, load=True)
         inputs, _ = identity.resolve(inputs, header.get("refs") or {})
         # Numbered before handles become their values: the notebook numbered the handles themselves.
-        walked = identity.shared_objects(inputs) if header.get("shared") and not header.get("gpu") else None
+        walked = identity.shared_objects(inputs) if header.get("shared") else None
         shared = walked[0] if walked is not None and walked[1] == header["shared"] else []
         inputs = {name: self._resolve(name, value) for name, value in inputs.items()}
         if header.get("kind") == "call":  # Client.submit: handles among the arguments are their values here
@@ -200,8 +200,6 @@ class JobRunner:
         gpu_choice = header.get("gpu")
         if self.gpu is not None:
             self._register_kernels(header.get("kernels") or {})
-            if gpu_choice:
-                inputs = self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice))
         elif gpu_choice:
             raise GpuError(f"{self.no_gpu}, or drop the GPU option")
         self._cells += 1
@@ -218,17 +216,23 @@ class JobRunner:
         provided = [namespace["gpu"], _no_shell]
         held = [value for value in inputs.values() if id(value) in self._kept_ids]  # the notebook has handles
         # The cell's inputs and the globals its notebook functions brought may change in place, through
-        # any method call; GPU arrays can't.
+        # any method call.
         tracked: dict[str, bytes] = {}
-        if wanted is None and not gpu_choice:
+        if wanted is None:
             untracked = [*provided, *held, namespace["display"]]
             tracked = fingerprints({name: value for name, value in before.items()
                                     if not is_dunder(name) and not _is_any(value, untracked)}, self.stand_in)
+        if gpu_choice and self.gpu is not None:  # its arrays as views that compute on the GPU, in the same memory
+            namespace.update(self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice)))
         self._starting_files()
         threads_before = set(threading.enumerate())
         try:
-            self._run(body, namespace)
-            value = self._run(last, namespace) if last is not None else None
+            try:
+                self._run(body, namespace)
+                value = self._run(last, namespace) if last is not None else None
+            finally:
+                if gpu_choice and self.gpu is not None:
+                    self.gpu.end_cell(namespace)
         except (SerializationError, GpuError):
             raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
         except Exception as exc:  # as locally, what the cell did before it raised stays done
@@ -264,7 +268,7 @@ class JobRunner:
                 changes.values[module_state.NAME] = changed
 
     def _to_host(self, changes: CellChanges, gpu_choice: Any) -> CellChanges:
-        if self.gpu is not None and gpu_choice:
+        if self.gpu is not None:  # device arrays (gpu.array(x) works in any cell) leave as numpy's
             changes.values = self.gpu.to_host(changes.values)
         return changes
 

@@ -34,20 +34,22 @@ def test_numpy_functions_run_as_kernels(gpu: Any, runtime: GpuRuntime, rng: np.r
         "np.sum": (np.sum(x, axis=1), a64.sum(axis=1)),
         "np.mean": (np.mean(x), a64.mean()),
         "np.max": (np.max(x, axis=0, keepdims=True), a64.max(axis=0, keepdims=True)),
-        "np.transpose": (np.transpose(x), a64.T),
         "np.add.reduce": (np.add.reduce(x), a64.sum(axis=0)),
         "np.abs": (np.abs(x), np.abs(a64)),
         "np.tanh": (np.tanh(x), np.tanh(a64)),
         "x.min": (x.min(axis=1), a64.min(axis=1)),
     }
     for label, (out, expected) in results.items():
-        assert isinstance(out, DeviceArray), label
-        assert rel_err(out.numpy(), expected) < ELEMENTWISE_TOL, label
-    assert runtime.take_stats()["numpy"] == {}, "everything above has a kernel"
+        assert isinstance(out, (DeviceArray, np.float32)) and out.dtype == np.float32, label
+        assert rel_err(np.asarray(out), expected) < ELEMENTWISE_TOL, label
+    stats = runtime.take_stats()
+    assert stats["numpy"] == {}, "everything above has a kernel"
+    assert set(stats["kernels"]) == {"exp", "maximum", "sum", "max", "abs", "tanh", "min"}
     assert np.shape(x) == (40, 30) and np.ndim(x) == 2 and np.size(x) == 1200
+    assert np.transpose(x).base is x, "a transpose is numpy's view, as locally"
 
 
-def test_a_chain_of_operations_reads_back_once(gpu: Any, runtime: GpuRuntime, rng: np.random.Generator) -> None:
+def test_a_chain_of_operations_uploads_each_input_once(gpu: Any, runtime: GpuRuntime, rng: np.random.Generator) -> None:
     a = rng.standard_normal((64, 48)).astype(np.float32)
     b = rng.standard_normal((48, 32)).astype(np.float32)
     cell = runtime.to_device({"A": a, "B": b, "label": "not an array"})
@@ -56,15 +58,15 @@ def test_a_chain_of_operations_reads_back_once(gpu: Any, runtime: GpuRuntime, rn
     c = gpu.softmax(h * 0.1)
     out = runtime.to_host({"C": c, "pair": (c, 1)})
     stats = runtime.take_stats()
-    assert stats["bytes_uploaded"] == a.nbytes + b.nbytes
-    assert stats["bytes_downloaded"] == 64 * 4, "only the result comes back, once"
+    # A result of 4 KiB or more is found on the GPU by its digest; smaller ones (h, 64 values) go up again.
+    assert stats["bytes_uploaded"] == a.nbytes + b.nbytes + 2 * h.nbytes and stats["resident_hits"] == 2
     assert stats["kernels"] == {"matmul": 1, "maximum": 1, "sum": 1, "multiply": 1, "softmax": 1}
     assert stats["gpu_time_s"] > 0
     expected = np.maximum(a.astype(np.float64) @ b, 0).sum(axis=1) * 0.1
     expected = np.exp(expected - expected.max()) / np.exp(expected - expected.max()).sum()
-    assert isinstance(out["C"], np.ndarray) and out["C"].flags.writeable
+    assert type(out["C"]) is np.ndarray and out["C"].flags.writeable and out["C"].dtype == np.float32
     assert rel_err(out["C"], expected) < MATMUL_TOL
-    assert isinstance(out["pair"][0], np.ndarray) and out["pair"][1] == 1
+    assert type(out["pair"][0]) is np.ndarray and out["pair"][1] == 1
 
 
 def test_unused_inputs_are_never_uploaded(runtime: GpuRuntime) -> None:
@@ -86,87 +88,98 @@ def test_enabled_kernels_only_run_on_the_gpu(runtime: GpuRuntime, rng: np.random
     assert isinstance(c, DeviceArray) and isinstance(h, np.ndarray)
     assert rel_err(h, np.maximum(a.astype(np.float64) @ b, 0).sum(axis=1)) < MATMUL_TOL
     stats = runtime.take_stats()
-    assert stats["kernels"] == {"matmul": 1} and stats["numpy"] == {"maximum": 1}
+    assert stats["kernels"] == {"matmul": 1} and stats["numpy"] == {"np.maximum": 1, "np.add.reduce": 1}
     assert "remote-magic" not in capfd.readouterr().err
     with pytest.raises(GpuError, match="unknown kernel 'matmull'"):
         runtime.to_device({"A": a}, ["matmull"])
 
 
-def test_fallback_for_an_operation_without_a_kernel_is_announced_once(
+def test_an_operation_without_a_kernel_is_numpy_and_said_once(
         gpu: Any, runtime: GpuRuntime, rng: np.random.Generator, capfd: Any) -> None:
     a = rng.standard_normal((8, 9)).astype(np.float32)
     x = gpu.array(a)
+    runtime.take_stats()
     first = np.cumsum(x, axis=1)
     second = np.cumsum(x, axis=0)
-    np.testing.assert_allclose(first, np.cumsum(a, axis=1), rtol=1e-6)
-    np.testing.assert_allclose(second, np.cumsum(a, axis=0), rtol=1e-6)
+    top = x.argmax()
+    assert runtime.take_stats()["numpy"] == {"np.cumsum": 2, "ndarray.argmax": 1}
+    np.testing.assert_array_equal(first.view(np.ndarray), np.cumsum(a, axis=1))
+    np.testing.assert_array_equal(second.view(np.ndarray), np.cumsum(a, axis=0))
+    assert isinstance(first, DeviceArray), "its result's later operations may use kernels"
     err = capfd.readouterr().err
     assert err.count("remote-magic: np.cumsum has no GPU kernel") == 1, err
-    np.testing.assert_array_equal(x[2:4, ::2], a[2:4, ::2])
-    assert "indexing" in capfd.readouterr().err
-    assert runtime.take_stats()["numpy"]["np.cumsum"] == 2
+    np.testing.assert_array_equal(x[2:4, ::2].view(np.ndarray), a[2:4, ::2])
+    assert top == a.argmax() and top.dtype == np.intp
+    assert "indexing" not in capfd.readouterr().err, "a view is numpy's own: nothing to say"
 
 
-def test_float64_is_computed_in_float32_with_a_notice(runtime: GpuRuntime, rng: np.random.Generator,
-                                                      capfd: Any) -> None:
+def test_float64_is_computed_in_float32_and_stays_float64(runtime: GpuRuntime, rng: np.random.Generator,
+                                                           capfd: Any) -> None:
     a = rng.standard_normal((30, 20))
     b = rng.standard_normal((20, 10))
-    cell = runtime.to_device({"A": a, "B": b})
-    err = capfd.readouterr().err
-    assert err.count("\n") == 1 and "remote-magic: A, B are float64" in err and "float32" in err
+    cell = runtime.to_device({"A": a, "B": b, "unused": a.copy()})
+    assert capfd.readouterr().err == "", "nothing said before a kernel computes in float32"
     c = cell["A"] @ cell["B"]
-    assert c.dtype == np.float32
+    assert c.dtype == np.float64 and rel_err(c, a @ b) < MATMUL_TOL
+    runtime.end_cell({})
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "remote-magic: A, B are float64" in err and "float32" in err, err
     out = runtime.to_host({"C": c})["C"]
-    assert out.dtype == np.float32 and rel_err(out, a @ b) < MATMUL_TOL
+    assert type(out) is np.ndarray and out.dtype == np.float64
 
 
-def test_integers_are_converted_only_when_exact(runtime: GpuRuntime, gpu: Any) -> None:
+def test_integers_keep_their_dtype_and_exact_values(runtime: GpuRuntime, gpu: Any, capfd: Any) -> None:
     small = np.arange(-5, 5, dtype=np.int64)
-    cell = runtime.to_device({"n": small})
-    np.testing.assert_array_equal(runtime.to_host({"n": cell["n"] * 2})["n"], small * 2.0)
-    limit = np.array([2 ** 24, -(2 ** 24)], np.int64)
-    np.testing.assert_array_equal(gpu.array(limit).numpy(), limit.astype(np.float32))
-    with pytest.raises(GpuError, match=r"big is an int64 array with values beyond ±2\*\*24") as info:
-        runtime.to_device({"big": np.array([1, 2 ** 24 + 1], np.int64)})
-    assert "astype(np.float32)" in str(info.value)
-    with pytest.raises(GpuError, match="2\\*\\*24"):
-        gpu.array(np.array([2 ** 31], np.uint32)) + 1
+    cell = runtime.to_device({"n": small, "big": np.array([1, 2 ** 24 + 1], np.int64)})
+    runtime.take_stats()
+    doubled = cell["n"] * 2
+    assert doubled.dtype == np.int64 and np.array_equal(doubled, small * 2)
+    assert runtime.take_stats()["kernels"] == {"multiply": 1}
+    big = cell["big"] + 1  # beyond float32's exact integers: numpy, with its exact answer
+    assert big.dtype == np.int64 and big.tolist() == [2, 2 ** 24 + 2]
+    assert "np.add with int64 values beyond ±2**24" in capfd.readouterr().err
+    wraps = gpu.array(np.array([250], np.uint8)) + np.uint8(10)  # numpy wraps around: so does the answer
+    assert wraps.dtype == np.uint8 and wraps.tolist() == [4]
+    assert (cell["n"] / 2).dtype == np.float64 and (-cell["n"]).tolist() == (-small).tolist()
+    runtime.end_cell({})
 
 
 def test_comparisons_make_boolean_arrays(gpu: Any, rng: np.random.Generator) -> None:
     a = rng.standard_normal(50).astype(np.float32)
     x = gpu.array(a)
     mask = x > 0
-    assert mask.dtype == np.bool_ and mask.numpy().dtype == np.bool_
-    np.testing.assert_array_equal((mask * x).numpy(), (a > 0) * a)  # bool * float: float32, on the GPU
+    assert mask.dtype == np.bool_ and np.asarray(mask).dtype == np.bool_
+    np.testing.assert_array_equal(np.asarray((mask * x)), (a > 0) * a)  # bool * float: float32, on the GPU
     np.testing.assert_array_equal(mask & (x < 1), (a > 0) & (a < 1))  # logic has no kernel: numpy
-    assert float(mask.sum()) == (a > 0).sum()
+    assert mask.sum() == (a > 0).sum() and mask.sum().dtype == np.int64
 
 
-def test_host_conversions(gpu: Any, rng: np.random.Generator) -> None:
+def test_a_device_array_is_an_ndarray(gpu: Any, rng: np.random.Generator) -> None:
     a = rng.standard_normal((3, 2)).astype(np.float32)
     x = gpu.array(a)
-    np.testing.assert_array_equal(np.asarray(x), a)
+    assert isinstance(x, np.ndarray) and repr(x) == repr(a) and str(x) == str(a)
     total = x.sum()
-    assert total.shape == () and abs(float(total) - float(a.sum())) < 1e-5
+    assert type(total) is np.float32 and abs(float(total) - float(a.sum())) < 1e-5
     assert f"{total:.2f}" == f"{float(total):.2f}"
-    assert bool(gpu.array(np.float32(1.0)) > 0)
-    assert repr(x).startswith("DeviceArray([[") and repr(x).endswith("dtype=float32)") and str(x) == str(a)
     restored = pickle.loads(pickle.dumps(x + 1))
     assert type(restored) is np.ndarray and np.array_equal(restored, a + 1)
-    with pytest.raises(TypeError, match="immutable"):
-        np.add(x, 1, out=x)
-    with pytest.raises(TypeError):
-        x[0] = 1
+    np.add(x, 1, out=x)
+    x[0] = 7
+    expected = a + 1
+    expected[0] = 7
+    np.testing.assert_array_equal(x, expected)
+    np.testing.assert_array_equal(x * 2, expected * 2), "the GPU sees the assigned values, not a stale copy"
 
 
-def test_values_stay_immutable_when_the_host_copy_is_shared(gpu: Any) -> None:
+def test_an_input_is_viewed_in_place(runtime: GpuRuntime) -> None:
     a = np.ones(4, np.float32)
-    x = gpu.array(a)
-    a[1] = 5  # the caller's array stays writeable, and changing it does not change x
-    np.testing.assert_array_equal((x + 0).numpy(), np.ones(4))
-    host = x.numpy()
-    host[0] = 7
-    np.testing.assert_array_equal(x.numpy(), np.ones(4))
-    with pytest.raises(ValueError):
-        np.asarray(x)[0] = 7
+    cell = runtime.to_device({"a": a, "alias": a})
+    x = cell["a"]
+    assert cell["alias"] is x, "names that share an array still do"
+    x[1] = 5
+    x += 1
+    np.testing.assert_array_equal(a, [2, 6, 2, 2])
+    np.testing.assert_array_equal(x * 1, [2, 6, 2, 2])
+    namespace = {"a": x, "y": x[1:]}
+    runtime.end_cell(namespace)
+    assert namespace["a"] is a and np.shares_memory(namespace["y"], a)

@@ -48,7 +48,7 @@ def test_off_mode_never_opens_a_device() -> None:
     assert rt.capabilities() == {"mode": "off", "active": False}
     assert rt.device is None
     values = {"A": np.ones(3)}
-    assert rt.to_device(values) == values
+    assert np.shares_memory(rt.to_device(values)["A"], values["A"])
     np.testing.assert_array_equal(rt.gpu.matmul(np.eye(2), np.ones((2, 2))), np.ones((2, 2)))
     with pytest.raises(GpuError, match="--gpu off"):
         rt.register_kernel("k", "")
@@ -65,14 +65,15 @@ def test_auto_mode_on_a_software_adapter_computes_with_numpy_and_says_so(wgpu_ru
         assert caps["active"] is False and caps["adapter_type"] == "software" and "numpy" in caps["reason"]
         a = np.arange(6, dtype=np.float64).reshape(2, 3)
         cell = rt.to_device({"A": a})
-        assert cell["A"] is a, "numpy arrays stay numpy arrays"
         out = rt.gpu.matmul(cell["A"], cell["A"].T)
-        assert type(out) is np.ndarray and out.dtype == np.float64
-        np.testing.assert_array_equal(out, a @ a.T)
-        rt.to_device({"B": a})
+        assert out.dtype == np.float64
+        np.testing.assert_array_equal(out.view(np.ndarray), a @ a.T)
+        rt.to_device({"B": a})["B"] + 1
         err = capfd.readouterr().err
         assert err.count("remote-magic: ") == 1 and "software" in err and "numpy" in err
-        assert rt.take_stats()["kernels"] == {}
+        assert "--gpu on to use it anyway" in err, err
+        stats = rt.take_stats()
+        assert stats["kernels"] == {} and stats["numpy"] == {"np.matmul": 1, "np.add": 1}
     finally:
         rt.close()
 
@@ -106,7 +107,7 @@ def test_kernels_that_cannot_split_refuse_past_the_binding_limit(fresh: GpuRunti
         fresh.gpu.add(big, 1.0)
     with pytest.raises(GpuLimitError, match="softmax"):
         fresh.gpu.softmax(big)
-    np.testing.assert_array_equal(fresh.gpu.add(big[:1000], 1.0).numpy(), 2.0)
+    np.testing.assert_array_equal(np.asarray(fresh.gpu.add(big[:1000], 1.0)), 2.0)
 
 
 def test_every_kernel_folds_workgroups_past_the_per_dimension_limit(rng: np.random.Generator) -> None:
@@ -117,16 +118,16 @@ def test_every_kernel_folds_workgroups_past_the_per_dimension_limit(rng: np.rand
     c = rng.standard_normal((20, 1000)).astype(np.float32)
     a64, c64 = a.astype(np.float64), c.astype(np.float64)
     m, n = rng.standard_normal((300, 20)).astype(np.float32), rng.standard_normal((20, 300)).astype(np.float32)
-    assert rel_err(gpu.matmul(m, n).numpy(), m.astype(np.float64) @ n) < MATMUL_TOL  # 9 tiles
-    assert rel_err(gpu.exp(a).numpy(), np.exp(a64)) < ELEMENTWISE_TOL
-    assert rel_err(gpu.add(a, a[0]).numpy(), a64 + a64[0]) < ELEMENTWISE_TOL
-    assert rel_err(gpu.sum(a, axis=1).numpy(), a64.sum(axis=1)) < ELEMENTWISE_TOL  # a workgroup per output
-    assert rel_err(gpu.max(c, axis=0).numpy(), c64.max(axis=0)) < ELEMENTWISE_TOL  # an invocation per output
-    assert rel_err(gpu.softmax(a, axis=1).numpy(), softmax_reference(a64, axis=1)) < ELEMENTWISE_TOL
-    assert rel_err(gpu.softmax(c, axis=0).numpy(), softmax_reference(c64, axis=0)) < ELEMENTWISE_TOL
-    np.testing.assert_array_equal(gpu.transpose(a[:, :100]).numpy(), a[:, :100].T)  # 21 tiles
+    assert rel_err(np.asarray(gpu.matmul(m, n)), m.astype(np.float64) @ n) < MATMUL_TOL  # 9 tiles
+    assert rel_err(np.asarray(gpu.exp(a)), np.exp(a64)) < ELEMENTWISE_TOL
+    assert rel_err(np.asarray(gpu.add(a, a[0])), a64 + a64[0]) < ELEMENTWISE_TOL
+    assert rel_err(np.asarray(gpu.sum(a, axis=1)), a64.sum(axis=1)) < ELEMENTWISE_TOL  # a workgroup per output
+    assert rel_err(np.asarray(gpu.max(c, axis=0)), c64.max(axis=0)) < ELEMENTWISE_TOL  # an invocation per output
+    assert rel_err(np.asarray(gpu.softmax(a, axis=1)), softmax_reference(a64, axis=1)) < ELEMENTWISE_TOL
+    assert rel_err(np.asarray(gpu.softmax(c, axis=0)), softmax_reference(c64, axis=0)) < ELEMENTWISE_TOL
+    np.testing.assert_array_equal(np.asarray(gpu.transpose(a[:, :100])), a[:, :100].T)  # 21 tiles
     cube = a.reshape(10, 30, 40)
-    np.testing.assert_array_equal(gpu.transpose(cube, (1, 0, 2)).numpy(), cube.transpose(1, 0, 2))  # 47 groups
+    np.testing.assert_array_equal(np.asarray(gpu.transpose(cube, (1, 0, 2))), cube.transpose(1, 0, 2))  # 47 groups
     with pytest.raises(GpuLimitError, match="max_compute_workgroups_per_dimension"):
         gpu.exp(np.ones(4 * 256 * 7 * 7 + 1, np.float32))  # four values per invocation
     rt.close()
@@ -135,8 +136,8 @@ def test_every_kernel_folds_workgroups_past_the_per_dimension_limit(rng: np.rand
 def test_a_lost_device_is_reported_and_replaced(fresh: GpuRuntime, rng: np.random.Generator) -> None:
     fresh.register_kernel("double", DOUBLING_WGSL)
     a = rng.standard_normal((5, 7)).astype(np.float32)
-    kept = fresh.gpu.array(a)  # has a host copy: survives the loss
-    only_on_gpu = kept + 1
+    kept = fresh.gpu.array(a)
+    computed = kept + 1  # its values are on the host too: nothing is lost with the device
     first = fresh.device
     assert first is not None
     first.handle.destroy()  # what a driver reset looks like to wgpu
@@ -144,24 +145,23 @@ def test_a_lost_device_is_reported_and_replaced(fresh: GpuRuntime, rng: np.rando
         fresh.gpu.exp(kept)
     out = fresh.gpu.exp(kept)
     assert fresh.device is not first
-    assert rel_err(out.numpy(), np.exp(a.astype(np.float64))) < ELEMENTWISE_TOL
-    np.testing.assert_allclose(fresh.gpu.double(kept).numpy(), 2 * a, rtol=1e-6)
-    with pytest.raises(GpuError, match="lost"):
-        only_on_gpu.numpy()
+    assert rel_err(np.asarray(out), np.exp(a.astype(np.float64))) < ELEMENTWISE_TOL
+    np.testing.assert_allclose(np.asarray(fresh.gpu.double(kept)), 2 * a, rtol=1e-6)
+    np.testing.assert_array_equal(computed * 1, a + 1)
     assert fresh.capabilities()["active"] is True
 
 
 def test_stats_are_taken_and_totalled(fresh: GpuRuntime) -> None:
     fresh.take_stats()
     x = fresh.gpu.array(np.ones(10, np.float32))
-    (x + x).numpy()
+    np.asarray((x + x))
     first = fresh.take_stats()
     assert first["kernels"] == {"add": 1} and first["bytes_uploaded"] == 40 and first["bytes_downloaded"] == 40
-    assert first["uploads"] == 1 and first["readbacks"] == 1 and first["resident_hits"] == 0
+    assert first["uploads"] == 1 and first["readbacks"] == 1 and first["resident_hits"] == 1  # x's second use
     assert fresh.take_stats() == {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0,
                                   "uploads": 0, "readbacks": 0, "resident_hits": 0, "bytes_resident": 0,
                                   "numpy": {}}
-    (x * x).numpy()
+    np.asarray((x * x))
     totals = fresh.totals()
     assert totals["kernels"]["add"] >= 1 and totals["kernels"]["multiply"] == 1
     assert totals["bytes_downloaded"] >= 80
@@ -179,6 +179,6 @@ def test_closed_runtime_refuses_work(rng: np.random.Generator) -> None:
     x = rt.gpu.array(np.ones(3, np.float32))
     rt.close()
     with pytest.raises(GpuError):
-        (x + 1).numpy()
+        np.asarray((x + 1))
     rt.close()  # twice is fine
     assert isinstance(x, DeviceArray)

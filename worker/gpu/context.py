@@ -29,6 +29,9 @@ Binding = Union[Allocation, tuple[Allocation, int, int]]
 """A whole allocation, or (allocation, byte offset, byte size) for a slice of it."""
 
 MIB = 1 << 20
+MIN_KEPT_VALUES = 1024
+"""Results read back are kept on the device (by digest) from this many values: smaller ones cost
+less to upload again than the room they would take."""
 
 
 class DeviceContext:
@@ -103,13 +106,13 @@ class DeviceContext:
     def download(self, alloc: Allocation, count: int) -> np.ndarray:
         """Read ``count`` float32 values back from ``alloc`` (waits for the GPU).
 
-        A whole buffer read back is kept as resident under its values' digest: a later cell that
-        sends these values back finds them on the device.
+        A whole buffer read back (of at least :data:`MIN_KEPT_VALUES`) is kept as resident under its
+        values' digest: a later operation or cell that uses these values finds them on the device.
         """
         with self.device.guard("a readback"):
             data = self.transfers.download(alloc, count)
         self.timer.note_wait()
-        if count and 4 * count == alloc.nbytes and self.resident.budget_bytes:
+        if count >= MIN_KEPT_VALUES and 4 * count == alloc.nbytes and self.resident.budget_bytes:
             self.resident.keep(content_key(data), alloc)
         return data
 

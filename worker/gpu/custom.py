@@ -30,6 +30,7 @@ import wgpu
 from remote_magic.errors import GpuError, GpuLimitError, ShaderError
 
 from .context import DeviceContext
+from .convert import is_lossy_float, to_float32
 from .pipelines import compile_module, create_pipeline
 from .uniforms import scalars
 
@@ -194,13 +195,16 @@ def _shapes(out_shape: Any, inputs: Sequence[Any]) -> list[tuple[int, ...]]:
 
 def run(dispatcher: Any, spec: KernelSpec, args: Sequence[Any], out_shape: Any = None,
         params: Sequence[Any] | None = None, workgroups: Sequence[int] | None = None) -> Any:
-    """Call kernel ``spec``: inputs ``args``, outputs of ``out_shape``; one result or a tuple."""
+    """Call kernel ``spec``: inputs ``args``, outputs of ``out_shape``; one float32 device array or a tuple."""
     if len(args) != spec.inputs:
         raise GpuError(f"kernel {spec.name} declares {spec.inputs} input(s) but was called with {len(args)}")
     if spec.has_params != (params is not None):
         raise GpuError(f"kernel {spec.name} " + ("declares a var<uniform>, so pass params=[...]" if spec.has_params
                                                  else "declares no var<uniform>, so it takes no params"))
-    inputs = [dispatcher.asarray(a, f"input {i} of gpu.{spec.name}", force=True) for i, a in enumerate(args)]
+    inputs = [to_float32(np.asarray(a).view(np.ndarray), f"input {i} of gpu.{spec.name}") for i, a in enumerate(args)]
+    lossy = [a for a in args if isinstance(a, np.ndarray) and is_lossy_float(a.dtype)]
+    if lossy:
+        dispatcher.note_lossy(lossy)
     shapes = _shapes(out_shape, inputs)
     if len(shapes) != spec.outputs:
         raise GpuError(f"kernel {spec.name} declares {spec.outputs} output(s) but out_shape gives {len(shapes)}")
@@ -212,7 +216,7 @@ def run(dispatcher: Any, spec: KernelSpec, args: Sequence[Any], out_shape: Any =
     bindings: dict[int, Any] = {}
     for i, array in enumerate(inputs):
         ctx.check_binding(f"input {i} of gpu.{spec.name}", array.nbytes)
-        bindings[i] = array.buffer(ctx)
+        bindings[i] = ctx.upload(np.ascontiguousarray(array))
     outputs = []
     for j, size in enumerate(sizes):
         ctx.check_binding(f"output {j} of gpu.{spec.name}", 4 * size)
@@ -224,7 +228,6 @@ def run(dispatcher: Any, spec: KernelSpec, args: Sequence[Any], out_shape: Any =
                      spec.inputs + spec.outputs, groups)
     elif any(sizes):
         raise GpuError(f"gpu.{spec.name}: an output of size zero cannot be bound next to non-empty ones")
-    results = [dispatcher.wrap(alloc, shape, ctx, inputs) for alloc, shape in zip(outputs, shapes)]
-    if not dispatcher.active:
-        results = [r.numpy() for r in results]
+    results = [dispatcher.wrap(ctx.download(alloc, size).reshape(shape) if size else np.zeros(shape, np.float32))
+               for alloc, shape, size in zip(outputs, shapes, sizes)]
     return results[0] if len(results) == 1 else tuple(results)

@@ -54,6 +54,11 @@ _LOST = re.compile(r"\b(lost|device is invalid|invalid device)\b", re.IGNORECASE
 _instance_configured = False
 
 
+def is_device_loss(exc: BaseException) -> bool:
+    """True if ``exc`` says the device is gone (a browser tab's loss, or wgpu's "device is lost")."""
+    return (isinstance(exc, DeviceCallError) and exc.lost) or bool(_LOST.search(str(exc)))
+
+
 class DeviceCallError(Exception):
     """A call on a device that is not wgpu's (a browser tab's) failed; ``lost``: the device is gone for good.
     :meth:`GpuDevice.guard` turns it into :class:`GpuError` as it does wgpu's errors."""

@@ -1,8 +1,9 @@
 """The ``gpu`` object every offloaded cell sees: explicit kernels, arrays, custom kernels.
 
-``gpu.matmul(a, b)``, ``gpu.softmax(x, axis=-1)``, ``gpu.exp(x)``... always run their kernel
-(whatever kernels the cell enabled) and return DeviceArrays; ``gpu.array(x)`` puts data on the
-GPU and ``gpu.asnumpy(x)`` brings it back. A kernel registered with ``%%offload_kernel NAME``
+``gpu.matmul(a, b)``, ``gpu.softmax(x, axis=-1)``, ``gpu.exp(x)``... may use every kernel
+(whatever kernels the cell enabled), with numpy's dtypes as their numpy counterparts have, and
+return DeviceArrays; ``gpu.array(x)`` makes a device array of a copy of ``x`` and ``gpu.asnumpy(x)``
+gives the plain numpy array. A kernel registered with ``%%offload_kernel NAME``
 is ``gpu.NAME(*inputs, out_shape=..., params=..., workgroups=...)``. When the runtime computes
 with numpy (``--gpu auto`` on a software adapter), the same calls compute with numpy.
 """
@@ -14,9 +15,12 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from . import custom
-from .arrays import DeviceArray
 from .dispatch import Dispatcher
 from .host_ops import BINARY, UNARY
+from .numpy_api import float_kernel, plain, transpose_kernel
+
+HOST_UFUNCS = {"abs": "absolute", "relu": "maximum"}
+"""Kernel names that aren't numpy's ufunc names (``gpu.relu(x)`` is ``np.maximum(x, 0)``)."""
 
 
 class KernelRuntime(Protocol):
@@ -44,41 +48,47 @@ class GpuNamespace:
     def _dispatcher(self) -> Dispatcher:
         return self._runtime.dispatcher
 
+    def _all_kernels(self, value: Any) -> Any:
+        """``value`` as a device array whose operations may use every kernel (a view, no copy)."""
+        if isinstance(value, (list, tuple)):
+            value = np.asarray(value)
+        return self._dispatcher.wrap(plain(value)) if isinstance(value, np.ndarray) else value
+
     def array(self, x: Any) -> Any:
-        """``x`` copied to a DeviceArray (float32; float64 with a notice, integers only when exact)."""
-        return self._dispatcher.asarray(x, "gpu.array's argument", copy=True)
+        """A copy of ``x`` as a device array (numpy's dtype): its operations may use every kernel."""
+        return self._dispatcher.wrap(np.array(plain(x), copy=True))
 
     def asnumpy(self, x: Any) -> np.ndarray:
-        """``x`` as a numpy array, read back from the GPU if it is a DeviceArray."""
-        return x.numpy() if isinstance(x, DeviceArray) else np.asarray(x)
+        """``x`` as a plain numpy array (no copy)."""
+        return np.asarray(plain(x))
 
     def matmul(self, a: Any, b: Any) -> Any:
         """``a @ b`` with numpy's matmul semantics, on the GPU."""
-        return self._dispatcher.matmul(a, b, explicit=True)
+        return np.matmul(self._all_kernels(a), self._all_kernels(b))
 
     def softmax(self, x: Any, axis: int = -1) -> Any:
-        """Numerically stable softmax along ``axis``."""
-        return self._dispatcher.softmax(x, axis, explicit=True)
+        """Numerically stable softmax along ``axis`` (float results: float32, or float64 computed in float32)."""
+        return float_kernel(self._dispatcher, "softmax", x, axis)
 
     def transpose(self, x: Any, axes: Any = None) -> Any:
-        """``x`` with axes permuted (reversed by default)."""
-        return self._dispatcher.transpose(x, None if axes is None else tuple(axes), explicit=True)
+        """``x`` with axes permuted (reversed by default), as a new contiguous array."""
+        return transpose_kernel(self._dispatcher, x, None if axes is None else tuple(axes))
 
     def sum(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Sum over ``axis`` (None: all)."""
-        return self._dispatcher.reduce("sum", x, axis, keepdims, explicit=True)
+        return np.sum(self._all_kernels(x), axis=axis, keepdims=keepdims)
 
     def mean(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Mean over ``axis`` (None: all)."""
-        return self._dispatcher.reduce("mean", x, axis, keepdims, explicit=True)
+        return np.mean(self._all_kernels(x), axis=axis, keepdims=keepdims)
 
     def max(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Maximum over ``axis`` (None: all); NaN if any value is NaN."""
-        return self._dispatcher.reduce("max", x, axis, keepdims, explicit=True)
+        return np.max(self._all_kernels(x), axis=axis, keepdims=keepdims)
 
     def min(self, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         """Minimum over ``axis`` (None: all); NaN if any value is NaN."""
-        return self._dispatcher.reduce("min", x, axis, keepdims, explicit=True)
+        return np.min(self._all_kernels(x), axis=axis, keepdims=keepdims)
 
     def synchronize(self) -> None:
         """Wait until the GPU has finished everything submitted (for timing cell code)."""
@@ -114,26 +124,22 @@ class GpuNamespace:
         return f"<gpu: kernels run with {where}{on}>"
 
 
-def _unary(name: str) -> Callable[..., Any]:
-    def method(self: GpuNamespace, x: Any) -> Any:
-        return self._dispatcher.elementwise(name, x, explicit=True)
-    method.__name__ = name
-    method.__doc__ = f"Elementwise {name}, on the GPU."
-    return method
+def _elementwise(name: str) -> Callable[..., Any]:
+    ufunc = getattr(np, HOST_UFUNCS.get(name, name), None)
 
-
-def _binary(name: str) -> Callable[..., Any]:
-    def method(self: GpuNamespace, a: Any, b: Any) -> Any:
-        return self._dispatcher.elementwise(name, a, b, explicit=True)
+    def method(self: GpuNamespace, *args: Any) -> Any:
+        if name == "relu":
+            args = (*args, 0)
+        if isinstance(ufunc, np.ufunc):
+            return ufunc(*(self._all_kernels(a) for a in args))
+        return float_kernel(self._dispatcher, name, *args)
     method.__name__ = name
     method.__doc__ = f"Elementwise {name} with numpy broadcasting, on the GPU."
     return method
 
 
-for _name in UNARY:
-    setattr(GpuNamespace, _name, _unary(_name))
-for _name in BINARY:
-    setattr(GpuNamespace, _name, _binary(_name))
+for _name in (*UNARY, *BINARY):
+    setattr(GpuNamespace, _name, _elementwise(_name))
 
 BUILTIN_NAMES: frozenset[str] = frozenset(n for n in dir(GpuNamespace) if not n.startswith("_"))
 """Attributes of ``gpu`` that a custom kernel may not take as its name."""

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from remote_magic import shaders
 from remote_magic.errors import ShaderError
 
-from .device import DeviceCallError, GpuDevice
+from .device import GpuDevice, is_device_loss
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def create_pipeline(device: Any, module: Any, entry: str, label: str,
 def _compile_error(exc: Exception, label: str) -> Exception:
     """What compiling ``label`` failing with ``exc`` is: the shader's fault, or (as it is) a device that is gone,
     for :meth:`GpuDevice.guard` to see."""
-    if isinstance(exc, DeviceCallError) and exc.lost:
+    if is_device_loss(exc):
         return exc
     return shader_error(exc, label)
 

@@ -28,12 +28,12 @@ from remote_magic.wire.sizes import human_size
 from . import custom
 from .arrays import DeviceArray
 from .context import DeviceContext
-from .convert import is_lossy_float
 from .device import GpuDevice, open_device
 from .dispatch import Dispatcher
 from .host_ops import GROUPS, KERNEL_NAMES
 from .namespace import BUILTIN_NAMES, GpuNamespace
 from .notices import Notices
+from .numpy_api import plain
 from .stats import Stats
 from .tab_device import open_tab_device
 
@@ -76,16 +76,18 @@ class GpuRuntime:
         self._stats = Stats()
         self._totals = Stats()
         self.custom_kernels: dict[str, custom.KernelSpec] = {}
+        self._views: dict[int, tuple[DeviceArray, np.ndarray]] = {}
+        """The running GPU cell's input views: id(view) -> (view, the input it views)."""
         software = device is not None and device.info.adapter_type == "software"
         self.active = device is not None and (mode == "on" or not software)
         if mode == "auto" and software and device is not None:
             self._reason = (f"the adapter {device.info.name} is a software renderer, slower than numpy "
-                            "on this CPU (--gpu on forces it)")
+                            "on this CPU (start remote-worker with --gpu on to use it anyway)")
         threads = matmul_threads or DEFAULT_MATMUL_THREADS
         self.dispatcher = Dispatcher(self._open_context if device is not None else None, self._stats, self.notices,
                              array_type=DeviceArray, active=self.active, matmul_threads=threads)
         if not self.active and mode != "off":
-            self.dispatcher.inactive_notice = f"computing with numpy, not the GPU: {self._reason}"
+            self.dispatcher.inactive_notice = f"this GPU cell computes with numpy, not the GPU: {self._reason}"
         self.gpu = GpuNamespace(self)
         self._closed = False
         if device is not None:
@@ -169,26 +171,26 @@ class GpuRuntime:
 
     # -- values in and out of a GPU cell -------------------------------------------------
     def to_device(self, values: dict[str, Any], kernels: list[str] | None = None) -> dict[str, Any]:
-        """The cell's inputs with numeric numpy arrays as DeviceArrays; other values untouched.
+        """The cell's inputs with numeric numpy arrays viewed as DeviceArrays (same memory; one view
+        per array, so names that share an array still do); other values untouched.
 
         ``kernels`` None enables every built-in kernel; a list enables only those (names from
         :data:`KERNEL_NAMES`, or ``elementwise``/``reductions``/``all``), and every other
-        operation on these arrays computes with numpy, silently.
+        operation on these arrays computes with numpy, silently. Call :meth:`end_cell` after the cell.
         """
         enabled = self._enabled(kernels)
-        if not self.active:
-            self.dispatcher.notice_inactive()
-            return dict(values)
-        converted, lossy = {}, []
+        dispatcher = self.dispatcher
+        dispatcher.lossy.clear()
+        dispatcher.cell_inputs = {}
+        converted: dict[str, Any] = {}
+        views: dict[int, DeviceArray] = {}
         for name, value in values.items():
-            if isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
-                if is_lossy_float(value.dtype):
-                    lossy.append(name)
-                value = self.dispatcher.asarray(value, name, enabled, notice=False)
+            if _is_numeric_array(value):
+                dispatcher.cell_inputs[name] = value
+                view = views.setdefault(id(value), dispatcher.wrap(value, enabled))
+                self._views[id(view)] = (view, value)
+                value = view
             converted[name] = value
-        if lossy:
-            self.notices.say(f"{', '.join(lossy)} {'is' if len(lossy) == 1 else 'are'} float64; the GPU computes "
-                             "in float32 (WebGPU has no float64), so results are float32")
         return converted
 
     def _enabled(self, kernels: list[str] | None) -> frozenset[str] | None:
@@ -205,8 +207,24 @@ class GpuRuntime:
                                f"(or the groups {', '.join(GROUPS)})")
         return frozenset(names)
 
+    def end_cell(self, namespace: dict[str, Any]) -> None:
+        """After a GPU cell: names still bound to an input's view are bound to the input itself again,
+        and one notice names the float64 arrays the cell computed with in float32."""
+        for name, value in namespace.items():
+            view, original = self._views.get(id(value), (None, None))
+            if view is value:
+                namespace[name] = original
+        self._views = {}
+        lossy = list(self.dispatcher.lossy)
+        if lossy:
+            self.notices.say(f"{', '.join(lossy)} {'is' if len(lossy) == 1 else 'are'} float64: the GPU computed with "
+                             f"{'it' if len(lossy) == 1 else 'them'} in float32 (WebGPU has no float64), so float64 "
+                             "results hold float32 precision")
+        self.dispatcher.lossy.clear()
+        self.dispatcher.cell_inputs = {}
+
     def to_host(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The cell's outputs with DeviceArrays (also inside lists, tuples, dicts) as numpy arrays."""
+        """The cell's outputs with DeviceArrays (also inside lists, tuples, dicts) as plain numpy arrays."""
         return {name: _host_value(value) for name, value in values.items()}
 
     # -- custom kernels --------------------------------------------------------------------
@@ -265,10 +283,14 @@ def _open_device(adapter: str | None, backend: str | None, tab: str | None) -> G
     return open_tab_device(tab) if tab is not None else open_device(adapter, backend)
 
 
+def _is_numeric_array(value: Any) -> bool:
+    """A plain numpy array of numbers or booleans (not a subclass: a masked array keeps its own rules)."""
+    return type(value) is np.ndarray and value.dtype.kind in "fiub"
+
+
 def _host_value(value: Any) -> Any:
     if isinstance(value, DeviceArray):
-        data = value.numpy()
-        return data[()] if data.ndim == 0 else data
+        return plain(value)
     if isinstance(value, list):
         return [_host_value(v) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
