@@ -19,6 +19,7 @@ from remote_magic.errors import GpuError
 EXACT_INTEGER = 2 ** 24
 """Largest magnitude up to which every integer is exact in float32 (16,777,216)."""
 
+FLOAT32 = np.finfo(np.float32)
 _ALWAYS_EXACT = frozenset(np.dtype(t) for t in (np.float32, np.bool_, np.int8, np.int16, np.uint8, np.uint16))
 _RANGE_CHECKED = frozenset(np.dtype(t) for t in (np.int32, np.int64, np.uint32, np.uint64))
 
@@ -49,6 +50,22 @@ def check_exact(array: np.ndarray) -> None:
             raise NotExact(f"with {dtype} values beyond ±2**24")
         return
     raise NotExact(f"with {dtype} values")
+
+
+def as_float32(array: np.ndarray) -> np.ndarray:
+    """The float32 values a kernel computes with for ``array``; raises :class:`NotExact` where float32
+    can't hold them (integers beyond ±2**24; float64 beyond float32's range, or nonzero below its
+    smallest normal number, where float32 would lose the value rather than digits)."""
+    check_exact(array)
+    if array.dtype == np.float32:
+        return array
+    if array.dtype == np.float64 and array.size:
+        with np.errstate(invalid="ignore"):
+            magnitude = np.abs(array)
+            outside = (magnitude > FLOAT32.max) | ((magnitude < FLOAT32.smallest_normal) & (magnitude != 0))
+        if outside.any():
+            raise NotExact("with float64 values outside float32's range")
+    return array.astype(np.float32)
 
 
 def exact_integers(values: np.ndarray, dtype: np.dtype[Any]) -> bool:

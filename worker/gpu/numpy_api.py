@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import launch
-from .convert import NotExact, check_exact, exact_integers, from_float32, is_lossy_float
+from .convert import NotExact, as_float32, exact_integers, from_float32, is_lossy_float
 from .dispatch import Dispatcher
 from .host_ops import HOST_OPS
 
@@ -190,35 +190,29 @@ def _stand_in(value: Any) -> Any:
     return np.empty((0,), value.dtype) if isinstance(value, np.ndarray) and value.ndim else value
 
 
-def _check_operands(values: Sequence[Any]) -> bool:
-    """Raise NotExact for operands float32 can't hold; True if any is float64 (computed in float32)."""
+def _kernel_operands(values: Sequence[Any]) -> tuple[list[np.ndarray | float], bool]:
+    """The operands as a kernel takes them (float32 arrays, Python floats for scalars), and whether
+    any is float64 (computed in float32); raises NotExact for values float32 can't hold."""
+    operands: list[np.ndarray | float] = []
     lossy = False
     for value in values:
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int):
-            if abs(value) > 2 ** 24:
-                raise NotExact("with Python integers beyond ±2**24")
-            continue
-        if isinstance(value, float):
-            continue
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2 ** 24:
+            raise NotExact("with Python integers beyond ±2**24")
         array = np.asarray(value)
-        check_exact(array)
-        lossy = lossy or is_lossy_float(array.dtype)
-    return lossy
-
-
-def _as_kernel_operand(value: Any) -> np.ndarray | float:
-    if isinstance(value, np.ndarray) and value.ndim:
-        return value
-    with np.errstate(over="ignore"):  # beyond float32's range is ±inf, as numpy casts it
-        return float(np.float32(value))
+        lossy = lossy or (isinstance(value, (np.ndarray, np.generic)) and is_lossy_float(array.dtype))
+        values32 = as_float32(array)
+        operands.append(values32 if values32.ndim else float(values32))
+    return operands, lossy
 
 
 def _result(dispatcher: Dispatcher, kernel: str, values32: np.ndarray, dtype: np.dtype[Any], lossy: bool,
             operands: Sequence[Any]) -> np.ndarray:
-    """float32 kernel values as numpy's ``dtype``: raises Silently when integers weren't exact."""
+    """float32 kernel values as numpy's ``dtype``. Raises Silently, for numpy to compute it, when integers
+    weren't exact, or a float result isn't finite: numpy's answer then (NaN, infinities, and the warning
+    numpy gives for them, such as "divide by zero") is numpy's own."""
     if dtype.kind in "iu" and not exact_integers(values32, dtype):
+        raise Silently
+    if dtype.kind == "f" and not np.isfinite(values32).all():
         raise Silently
     if lossy:
         dispatcher.note_lossy(operands)
@@ -271,11 +265,12 @@ def _elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: S
         raise Silently from None
     if 0 in shape or not shape or sum(1 for v in values if not (isinstance(v, np.ndarray) and v.ndim)) > 1:
         raise Silently  # empty, scalar, or two scalars: nothing worth a kernel
-    lossy = _check_operands(values) or is_lossy_float(dtype)
+    operands, lossy = _kernel_operands(values)
+    lossy = lossy or is_lossy_float(dtype)
     _check_result_dtype(kernel, dtype, lossy)
     casting = kwargs.get("casting", "same_kind")
     _check_out(kwargs.get("out"), shape, dtype, casting)
-    values32 = dispatcher.elementwise(kernel, [_as_kernel_operand(v) for v in values], shape)
+    values32 = dispatcher.elementwise(kernel, operands, shape)
     result = _result(dispatcher, kernel, values32, dtype, lossy, values)
     return _deliver(dispatcher, result, kwargs.get("out"), casting, inputs)
 
@@ -293,12 +288,13 @@ def _reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs
         axes = tuple(range(x.ndim)) if axis is None else normalize_axis_tuple(axis, x.ndim)
     except Exception:
         raise Silently from None
-    lossy = _check_operands([x]) or is_lossy_float(dtype)
+    (x32,), lossy = _kernel_operands([x])
+    lossy = lossy or is_lossy_float(dtype)
     _check_result_dtype(kernel, dtype, lossy)
     shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape)) if keepdims else \
         tuple(s for d, s in enumerate(x.shape) if d not in axes)
     _check_out(kwargs.get("out"), shape, dtype, "same_kind")
-    values32 = dispatcher.reduce(kernel, x, axes, keepdims)
+    values32 = dispatcher.reduce(kernel, np.asarray(x32), axes, keepdims)
     result = _result(dispatcher, kernel, values32, dtype, lossy, [x])
     return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
 
@@ -323,9 +319,9 @@ def _matmul(dispatcher: Dispatcher, inputs: Sequence[Any], kwargs: dict[str, Any
     shape = batch + a2_shape[-2:-1] * (a.ndim > 1) + b2_shape[-1:] * (b.ndim > 1)
     if 0 in shape or a2_shape[-1] == 0:
         raise Silently
-    lossy = _check_operands([a, b])
+    (a32, b32), lossy = _kernel_operands([a, b])
     _check_out(kwargs.get("out"), shape, dtype, "same_kind")
-    values32 = dispatcher.matmul(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    values32 = dispatcher.matmul(np.asarray(a32), np.asarray(b32))
     result = _result(dispatcher, "matmul", values32, dtype, lossy, [a, b])
     return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", inputs)
 
@@ -349,8 +345,8 @@ def float_kernel(dispatcher: Dispatcher, kernel: str, x: Any, *args: Any) -> Any
     try:
         if not dispatcher.active or x.size == 0 or x.ndim == 0:
             raise Silently
-        lossy = _check_operands([x])
-        x32 = np.asarray(x, np.float32)
+        (operand,), lossy = _kernel_operands([x])
+        x32 = np.asarray(operand)
         if kernel == "softmax":
             values32 = dispatcher.softmax(x32, normalize_axis_index(args[0] if args else -1, x.ndim))
         else:
