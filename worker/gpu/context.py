@@ -57,6 +57,11 @@ class DeviceContext:
         self.transfers = Transfers(self.handle, self.pool, self._count)
         self.pipelines = Pipelines(device)
         self.timer = GpuTimer(self.handle, device.timestamps, stats)
+        self._encoder: Any = None
+        """The work recorded since the last submission (None: nothing recorded)."""
+        self._held: list[Any] = []
+        """What that work binds, kept from the pool until it is submitted (uniforms, and the
+        allocations themselves, whose buffers would go back to the pool when collected)."""
 
     @property
     def lost(self) -> bool:
@@ -104,13 +109,16 @@ class DeviceContext:
         return alloc
 
     def download(self, alloc: Allocation, count: int) -> np.ndarray:
-        """Read ``count`` float32 values back from ``alloc`` (waits for the GPU).
+        """Read ``count`` float32 values back from ``alloc`` (waits for the GPU), submitting the work
+        recorded so far together with the copy: one submission per value the host needs.
 
         A whole buffer read back (of at least :data:`MIN_KEPT_VALUES`) is kept as resident under its
         values' digest: a later operation or cell that uses these values finds them on the device.
         """
+        encoder, held = self._take_recorded()
         with self.device.guard("a readback"):
-            data = self.transfers.download(alloc, count)
+            data = self.transfers.download(alloc, count, encoder=encoder)
+        self._release(held)
         self.timer.note_wait()
         if count >= MIN_KEPT_VALUES and 4 * count == alloc.nbytes and self.resident.budget_bytes:
             self.resident.keep(content_key(data), alloc)
@@ -123,10 +131,12 @@ class DeviceContext:
             return self.pool.allocate(nbytes)
 
     def zeros(self, nbytes: int) -> Allocation:
-        """A new buffer for ``nbytes``, filled with zeros."""
+        """A new buffer for ``nbytes``, filled with zeros (recorded with the work that follows)."""
         alloc = self.empty(nbytes)
-        with self.device.guard("clearing GPU memory"):
-            self.transfers.clear(alloc)
+        if alloc.nbytes:
+            with self.device.guard("clearing GPU memory"):
+                self._recording().clear_buffer(alloc.buffer, 0, alloc.buffer.size)
+            self._held.append(alloc)
         return alloc
 
     def fold(self, groups: int) -> tuple[int, int, int]:
@@ -151,14 +161,16 @@ class DeviceContext:
             return
         with self.device.guard(f"the {name} kernel"):
             entries = [{"binding": index, "resource": _resource(binding)} for index, binding in bindings.items()]
-            uniform = None
             if params is not None:
                 uniform = self.pool.take(len(params), UNIFORM_USAGE)
                 self.transfers.write(uniform, params)
+                self._held.append(uniform)  # back to the pool once submitted: a later write would overtake it
                 entries.append({"binding": params_at, "resource": {"buffer": uniform, "offset": 0,
                                                                     "size": len(params)}})
             group = self.handle.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
-            encoder = self.handle.create_command_encoder()
+            if self.timer.full:
+                self.submit()  # the timer reads its queries back before it reuses them
+            encoder = self._recording()
             writes = self.timer.pass_writes()
             compute = (encoder.begin_compute_pass(timestamp_writes=writes) if writes
                        else encoder.begin_compute_pass())
@@ -166,19 +178,44 @@ class DeviceContext:
             compute.set_bind_group(0, group)
             compute.dispatch_workgroups(*counts)
             compute.end()
-            self.handle.queue.submit([encoder.finish()])
-            if uniform is not None:
-                self.pool.release(uniform)  # queue order keeps the next write after this kernel
+            self._held.extend(bindings.values())
         self.stats.kernels[name] += 1
 
+    def _recording(self) -> Any:
+        """The command encoder the next work is recorded into."""
+        if self._encoder is None:
+            self._encoder = self.handle.create_command_encoder()
+        return self._encoder
+
+    def _take_recorded(self) -> tuple[Any, list[Any]]:
+        """The recorded work and what it holds, leaving nothing recorded."""
+        encoder, held = self._encoder, self._held
+        self._encoder, self._held = None, []
+        return encoder, held
+
+    def _release(self, held: list[Any]) -> None:
+        for item in held:
+            if not isinstance(item, (Allocation, tuple)):
+                self.pool.release(item)  # a uniform; allocations go back when collected
+
+    def submit(self) -> None:
+        """Submit the work recorded so far, as one command buffer."""
+        encoder, held = self._take_recorded()
+        if encoder is not None:
+            with self.device.guard("submitting GPU work"):
+                self.handle.queue.submit([encoder.finish()])
+        self._release(held)
+
     def wait(self) -> None:
-        """Block until all submitted work is done."""
+        """Submit what is recorded and block until all of it is done."""
+        self.submit()
         self.device.wait()
         self.timer.note_wait()
 
     def flush_timer(self) -> None:
         """Fold pending GPU timestamps into the stats."""
         if not self.lost:
+            self.submit()
             with self.device.guard("reading GPU timestamps"):
                 self.timer.flush()
 

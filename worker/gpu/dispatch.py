@@ -42,7 +42,7 @@ class Dispatcher:
     """
 
     def __init__(self, open_context: Callable[[], DeviceContext] | None, stats: Stats, notices: Notices,
-                 *, array_type: type[np.ndarray], active: bool, matmul_threads: int = 16) -> None:
+                 *, array_type: type[np.ndarray], active: bool, matmul_threads: int = 16, min_values: int = 1) -> None:
         self._array_type = array_type
         self._open_context = open_context
         self._ctx: DeviceContext | None = None
@@ -50,6 +50,8 @@ class Dispatcher:
         self.notices = notices
         self.active = active
         self.matmul_threads = matmul_threads
+        self.min_values = min_values
+        """Operations computing or reading fewer values than this run with numpy: a kernel costs more."""
         self.inactive_notice: str | None = None
         """Said once when a GPU cell computes with numpy because the dispatcher is inactive."""
         self.cell_inputs: dict[str, np.ndarray] = {}

@@ -114,14 +114,19 @@ class Transfers:
         """Write small bookkeeping data (uniforms); not counted as user traffic."""
         self._device.queue.write_buffer(buffer, 0, data)
 
-    def download(self, alloc: Allocation, count: int, offset_bytes: int = 0) -> np.ndarray:
-        """Read ``count`` float32 values from ``alloc`` (a copy; the staging buffer is reused)."""
+    def download(self, alloc: Allocation, count: int, offset_bytes: int = 0, *, encoder: Any = None) -> np.ndarray:
+        """Read ``count`` float32 values from ``alloc`` (a copy; the staging buffer is reused).
+
+        ``encoder``: work recorded before, submitted with the copy (in one command buffer).
+        """
         nbytes = 4 * count
         if nbytes == 0:
+            if encoder is not None:
+                self._device.queue.submit([encoder.finish()])
             return np.empty(0, np.float32)
         staging = self._pool.take(nbytes, STAGING_USAGE)
         try:
-            encoder = self._device.create_command_encoder()
+            encoder = encoder or self._device.create_command_encoder()
             encoder.copy_buffer_to_buffer(alloc.buffer, offset_bytes, staging, 0, nbytes)
             self._device.queue.submit([encoder.finish()])
             staging.map_sync(wgpu.MapMode.READ, 0, nbytes)  # slow: waits for the GPU
@@ -134,10 +139,3 @@ class Transfers:
             self._pool.release(staging)
         self._count("down", nbytes)
         return data
-
-    def clear(self, alloc: Allocation) -> None:
-        """Fill ``alloc`` with zeros on the GPU."""
-        if alloc.nbytes:
-            encoder = self._device.create_command_encoder()
-            encoder.clear_buffer(alloc.buffer, 0, alloc.buffer.size)
-            self._device.queue.submit([encoder.finish()])

@@ -20,6 +20,7 @@ outermost operation is counted and noticed.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -219,6 +220,14 @@ def _result(dispatcher: Dispatcher, kernel: str, values32: np.ndarray, dtype: np
     return from_float32(values32, dtype)
 
 
+def _worth_a_kernel(dispatcher: Dispatcher, work: int, *operands: Any) -> None:
+    """Raise Silently when the operation is too small to pay for a kernel (numpy computes it): fewer
+    values to compute or read than the dispatcher's ``min_values``."""
+    sizes = [work, *(v.size for v in operands if isinstance(v, np.ndarray))]
+    if max(sizes) < dispatcher.min_values:
+        raise Silently
+
+
 def _check_result_dtype(kernel: str, dtype: np.dtype[Any], lossy: bool) -> None:
     if dtype.kind == "b" and lossy:
         raise NotExact("with float64 values (comparing in float32 could change the answer)")
@@ -265,6 +274,7 @@ def _elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: S
         raise Silently from None
     if 0 in shape or not shape or sum(1 for v in values if not (isinstance(v, np.ndarray) and v.ndim)) > 1:
         raise Silently  # empty, scalar, or two scalars: nothing worth a kernel
+    _worth_a_kernel(dispatcher, math.prod(shape), *values)
     operands, lossy = _kernel_operands(values)
     lossy = lossy or is_lossy_float(dtype)
     _check_result_dtype(kernel, dtype, lossy)
@@ -281,6 +291,7 @@ def _reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs
     x = plain(x)
     if not isinstance(x, np.ndarray) or x.size == 0 or x.ndim == 0:
         raise Silently  # numpy's rules for empty reductions (0, or an error) are the answer
+    _worth_a_kernel(dispatcher, x.size)
     axis, keepdims = kwargs.get("axis", 0), bool(kwargs.get("keepdims", False))
     try:
         stand_in = np.ones((1,) * x.ndim, x.dtype)
@@ -319,6 +330,7 @@ def _matmul(dispatcher: Dispatcher, inputs: Sequence[Any], kwargs: dict[str, Any
     shape = batch + a2_shape[-2:-1] * (a.ndim > 1) + b2_shape[-1:] * (b.ndim > 1)
     if 0 in shape or a2_shape[-1] == 0:
         raise Silently
+    _worth_a_kernel(dispatcher, math.prod(shape) * a2_shape[-1], a, b)
     (a32, b32), lossy = _kernel_operands([a, b])
     _check_out(kwargs.get("out"), shape, dtype, "same_kind")
     values32 = dispatcher.matmul(np.asarray(a32), np.asarray(b32))

@@ -45,6 +45,9 @@ DEFAULT_MATMUL_THREADS = 16
 the tiling for each product's shape within that (8 caps tiles at 64x64)."""
 MIN_BINDING_BYTES = 1024
 """Smallest ``max_binding_bytes`` accepted (tests lower the limit to force split matmuls)."""
+AUTO_MIN_VALUES = 16384
+"""In mode ``auto``, operations on fewer values than this (64 KiB of float32) run with numpy: a kernel's
+launch and readback cost more. Mode ``on`` sends every operation to the adapter."""
 MAX_DEFAULT_GPU_MEMORY = 2 * 10**9
 """The default resident budget's ceiling (2 GB): wgpu reports no adapter memory size, only its
 largest buffer, which some drivers give as the whole of their memory."""
@@ -85,7 +88,8 @@ class GpuRuntime:
                             "on this CPU (start remote-worker with --gpu on to use it anyway)")
         threads = matmul_threads or DEFAULT_MATMUL_THREADS
         self.dispatcher = Dispatcher(self._open_context if device is not None else None, self._stats, self.notices,
-                             array_type=DeviceArray, active=self.active, matmul_threads=threads)
+                             array_type=DeviceArray, active=self.active, matmul_threads=threads,
+                             min_values=AUTO_MIN_VALUES if mode == "auto" else 1)
         if not self.active and mode != "off":
             self.dispatcher.inactive_notice = f"this GPU cell computes with numpy, not the GPU: {self._reason}"
         self.gpu = GpuNamespace(self)

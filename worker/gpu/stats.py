@@ -89,6 +89,11 @@ class GpuTimer:
             self._staging = device.create_buffer(size=nbytes, usage=wgpu.BufferUsage.COPY_DST
                                                  | wgpu.BufferUsage.MAP_READ)
 
+    @property
+    def full(self) -> bool:
+        """True when every query pair is used: the next pass flushes them first."""
+        return self.timestamps and self._used == QUERY_PAIRS
+
     def pass_writes(self) -> dict[str, Any] | None:
         """The ``timestamp_writes`` for the next compute pass, or None without timestamps."""
         if not self.timestamps:
