@@ -12,6 +12,13 @@ A cell stays local in the offloaded run when it starts with a cell magic, has a 
 command or other IPython-only syntax (``len?``), or carries the tag ``local`` (for notebooks that mix
 local and offloaded cells).
 Differences are returned as sentences, for the test to show.
+
+GPU runs (``gpu=True``: cells under ``%%offload --gpu``) keep the same rule, with one exception the
+product promises: a cell that says on stderr that it computed float64 data in float32 (a line starting
+``remote-magic: `` with the word ``float32``) may differ from local only in float values within float32
+precision (RTOL, ATOL), and so may every later cell and the final namespace (float32-precision values
+flow on); never in dtype, shape, type, or in integers, bools and strings. Before such a notice, every
+cell must match exactly.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ CELL_TIMEOUT_S = 180
 LOCAL_TAG = "local"
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+RTOL = 1e-5
+"""Relative tolerance of float values in the cells (and names) of a GPU run that said they computed in float32."""
+ATOL = 1e-6
+"""Their absolute tolerance, relative to the magnitude of the values (the largest of an array, or of an output)."""
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 _WIDGET = "application/vnd.jupyter.widget-view+json"
 
 # Appended to both runs, and run locally: pickles the namespace (each value on its own, so one that
@@ -87,16 +99,18 @@ class CellRecord:
     source: str
     offloaded: bool = False
     outputs: list[tuple[str, str]] = field(default_factory=list)  # (kind, content), streams merged
+    float32: bool = False  # it said on stderr that it computed float64 data in float32 (GPU runs)
 
 
 @dataclass
 class Run:
     cells: list[CellRecord]
     namespace: dict[str, Any]
+    gpu: bool = False  # its cells ran under %%offload --gpu
 
 
-def offloaded_source(cell: Any) -> str | None:
-    """The cell under %%offload, or None when it stays local."""
+def offloaded_source(cell: Any, magic: str = "%%offload") -> str | None:
+    """The cell under ``magic``, or None when it stays local."""
     source: str = cell.source
     if LOCAL_TAG in cell.get("metadata", {}).get("tags", []):
         return None
@@ -107,18 +121,21 @@ def offloaded_source(cell: Any) -> str | None:
         ast.parse(source)
     except SyntaxError:  # IPython's own syntax (`len?`), which %%offload doesn't run; a real syntax error
         return None      # is one in both runs either way
-    return "%%offload\n" + source
+    return f"{magic}\n{source}"
 
 
-def run_notebook(path: Path, workdir: Path, token: str | None = None, kernel_name: str = "python3") -> Run:
-    """Execute the notebook in a fresh kernel (offloading its cells when a token is given)."""
+def run_notebook(path: Path, workdir: Path, token: str | None = None, kernel_name: str = "python3",
+                 gpu: bool = False) -> Run:
+    """Execute the notebook in a fresh kernel (offloading its cells when a token is given: under
+    ``%%offload --gpu`` with ``gpu``)."""
+    magic = "%%offload --gpu" if gpu else "%%offload"
     nb = nbformat.read(path, as_version=4)
     records = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         record = CellRecord(index, cell.source)
-        if token is not None and (offloaded := offloaded_source(cell)) is not None:
+        if token is not None and (offloaded := offloaded_source(cell, magic)) is not None:
             cell.source, record.offloaded = offloaded, True
         records.append(record)
     dump = workdir / "namespace.pickle"
@@ -136,15 +153,22 @@ def run_notebook(path: Path, workdir: Path, token: str | None = None, kernel_nam
     executed = [c for c in nb.cells[len(added) - 1:-1] if c.cell_type == "code"]
     for record, cell in zip(records, executed):
         record.outputs = _outputs(cell)
+        record.float32 = record.offloaded and _says_float32(cell)
     dumped = nb.cells[-1]
     assert not any(o["output_type"] == "error" for o in dumped.outputs), f"the dump cell failed: {dumped.outputs}"
     with dump.open("rb") as f:
         namespace = pickle.load(f)
-    return Run(records, namespace)
+    return Run(records, namespace, gpu=gpu and token is not None)
 
 
 def _text(cell: Any) -> str:
     return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+
+
+def _says_float32(cell: Any) -> bool:
+    """Whether the cell's stderr has remote-magic's notice that float64 data was computed in float32."""
+    stderr = "".join(o["text"] for o in cell.outputs if o["output_type"] == "stream" and o["name"] == "stderr")
+    return any(line.startswith("remote-magic: ") and "float32" in line for line in stderr.splitlines())
 
 
 def _outputs(cell: Any) -> list[tuple[str, str]]:
@@ -175,18 +199,61 @@ def _outputs(cell: Any) -> list[tuple[str, str]]:
 
 
 def compare(local: Run, offloaded: Run) -> list[str]:
-    """Every difference between the two runs, in words; empty when they match."""
+    """Every difference between the two runs, in words; empty when they match. In a GPU run, from the first
+    cell that said it computed in float32 on, cells and the namespace are compared within RTOL and ATOL: its
+    float32-precision values flow on into later cells (a model fitted there, printed later)."""
     differences = []
+    close = False
     for plain, remote in zip(local.cells, offloaded.cells):
-        if plain.outputs != remote.outputs:
+        close = close or (offloaded.gpu and remote.float32)
+        if not _same_outputs(plain.outputs, remote.outputs, close):
             where = "offloaded" if remote.offloaded else "local in both runs"
+            where += ", after a float32 notice: compared within float32 precision" if close else ""
             differences.append(f"cell {plain.index} ({where}) {plain.source[:60]!r}:\n"
                                f"  locally:   {plain.outputs}\n  offloaded: {remote.outputs}")
-    differences += _compare_namespaces(local.namespace, offloaded.namespace)
+    differences += _compare_namespaces(local.namespace, offloaded.namespace, close)
     return differences
 
 
-def _compare_namespaces(local: dict[str, Any], offloaded: dict[str, Any]) -> list[str]:
+def _same_outputs(plain: list[tuple[str, str]], remote: list[tuple[str, str]], close: bool) -> bool:
+    """Equal outputs; with ``close``, texts may differ in their floats within RTOL and ATOL (and in the
+    whitespace numpy aligns them with), never in anything else."""
+    if not close or plain == remote:
+        return plain == remote
+    return len(plain) == len(remote) and all(
+        a_kind == b_kind and (a == b or a_kind != "error" and _close_text(a, b))
+        for (a_kind, a), (b_kind, b) in zip(plain, remote))
+
+
+def _close_text(plain: str, remote: str) -> bool:
+    """The same text but for floats within RTOL and ATOL (ATOL scaled by the largest of them)."""
+    def skeleton(text: str) -> str:
+        return re.sub(r"\s+", "", _NUMBER.sub("\0", text))
+
+    numbers = list(zip(_NUMBER.findall(plain), _NUMBER.findall(remote)))
+    if skeleton(plain) != skeleton(remote) or len(numbers) != len(_NUMBER.findall(plain)):
+        return False
+    if any(a != b and not (_is_float(a) and _is_float(b)) for a, b in numbers):
+        return False  # an integer, printed differently
+    floats = [(float(a), float(b)) for a, b in numbers if _is_float(a)]
+    return not floats or _close(*zip(*floats))
+
+
+def _is_float(number: str) -> bool:
+    return any(c in number for c in ".eE")
+
+
+def _close(plain: Any, remote: Any) -> bool:
+    """Floats (or arrays of them) within RTOL of the local ones, and ATOL of the largest local one."""
+    import numpy as np
+
+    a, b = np.asarray(plain), np.asarray(remote)
+    finite = np.abs(a[np.isfinite(a)])
+    magnitude = float(finite.max()) if finite.size else 0.0
+    return bool(np.allclose(b, a, rtol=RTOL, atol=ATOL * max(1.0, magnitude), equal_nan=True))
+
+
+def _compare_namespaces(local: dict[str, Any], offloaded: dict[str, Any], close: bool = False) -> list[str]:
     differences = []
     plain_values, remote_values = local["values"], offloaded["values"]
     for name in sorted(plain_values.keys() - remote_values.keys()):
@@ -200,9 +267,10 @@ def _compare_namespaces(local: dict[str, Any], offloaded: dict[str, Any]) -> lis
             if plain_type != remote_type:  # refers to the kernel's own module: compare types
                 differences.append(f"namespace: {name!r} is a {plain_type} locally, a {remote_type} after offloading")
             continue
-        why = difference(plain, remote)
+        why = difference(plain, remote, close=close)
         if why:
-            differences.append(f"namespace: {name!r} differs: {why}")
+            within = " (after a float32 notice: beyond float32 precision)" if close else ""
+            differences.append(f"namespace: {name!r} differs{within}: {why}")
     for key, what in (("shared", "names sharing one object"), ("views", "arrays sharing memory")):
         if sorted(map(list, local[key])) != sorted(map(list, offloaded[key])):
             differences.append(f"namespace: {what}: locally {local[key]}, after offloading {offloaded[key]}")
@@ -240,9 +308,11 @@ def _shallow_difference(a: Any, b: Any, where: str) -> str | None:
     return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
 
 
-def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None = None, depth: int = 0) -> str | None:
+def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None = None, depth: int = 0,
+               close: bool = False) -> str | None:
     """Why two values (one from each run) differ, or None. Structural: classes match by name, since
-    each run's notebook classes are distinct objects once unpickled."""
+    each run's notebook classes are distinct objects once unpickled. With ``close``, floats (numpy's
+    and Python's, also inside containers) need only be within RTOL and ATOL."""
     seen = set() if seen is None else seen
     if (id(a), id(b)) in seen:
         return None
@@ -250,28 +320,35 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
         return _shallow_difference(a, b, path or "value")
     seen.add((id(a), id(b)))
     where = path or "value"
+
+    def deeper(x: Any, y: Any, at: str) -> str | None:
+        return difference(x, y, at, seen, depth + 1, close)
+
     if _type_name(a) != _type_name(b):
         return f"{where} is a {_type_name(a)} locally, a {_type_name(b)} after offloading"
     if isinstance(a, weakref.ref):  # (a figure's callbacks hold some) by what they refer to
-        return difference(a(), b(), f"{where}()", seen, depth + 1)
+        return deeper(a(), b(), f"{where}()")
     if isinstance(a, types.ModuleType):
         return None if a.__name__ == b.__name__ else f"{where}: module {a.__name__} vs {b.__name__}"
     if isinstance(a, type) or callable(a) and hasattr(a, "__qualname__"):
         if a.__qualname__ != b.__qualname__:
             return f"{where}: {a.__qualname__} vs {b.__qualname__}"
         if isinstance(a, type) and a.__module__ == "__main__":  # a notebook class: its data attributes too
-            return difference(_class_data(a), _class_data(b), f"{where}'s attributes", seen, depth + 1)
+            return deeper(_class_data(a), _class_data(b), f"{where}'s attributes")
         return None
     module = str(type(a).__module__).partition(".")[0]
     if module == "numpy":
         import numpy as np
 
         if isinstance(a, np.random.Generator):
-            return difference(a.bit_generator.state, b.bit_generator.state, f"{where}'s state", seen, depth + 1)
+            return deeper(a.bit_generator.state, b.bit_generator.state, f"{where}'s state")
         if isinstance(a, np.random.RandomState):
-            return difference(a.get_state(legacy=False), b.get_state(legacy=False), f"{where}'s state", seen, depth + 1)
+            return deeper(a.get_state(legacy=False), b.get_state(legacy=False), f"{where}'s state")
         if isinstance(a, np.ndarray) and (a.dtype != b.dtype or a.shape != b.shape):
             return f"{where}: {a.dtype}{list(a.shape)} locally, {b.dtype}{list(b.shape)} after offloading"
+        if isinstance(a, (np.ndarray, np.generic)) and close and a.dtype.kind in "fc":
+            equal = _close(a, b)
+            return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
         if isinstance(a, (np.ndarray, np.generic)):
             equal = np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") if isinstance(a, np.ndarray) else (
                 a == b or (a != a and b != b))
@@ -282,18 +359,20 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
         return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
     if module == "pandas" and hasattr(a, "equals"):
         return None if a.equals(b) else f"{where}:\n{_clip(a)}\nlocally, and\n{_clip(b)}\nafter offloading"
+    if isinstance(a, (float, complex)) and close:
+        return None if _close(a, b) else f"{where}: {a!r} vs {b!r}"
     if isinstance(a, float):
         return None if a == b or (math.isnan(a) and math.isnan(b)) else f"{where}: {a!r} vs {b!r}"
     if isinstance(a, dict):  # keys compared as values too (instances of each run's own notebook class)
         keys = list(zip(a, b))
-        if len(a) != len(b) or any(difference(x, y, seen=set(seen), depth=depth + 1) for x, y in keys):
+        if len(a) != len(b) or any(difference(x, y, seen=set(seen), depth=depth + 1, close=close) for x, y in keys):
             return f"{where} has keys {_clip(list(a))} locally, {_clip(list(b))} after offloading"
-        return next((d for x, y in keys if (d := difference(a[x], b[y], f"{where}[{x!r}]", seen, depth + 1))), None)
+        return next((d for x, y in keys if (d := deeper(a[x], b[y], f"{where}[{x!r}]"))), None)
     if isinstance(a, (set, frozenset)) and not a == b:  # its items may be instances of each run's own class
         unmatched = list(b)
         for x in a:
             match = next((i for i, y in enumerate(unmatched)
-                          if difference(x, y, seen=set(seen), depth=depth + 1) is None), None)
+                          if difference(x, y, seen=set(seen), depth=depth + 1, close=close) is None), None)
             if match is None:
                 return f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
             del unmatched[match]
@@ -302,17 +381,17 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
         if len(a) != len(b):
             return f"{where} has {len(a)} items locally, {len(b)} after offloading"
         return next((d for i, (x, y) in enumerate(zip(a, b))
-                     if (d := difference(x, y, f"{where}[{i}]", seen, depth + 1))),
+                     if (d := deeper(x, y, f"{where}[{i}]"))),
                     None)
     if type(a).__eq__ is object.__eq__ or type(a).__module__ == "__main__":
         # Compared by identity, or a notebook class (each run's is its own): by state, else by repr.
         if hasattr(a, "__dict__"):
-            return difference(vars(a), vars(b), f"{where}.__dict__", seen, depth + 1)
+            return deeper(vars(a), vars(b), f"{where}.__dict__")
         slots = [name for cls in type(a).__mro__ for name in getattr(cls, "__slots__", ())]
         if slots:
             state = [(getattr(a, n, None), getattr(b, n, None)) for n in slots]
             return next((d for n, (x, y) in zip(slots, state)
-                         if (d := difference(x, y, f"{where}.{n}", seen, depth + 1))), None)
+                         if (d := deeper(x, y, f"{where}.{n}"))), None)
         equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
     else:
         try:

@@ -226,13 +226,14 @@ class JobRunner:
             namespace.update(self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice)))
         self._starting_files()
         threads_before = set(threading.enumerate())
+        value = None
         try:
             try:
                 self._run(body, namespace)
                 value = self._run(last, namespace) if last is not None else None
             finally:
                 if gpu_choice and self.gpu is not None:
-                    self.gpu.end_cell(namespace)
+                    value = self.gpu.end_cell(namespace, value)
         except (SerializationError, GpuError):
             raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
         except Exception as exc:  # as locally, what the cell did before it raised stays done

@@ -211,13 +211,17 @@ class GpuRuntime:
                                f"(or the groups {', '.join(GROUPS)})")
         return frozenset(names)
 
-    def end_cell(self, namespace: dict[str, Any]) -> None:
+    def end_cell(self, namespace: dict[str, Any], value: Any = None) -> Any:
         """After a GPU cell: names still bound to an input's view are bound to the input itself again,
-        and one notice names the float64 arrays the cell computed with in float32."""
-        for name, value in namespace.items():
-            view, original = self._views.get(id(value), (None, None))
-            if view is value:
-                namespace[name] = original
+        and one notice names the float64 arrays the cell computed with in float32. Returns the cell's
+        ``value`` the same way (the input, when it is an input's view)."""
+        def original(item: Any) -> Any:
+            view, input_array = self._views.get(id(item), (None, None))
+            return input_array if view is item else item
+
+        for name, item in namespace.items():
+            namespace[name] = original(item)
+        value = original(value)
         self._views = {}
         lossy = list(self.dispatcher.lossy)
         if lossy:
@@ -226,10 +230,15 @@ class GpuRuntime:
                              "results hold float32 precision")
         self.dispatcher.lossy.clear()
         self.dispatcher.cell_inputs = {}
+        return value
 
     def to_host(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The cell's outputs with DeviceArrays (also inside lists, tuples, dicts) as plain numpy arrays."""
-        return {name: _host_value(value) for name, value in values.items()}
+        """The cell's outputs with DeviceArrays as plain numpy arrays viewing the same memory (one per
+        array, so names that share one still do). Inside containers and objects they stay: they pickle
+        as plain arrays."""
+        plain_views: dict[int, np.ndarray] = {}
+        return {name: plain_views.setdefault(id(value), plain(value)) if isinstance(value, DeviceArray) else value
+                for name, value in values.items()}
 
     # -- custom kernels --------------------------------------------------------------------
     def register_kernel(self, name: str, source: str) -> None:
@@ -290,15 +299,3 @@ def _open_device(adapter: str | None, backend: str | None, tab: str | None) -> G
 def _is_numeric_array(value: Any) -> bool:
     """A plain numpy array of numbers or booleans (not a subclass: a masked array keeps its own rules)."""
     return type(value) is np.ndarray and value.dtype.kind in "fiub"
-
-
-def _host_value(value: Any) -> Any:
-    if isinstance(value, DeviceArray):
-        return plain(value)
-    if isinstance(value, list):
-        return [_host_value(v) for v in value]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_host_value(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _host_value(v) for k, v in value.items()}
-    return value
