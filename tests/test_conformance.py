@@ -2,8 +2,9 @@
 REMOTE_MAGIC_CONFORMANCE_NOTEBOOKS) runs plain and offloaded in real Jupyter kernels, against a real
 remote-worker; every cell must show the same and the namespaces must end the same.
 
-The public numpy, pandas and matplotlib notebooks also run under %%offload --gpu against a worker with --gpu on: the same, except that
-a cell saying it computed float64 data in float32 may differ in floats within float32 precision."""
+The public numpy, pandas and matplotlib notebooks also run under %%offload --gpu against a worker with
+--gpu on: the same, except that after a cell says it computed float64 data in float32, floats may differ
+within float32 precision."""
 
 from __future__ import annotations
 
