@@ -38,6 +38,7 @@ from remote_magic.wire.sizes import human_size
 from remote_magic.wire.versions import local_versions
 
 from . import files, workdir
+from .cell_calls import CALL_RESULT, wrap_calls
 from .outputs import JobOutputs
 from .tracking import CellChanges, cell_changes, fingerprints, is_dunder
 
@@ -205,7 +206,8 @@ class JobRunner:
         self._cells += 1
         filename = f"<offload cell {self._cells}>"
         self._remember_source(filename, code)
-        body, last = split_last_expression(code, filename)
+        on_gpu = bool(gpu_choice) and self.gpu is not None
+        body, last = split_last_expression(code, filename, wrap_calls if on_gpu else None)
         namespace["gpu"] = self.gpu.gpu if self.gpu is not None else _NoGpu(self.no_gpu)
         namespace.update(inputs)
         before = dict(namespace)
@@ -222,8 +224,9 @@ class JobRunner:
             untracked = [*provided, *held, namespace["display"]]
             tracked = fingerprints({name: value for name, value in before.items()
                                     if not is_dunder(name) and not _is_any(value, untracked)}, self.stand_in)
-        if gpu_choice and self.gpu is not None:  # its arrays as views that compute on the GPU, in the same memory
-            namespace.update(self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice)))
+        if on_gpu and self.gpu is not None:  # its arrays (read, and made by its calls) as views computing on the GPU
+            namespace.update(self.gpu.to_device(inputs, None if gpu_choice is True else list(gpu_choice or ())))
+            namespace[CALL_RESULT] = self.gpu.made_by_the_cell
         self._starting_files()
         threads_before = set(threading.enumerate())
         value = None
@@ -232,7 +235,7 @@ class JobRunner:
                 self._run(body, namespace)
                 value = self._run(last, namespace) if last is not None else None
             finally:
-                if gpu_choice and self.gpu is not None:
+                if self.gpu is not None:  # (gpu.array(x) makes device arrays in any cell)
                     value = self.gpu.end_cell(namespace, value)
         except (SerializationError, GpuError):
             raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
@@ -241,7 +244,7 @@ class JobRunner:
                                    stand_in=self.stand_in)
             changes.shared = shared
             self._share_module_state(changes, shared_state)
-            raise _CellFailed(exc, self._to_host(changes, gpu_choice)) from None
+            raise _CellFailed(exc, changes) from None
         changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=True,
                                stand_in=self.stand_in)
         changes.shared = shared
@@ -249,7 +252,7 @@ class JobRunner:
         _say_threads_run_on(set(threading.enumerate()) - threads_before, outputs)
         if value is not None:
             changes.values[CELL_VALUE] = value
-        return self._to_host(changes, gpu_choice)
+        return changes
 
     def _run(self, code: CodeType, namespace: dict[str, Any]) -> Any:
         """Run compiled cell code; code with a top-level ``await`` runs on this session's event loop,
@@ -267,11 +270,6 @@ class JobRunner:
             changed = self._module_state.changes()
             if changed:
                 changes.values[module_state.NAME] = changed
-
-    def _to_host(self, changes: CellChanges, gpu_choice: Any) -> CellChanges:
-        if self.gpu is not None:  # device arrays (gpu.array(x) works in any cell) leave as numpy's
-            changes.values = self.gpu.to_host(changes.values)
-        return changes
 
     def _resolve(self, name: str, value: Any) -> Any:
         """An input as the cell sees it: a handle becomes the value it stands for."""

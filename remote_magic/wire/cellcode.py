@@ -10,7 +10,7 @@ import ast
 import re
 import symtable
 from types import CodeType
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def _walk_tables(table: symtable.SymbolTable) -> Iterator[symtable.SymbolTable]:
@@ -99,12 +99,16 @@ def names_assigned(code: str) -> list[str]:
     return sorted(names, key=lambda n: first.get(n, (0, 0)))
 
 
-def split_last_expression(code: str, filename: str) -> tuple[CodeType, CodeType | None]:
+def split_last_expression(code: str, filename: str, transform: Callable[[ast.Module], ast.Module] | None = None,
+                          ) -> tuple[CodeType, CodeType | None]:
     """Compile code into (body, last expression): the value of a trailing expression is shown.
 
     As in IPython, ``await`` may appear at the top level: then the code object is a coroutine's
-    (``CO_COROUTINE`` in its flags), which evaluating returns for an event loop to run."""
+    (``CO_COROUTINE`` in its flags), which evaluating returns for an event loop to run. ``transform``
+    rewrites the parsed cell first (a GPU cell's calls, ``worker/cell_calls.py``)."""
     tree = ast.parse(code, filename)
+    if transform is not None:
+        tree = transform(tree)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body[-1].value)

@@ -9,11 +9,13 @@ everything else is numpy's own code on the same values. Results are DeviceArrays
 operations on them may use kernels; a kernel's input whose values are already on the GPU (kept
 from an earlier operation or cell, found by digest) is not uploaded again.
 
-It prints and pickles as the plain array it holds: what leaves the cell is a numpy array.
+It prints and pickles as the plain array it holds, and its type prints as ``numpy.ndarray``: what a
+cell shows of it, and what leaves the cell, is numpy's.
 """
 
 from __future__ import annotations
 
+from types import FunctionType, ModuleType
 from typing import Any, Callable
 
 import numpy as np
@@ -70,3 +72,39 @@ def _counted_method(name: str) -> Callable[..., Any]:
 
 for _name in HOST_METHODS:
     setattr(DeviceArray, _name, _counted_method(_name))
+
+# What `type(x)` shows a cell, and what pickling `type(x)` refers to: numpy's ndarray, as in a local run.
+DeviceArray.__module__, DeviceArray.__name__, DeviceArray.__qualname__ = "numpy", "ndarray", "ndarray"
+
+
+def leave_as_numpy(namespace: dict[str, Any], value: Any = None) -> Any:
+    """Every DeviceArray bound in ``namespace`` (and reachable from it through lists, dicts and objects'
+    attributes) replaced, in place, by the plain ndarray viewing its memory: one per DeviceArray, so names,
+    containers and attributes that shared one still share one, and views still view. Returns ``value``
+    (the cell's value) the same way. Tuples can't be changed: theirs pickle as plain arrays anyway."""
+    plain_views: dict[int, np.ndarray] = {}
+    seen: set[int] = set()
+
+    def as_plain(item: Any) -> Any:
+        if isinstance(item, DeviceArray):
+            return plain_views.setdefault(id(item), plain(item))
+        visit(item)
+        return item
+
+    def visit(item: Any) -> None:
+        if id(item) in seen or isinstance(item, (type, ModuleType, FunctionType, np.ndarray, str, bytes)):
+            return
+        seen.add(id(item))
+        if type(item) is list:
+            item[:] = [as_plain(v) for v in item]
+        elif type(item) is dict:
+            item.update((k, as_plain(v)) for k, v in list(item.items()))
+        elif type(item) is tuple:
+            for v in item:
+                visit(v)
+        elif type(getattr(item, "__dict__", None)) is dict:
+            visit(item.__dict__)
+
+    for name, item in list(namespace.items()):
+        namespace[name] = as_plain(item)
+    return as_plain(value)

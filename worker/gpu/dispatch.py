@@ -59,6 +59,8 @@ class Dispatcher:
         self.lossy: dict[str, None] = {}
         """Names of float64 arrays the running cell computed with in float32 (in order)."""
         self._depth = 0
+        self.made = 0
+        """Device arrays made since the runtime last turned them back into plain ones."""
 
     # -- the device ------------------------------------------------------------------------
     @property
@@ -93,6 +95,7 @@ class Dispatcher:
     def wrap(self, values: np.ndarray, enabled: frozenset[str] | None = None) -> Any:
         """``values`` viewed as a device array whose operations this dispatcher runs (no copy)."""
         array = values.view(self._array_type)
+        self.made += 1
         array._dispatcher = self  # type: ignore[attr-defined]
         array._enabled = enabled  # type: ignore[attr-defined]
         return array

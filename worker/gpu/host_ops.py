@@ -37,12 +37,23 @@ def softmax(x: Any, axis: int = -1) -> np.ndarray:
 UNARY: dict[str, Callable[..., Any]] = {
     "negative": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "tanh": np.tanh, "sigmoid": sigmoid, "relu": relu,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "arcsin": np.arcsin, "arccos": np.arccos,
+    "arctan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "arcsinh": np.arcsinh,
+    "arccosh": np.arccosh, "arctanh": np.arctanh, "floor": np.floor, "ceil": np.ceil,
+    "trunc": np.trunc, "rint": np.rint, "sign": np.sign, "square": np.square,
+    "reciprocal": np.reciprocal, "log2": np.log2, "log10": np.log10, "log1p": np.log1p,
+    "expm1": np.expm1, "exp2": np.exp2, "fabs": np.fabs, "logical_not": np.logical_not,
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite, "signbit": np.signbit,
+    "absolute": np.absolute,
 }
 BINARY: dict[str, Callable[..., Any]] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
     "power": np.power, "maximum": np.maximum, "minimum": np.minimum,
     "greater": np.greater, "greater_equal": np.greater_equal, "less": np.less,
     "less_equal": np.less_equal, "equal": np.equal, "not_equal": np.not_equal,
+    "arctan2": np.arctan2, "hypot": np.hypot, "fmax": np.fmax, "fmin": np.fmin,
+    "copysign": np.copysign, "logaddexp": np.logaddexp, "floor_divide": np.floor_divide,
+    "remainder": np.remainder, "fmod": np.fmod,
 }
 REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose}

@@ -17,12 +17,24 @@ from .uniforms import ELEMENTWISE, REDUCE, SOFTMAX, TRANSPOSE
 MAX_DIMS = ELEMENTWISE.field("shape").count
 """Dimensions a kernel's uniform can describe (after merging dimensions that need no index): 8."""
 
-UNARY = {"copy": 0, "negative": 1, "abs": 2, "exp": 3, "log": 4, "sqrt": 5, "tanh": 6, "sigmoid": 7, "relu": 8}
+UNARY = {"copy": 0, "negative": 1, "abs": 2, "exp": 3, "log": 4, "sqrt": 5, "tanh": 6, "sigmoid": 7, "relu": 8,
+         "sin": 9, "cos": 10, "tan": 11, "arcsin": 12, "arccos": 13, "arctan": 14, "sinh": 15, "cosh": 16,
+         "arcsinh": 17, "arccosh": 18, "arctanh": 19, "floor": 20, "ceil": 21, "trunc": 22, "rint": 23,
+         "sign": 24, "square": 25, "reciprocal": 26, "log2": 27, "log10": 28, "log1p": 29, "expm1": 30,
+         "exp2": 31, "fabs": 32, "logical_not": 33, "isnan": 34, "isinf": 35, "isfinite": 36, "signbit": 37,
+         "absolute": 2}
+"""Unary kernels of ``elementwise.wgsl`` by name -> its OP code: numpy's ufunc ``__name__`` where there is one
+(``abs`` is also ``absolute``, np.abs's ``__name__``)."""
 BINARY = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3, "power": 4, "maximum": 5, "minimum": 6,
-          "greater": 7, "greater_equal": 8, "less": 9, "less_equal": 10, "equal": 11, "not_equal": 12}
+          "greater": 7, "greater_equal": 8, "less": 9, "less_equal": 10, "equal": 11, "not_equal": 12,
+          "arctan2": 13, "hypot": 14, "fmax": 15, "fmin": 16, "copysign": 17, "logaddexp": 18,
+          "floor_divide": 19, "remainder": 20, "fmod": 21}
+"""Binary kernels of ``elementwise.wgsl`` by name -> its OP code."""
 DENSE, SCALAR, ALONG = 1, 4, 16
 """``elementwise.wgsl`` flags of operand a, shifted left by 1 for operand b (A_DENSE = 1, B_DENSE = 2, ...)."""
-COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal"})
+COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+                         "logical_not", "isnan", "isinf", "isfinite", "signbit"})
+"""Kernels whose result is boolean, as numpy's is: they write 1.0 for true and 0.0 for false."""
 REDUCTIONS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
 
 ELEMENTWISE_GROUP = 256
@@ -114,7 +126,7 @@ def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_
         strides.append((0,) * len(shape))
     check_dims(shape)
     params = ELEMENTWISE.pack(n=n, ndim=len(shape), flags=flags, scalar=scalar, shape=shape,
-                              a_strides=strides[0], b_strides=strides[1])
+                              a_strides=strides[0], b_strides=strides[1], one=1.0)
     unary = len(operands) == 1
     buffers = [op[0] if not isinstance(op, float) else arrays[0][0] for op in operands]
     entry = _elementwise_entry(unary, flags, shape, [out, *buffers])

@@ -18,6 +18,7 @@ bytes (``remote-worker --gpu-memory``; by default half the adapter's largest buf
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,13 @@ from remote_magic.errors import GpuError
 from remote_magic.wire.sizes import human_size
 
 from . import custom
-from .arrays import DeviceArray
+from .arrays import DeviceArray, leave_as_numpy
 from .context import DeviceContext
 from .device import GpuDevice, open_device
 from .dispatch import Dispatcher
 from .host_ops import GROUPS, KERNEL_NAMES
 from .namespace import BUILTIN_NAMES, GpuNamespace
 from .notices import Notices
-from .numpy_api import plain
 from .stats import Stats
 from .tab_device import open_tab_device
 
@@ -81,6 +81,10 @@ class GpuRuntime:
         self.custom_kernels: dict[str, custom.KernelSpec] = {}
         self._views: dict[int, tuple[DeviceArray, np.ndarray]] = {}
         """The running GPU cell's input views: id(view) -> (view, the input it views)."""
+        self._fresh_references = eval(compile("count(new())", "<calibration>", "eval"),  # noqa: S307
+                                      {"count": self._references, "new": lambda: np.empty(0)})
+        """What :meth:`made_by_the_cell` counts of a new array's references, on this Python, when a cell's
+        compiled code hands it over as it hands every call's result."""
         software = device is not None and device.info.adapter_type == "software"
         self.active = device is not None and (mode == "on" or not software)
         if mode == "auto" and software and device is not None:
@@ -211,10 +215,32 @@ class GpuRuntime:
                                f"(or the groups {', '.join(GROUPS)})")
         return frozenset(names)
 
+    def made_by_the_cell(self, value: Any) -> Any:
+        """A call's result in a GPU cell (``worker/cell_calls.py``). A plain view laid exactly over a
+        DeviceArray (``np.asarray(x)``) is that DeviceArray itself, as numpy returns ``x`` itself for a
+        plain ``x``. A new plain numeric ndarray that nothing else holds (``np.zeros(n)``) becomes a
+        DeviceArray viewing it, so its operations may use kernels; one something else holds too (an
+        attribute a method returned) stays as it is, so it stays one object."""
+        if not _is_numeric_array(value):
+            return value
+        if value.base is not None:  # numpy's base may skip past the DeviceArray: compared by layout
+            layout = (value.ctypes.data, value.shape, value.strides, value.dtype)
+            for candidate in (value.base, *(view for view, _ in self._views.values())):
+                if isinstance(candidate, DeviceArray) and (
+                        candidate.ctypes.data, candidate.shape, candidate.strides, candidate.dtype) == layout:
+                    return candidate
+        if sys.getrefcount(value) > self._fresh_references:
+            return value
+        return self.dispatcher.wrap(value)
+
+    def _references(self, value: Any) -> int:
+        return sys.getrefcount(value)
+
     def end_cell(self, namespace: dict[str, Any], value: Any = None) -> Any:
-        """After a GPU cell: names still bound to an input's view are bound to the input itself again,
-        and one notice names the float64 arrays the cell computed with in float32. Returns the cell's
-        ``value`` the same way (the input, when it is an input's view)."""
+        """After a cell: names still bound to an input's view are bound to the input itself again, every
+        other DeviceArray the namespace holds becomes the plain ndarray viewing its memory
+        (:func:`arrays.leave_as_numpy`), and one notice names the float64 arrays the cell computed with
+        in float32. Returns the cell's ``value`` the same way."""
         def original(item: Any) -> Any:
             view, input_array = self._views.get(id(item), (None, None))
             return input_array if view is item else item
@@ -222,6 +248,9 @@ class GpuRuntime:
         for name, item in namespace.items():
             namespace[name] = original(item)
         value = original(value)
+        if self.dispatcher.made:  # (device arrays that views of arrays made in other cells keep aren't walked)
+            value = leave_as_numpy(namespace, value)
+            self.dispatcher.made = 0
         self._views = {}
         lossy = list(self.dispatcher.lossy)
         if lossy:
@@ -233,12 +262,10 @@ class GpuRuntime:
         return value
 
     def to_host(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The cell's outputs with DeviceArrays as plain numpy arrays viewing the same memory (one per
-        array, so names that share one still do). Inside containers and objects they stay: they pickle
-        as plain arrays."""
-        plain_views: dict[int, np.ndarray] = {}
-        return {name: plain_views.setdefault(id(value), plain(value)) if isinstance(value, DeviceArray) else value
-                for name, value in values.items()}
+        """``values`` with the DeviceArrays they hold as plain ndarrays (:func:`arrays.leave_as_numpy`)."""
+        values = dict(values)
+        leave_as_numpy(values)
+        return values
 
     # -- custom kernels --------------------------------------------------------------------
     def register_kernel(self, name: str, source: str) -> None:

@@ -182,7 +182,7 @@ DIMS = "array<vec4<u32>, 2>"
 
 ELEMENTWISE = UniformLayout("elementwise.wgsl Params", [
     ("n", "u32"), ("ndim", "u32"), ("flags", "u32"), ("scalar", "f32"),
-    ("shape", DIMS), ("a_strides", DIMS), ("b_strides", DIMS),
+    ("shape", DIMS), ("a_strides", DIMS), ("b_strides", DIMS), ("one", "f32"),
 ])
 REDUCE = UniformLayout("reduce.wgsl Params", [
     ("outer", "u32"), ("len", "u32"), ("inner", "u32"), ("chunks", "u32"),
