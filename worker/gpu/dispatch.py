@@ -57,7 +57,7 @@ class Dispatcher:
         self.cell_inputs: dict[str, np.ndarray] = {}
         """The running GPU cell's input arrays by name, to name them in the float64 notice."""
         self.lossy: dict[str, None] = {}
-        """Names of float64 arrays the running cell computed with in float32 (in order)."""
+        """Names of the arrays the running cell computed float64 results from in float32 (in order)."""
         self._depth = 0
         self.made = 0
         """Device arrays made since the runtime last turned them back into plain ones."""
@@ -101,9 +101,10 @@ class Dispatcher:
         return array
 
     def note_lossy(self, operands: Sequence[Any]) -> None:
-        """Remember which float64 operands were computed with in float32, for the cell's notice."""
+        """Remember the arrays a float64 result was computed from in float32, by the cell's input names
+        (or as arrays the cell made), for the cell's notice."""
         for operand in operands:
-            if isinstance(operand, np.ndarray) and operand.dtype == np.float64:
+            if isinstance(operand, np.ndarray):
                 names = [name for name, value in self.cell_inputs.items() if np.may_share_memory(value, operand)]
                 for name in names or ["arrays the cell made"]:
                     self.lossy[name] = None

@@ -254,9 +254,9 @@ class GpuRuntime:
         self._views = {}
         lossy = list(self.dispatcher.lossy)
         if lossy:
-            self.notices.say(f"{', '.join(lossy)} {'is' if len(lossy) == 1 else 'are'} float64: the GPU computed with "
-                             f"{'it' if len(lossy) == 1 else 'them'} in float32 (WebGPU has no float64), so float64 "
-                             "results hold float32 precision")
+            them = "it" if len(lossy) == 1 else "them"
+            self.notices.say(f"{', '.join(lossy)}: the GPU computed float64 results from {them} in float32 "
+                             "(WebGPU has no float64), so those results hold float32 precision")
         self.dispatcher.lossy.clear()
         self.dispatcher.cell_inputs = {}
         return value
