@@ -55,7 +55,8 @@ BINARY: dict[str, Callable[..., Any]] = {
     "copysign": np.copysign, "logaddexp": np.logaddexp, "floor_divide": np.floor_divide,
     "remainder": np.remainder, "fmod": np.fmod,
 }
-REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min,
+                                             "any": np.any, "all": np.all}
 OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose}
 
 HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **REDUCTIONS, **OTHER}

@@ -35,7 +35,8 @@ DENSE, SCALAR, ALONG = 1, 4, 16
 COMPARISONS = frozenset({"greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
                          "logical_not", "isnan", "isinf", "isfinite", "signbit"})
 """Kernels whose result is boolean, as numpy's is: they write 1.0 for true and 0.0 for false."""
-REDUCTIONS = {"sum": 0, "mean": 0, "max": 1, "min": 2}
+REDUCTIONS = {"sum": 0, "mean": 0, "max": 1, "min": 2, "any": 1, "all": 2}
+"""Reduction -> ``reduce.wgsl``'s OP: any and all are max and min of 0/1 values."""
 
 ELEMENTWISE_GROUP = 256
 THREAD_GROUP = 64

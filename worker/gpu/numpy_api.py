@@ -41,8 +41,8 @@ ELEMENTWISE_KERNELS: dict[str, str] = {
     "absolute": "abs", "true_divide": "divide",
 }
 """numpy ufunc ``__name__`` -> elementwise kernel."""
-REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min"}
-"""``np.<ufunc>.reduce`` -> reduction kernel."""
+REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min", "logical_or": "any", "logical_and": "all"}
+"""``np.<ufunc>.reduce`` -> reduction kernel (``x.any()`` and ``x.all()`` reach the logical ones)."""
 INTEGER_EXACT = frozenset({
     "add", "subtract", "multiply", "negative", "abs", "maximum", "minimum", "fmax", "fmin", "square",
     "sign", "floor", "ceil", "trunc", "rint", "fabs", "sum", "max", "min"})
@@ -305,7 +305,10 @@ def _reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs
     shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape)) if keepdims else \
         tuple(s for d, s in enumerate(x.shape) if d not in axes)
     _check_out(kwargs.get("out"), shape, dtype, "same_kind")
-    values32 = dispatcher.reduce(kernel, np.asarray(x32), axes, keepdims)
+    x32 = np.asarray(x32)
+    if kernel in ("any", "all") and x.dtype != np.bool_:  # truth values first: NaN counts as true, as in numpy
+        x32 = dispatcher.elementwise("not_equal", [x32, 0.0], x.shape)
+    values32 = dispatcher.reduce(kernel, x32, axes, keepdims)
     result = _result(dispatcher, kernel, values32, dtype, lossy, [x])
     return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
 
