@@ -15,6 +15,7 @@ cell shows of it, and what leaves the cell, is numpy's.
 
 from __future__ import annotations
 
+import sys
 from types import FunctionType, ModuleType
 from typing import Any, Callable
 
@@ -42,7 +43,7 @@ class DeviceArray(np.ndarray):
         self._enabled = getattr(obj, "_enabled", None)
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        return array_ufunc(self._dispatcher, ufunc, method, inputs, kwargs)
+        return array_ufunc(self._dispatcher, ufunc, method, inputs, kwargs, caller=sys._getframe(1))
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         return array_function(self._dispatcher, func, args, kwargs,
@@ -51,6 +52,10 @@ class DeviceArray(np.ndarray):
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickle as the plain numpy array it views, so values leave the cell as numpy arrays."""
         return plain(self).__reduce_ex__(protocol)
+
+    def dot(self, b: Any, out: Any = None) -> Any:
+        """``np.dot(self, b)``: the matmul kernel for 1-D and 2-D operands, as ``np.dot`` has."""
+        return np.dot(self, b, out=out)
 
     def __repr__(self) -> str:
         return repr(plain(self))

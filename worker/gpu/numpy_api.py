@@ -20,7 +20,9 @@ outermost operation is counted and noticed.
 
 from __future__ import annotations
 
+import linecache
 import math
+from types import FrameType
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -64,8 +66,9 @@ class Silently(Exception):
 
 # -- entry points ----------------------------------------------------------------------------
 def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inputs: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> Any:
-    """``DeviceArray.__array_ufunc__``: a kernel when it gives numpy's answer, else numpy."""
+                kwargs: dict[str, Any], *, caller: FrameType | None = None) -> Any:
+    """``DeviceArray.__array_ufunc__``: a kernel when it gives numpy's answer, else numpy. ``caller``: the
+    frame that called the ufunc (see :func:`_asks_for_an_array`)."""
     if dispatcher is None:
         return _numpy_ufunc(dispatcher, ufunc, method, inputs, kwargs)
     label = f"np.{ufunc.__name__}" if method == "__call__" else f"np.{ufunc.__name__}.{method}"
@@ -88,7 +91,19 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
             why = None
     if not dispatcher.nested:
         dispatcher.with_numpy(label, why)
-    return _numpy_ufunc(dispatcher, ufunc, method, inputs, kwargs)
+    result = _numpy_ufunc(dispatcher, ufunc, method, inputs, kwargs)
+    if method == "__call__" and isinstance(result, np.generic) and _asks_for_an_array(caller):
+        return dispatcher.wrap(np.asarray(result), _merged(dispatcher, inputs))
+    return result
+
+
+def _asks_for_an_array(caller: FrameType | None) -> bool:
+    """Whether the ufunc call being made in ``caller`` passes ``out=...``, asking for an array even when the
+    result has no dimensions: numpy drops that argument before ``__array_ufunc__`` sees it, so the call's
+    line is read (numpy's own ``_var`` and ``percentile`` ask so, and fail on a scalar)."""
+    if caller is None:
+        return False
+    return "out=..." in linecache.getline(caller.f_code.co_filename, caller.f_lineno)
 
 
 def array_function(dispatcher: Dispatcher | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -263,8 +278,8 @@ def _elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: S
                  kwargs: dict[str, Any]) -> Any:
     if set(kwargs) - UFUNC_OPTIONS or kwargs.get("where", True) is not True or kwargs.get("order", "K") != "K":
         raise NotExact("with these arguments")
-    if len(inputs) != ufunc.nin or ufunc.nout != 1:
-        raise Silently
+    if len(inputs) != ufunc.nin or ufunc.nout != 1 or kwargs.get("dtype") is not None:
+        raise Silently  # (dtype= casts the operands first: numpy's)
     values = _operands(inputs)
     try:
         options = {k: kwargs[k] for k in ("dtype", "casting") if k in kwargs}
@@ -293,6 +308,8 @@ def _reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs
         raise Silently  # numpy's rules for empty reductions (0, or an error) are the answer
     _worth_a_kernel(dispatcher, x.size)
     axis, keepdims = kwargs.get("axis", 0), bool(kwargs.get("keepdims", False))
+    if kwargs.get("dtype") not in (None, x.dtype) or axis == ():
+        raise Silently  # another dtype casts the values first; no axis reduces nothing: numpy's
     try:
         stand_in = np.ones((1,) * x.ndim, x.dtype)
         dtype = np.asarray(ufunc.reduce(stand_in, axis=axis, dtype=kwargs.get("dtype"), keepdims=keepdims)).dtype
