@@ -21,8 +21,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
     ("launch", "custom"),  # launching the built-in shaders and users' kernels
     ("matmul",),
-    ("dispatch",),  # where each operation runs; knows arrays through a Protocol
-    ("numpy_api",),  # __array_ufunc__ / __array_function__
+    ("dispatch",),  # running kernels on host values; counting what ran with numpy
+    ("numpy_kernels",),  # numpy operations as kernels, with numpy's answers
+    ("numpy_api",),  # __array_ufunc__ / __array_function__: what goes to a kernel
     ("arrays",),  # DeviceArray
     ("namespace",),  # the cell's `gpu`; knows the runtime through a Protocol
     ("runtime",),  # GpuRuntime, what the executor holds

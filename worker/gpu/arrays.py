@@ -4,7 +4,7 @@ It is a numpy ndarray (``isinstance(x, np.ndarray)``), with the dtype, values an
 array it views: a cell input is viewed in place, so item and slice assignment, in-place operators
 and views behave as in a local run. Its values are always on the host; what differs is where
 numpy's operations on it compute. Ufuncs (operators, ``np.exp``, the reductions behind
-``x.sum()``) and ``np.dot`` run as GPU kernels where that gives numpy's answer (``numpy_api.py``);
+``x.sum()``) and ``np.dot`` run as GPU kernels where that gives numpy's answer (``numpy_api.py``, ``numpy_kernels.py``);
 everything else is numpy's own code on the same values. Results are DeviceArrays too, so later
 operations on them may use kernels; a kernel's input whose values are already on the GPU (kept
 from an earlier operation or cell, found by digest) is not uploaded again.
@@ -22,7 +22,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .dispatch import Dispatcher
-from .numpy_api import array_function, array_ufunc, counted, plain
+from .numpy_api import array_function, array_ufunc, counted
+from .numpy_kernels import plain
 
 HOST_METHODS = ("argmax", "argmin", "argsort", "argpartition", "sort", "partition", "cumsum", "cumprod", "prod",
                 "any", "all", "round", "clip", "diagonal", "trace", "nonzero", "searchsorted", "std", "var",

@@ -17,7 +17,7 @@ import numpy as np
 from . import custom
 from .dispatch import Dispatcher
 from .host_ops import BINARY, UNARY
-from .numpy_api import float_kernel, plain, transpose_kernel
+from .numpy_kernels import float_kernel, plain, transpose_kernel
 
 HOST_UFUNCS = {"abs": "absolute", "relu": "maximum"}
 """Kernel names that aren't numpy's ufunc names (``gpu.relu(x)`` is ``np.maximum(x, 0)``)."""

@@ -1,42 +1,28 @@
-"""numpy's protocols for DeviceArray: which numpy operations run as kernels, with numpy's answers.
+"""numpy's protocols for DeviceArray: which numpy operations go to a kernel, and numpy for the rest.
 
 A DeviceArray is an ndarray whose values are always on the host, so anything numpy does with it
-is numpy's own answer. Only ufuncs (operators, ``np.exp``, ``x.sum()``: ndarray methods reach them
-too) and a few functions (``np.dot``) are taken to the GPU, and only when the answer comes back
-as numpy gives it:
-
-* the result has numpy's dtype (worked out by numpy itself, on empty stand-ins of the operands);
-* every operand is exact in float32 (``convert.py``), float64 aside: a GPU cell computes float64
-  in float32 and gives float64 results, and the cell's notice names those arrays;
-* boolean results come only from exact operands, and integer results only from operations that
-  are exact on integers, checked after the kernel (within ±2**24 and the dtype's range).
-
-Everything else runs numpy on the same values: silently when the cell didn't enable the kernel,
-the runtime computes with numpy, or the arrays are empty; with a one-time notice naming the
-operation and why when there is no kernel for it or these values. A numpy function without a
-kernel runs numpy's own implementation, whose ufuncs come back here and may use kernels; only the
-outermost operation is counted and noticed.
+is numpy's own answer. Ufuncs (operators, ``np.exp``, ``x.sum()``: ndarray methods reach them too)
+and the functions in :data:`FUNCTIONS` (``np.dot``) go to ``numpy_kernels``, which computes them on
+the GPU where that gives numpy's answer. Everything else runs numpy on the same values: silently
+when the cell didn't enable the kernel, the runtime computes with numpy, or numpy's answer is the
+right one without a word (empty arrays, scalars); with a one-time notice naming the operation and
+why when there is no kernel for it or these values. A numpy function without a kernel runs numpy's
+own implementation, whose ufuncs come back here and may use kernels; only the outermost operation
+is counted and noticed.
 """
 
 from __future__ import annotations
 
 import linecache
-import math
 from types import FrameType
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import launch
-from .convert import NotExact, as_float32, exact_integers, from_float32, is_lossy_float
+from . import launch, numpy_kernels
+from .convert import NotExact
 from .dispatch import Dispatcher
-from .host_ops import HOST_OPS
-
-try:  # numpy >= 2
-    from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
-except ImportError:  # numpy 1.x
-    from numpy.core.multiarray import normalize_axis_index  # type: ignore[no-redef]
-    from numpy.core.numeric import normalize_axis_tuple  # type: ignore[no-redef]
+from .numpy_kernels import Silently, merged, plain
 
 ELEMENTWISE_KERNELS: dict[str, str] = {
     **{name: name for name in (*launch.UNARY, *launch.BINARY) if isinstance(getattr(np, name, None), np.ufunc)},
@@ -45,23 +31,13 @@ ELEMENTWISE_KERNELS: dict[str, str] = {
 """numpy ufunc ``__name__`` -> elementwise kernel."""
 REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min", "logical_or": "any", "logical_and": "all"}
 """``np.<ufunc>.reduce`` -> reduction kernel (``x.any()`` and ``x.all()`` reach the logical ones)."""
-INTEGER_EXACT = frozenset({
-    "add", "subtract", "multiply", "negative", "abs", "maximum", "minimum", "fmax", "fmin", "square",
-    "sign", "floor", "ceil", "trunc", "rint", "fabs", "sum", "max", "min"})
-"""Kernels whose float32 result is the exact integer result whenever it lies within ±2**24."""
-UFUNC_OPTIONS = frozenset({"out", "casting", "subok", "dtype", "where", "order"})
-"""Keyword arguments the ufunc path understands (``where`` only as True, ``order`` only as K)."""
 QUIET_FUNCTIONS = frozenset({
     "shape", "ndim", "size", "result_type", "can_cast", "may_share_memory", "shares_memory", "reshape", "ravel",
     "transpose", "squeeze", "expand_dims", "swapaxes", "moveaxis", "broadcast_to", "broadcast_arrays",
     "atleast_1d", "atleast_2d", "atleast_3d", "copy", "empty_like", "zeros_like", "ones_like", "full_like",
-    "astype", "copyto", "ndim", "iscomplexobj", "isrealobj", "array_repr", "array_str", "array2string",
+    "astype", "copyto", "iscomplexobj", "isrealobj", "array_repr", "array_str", "array2string",
     "save", "savez", "savez_compressed", "savetxt", "flip", "fliplr", "flipud", "rot90", "roll"})
 """numpy functions that only move or describe values: nothing for a kernel to do, nothing to say."""
-
-
-class Silently(Exception):
-    """numpy computes this, without a notice (empty arrays, numpy's own errors, scalars)."""
 
 
 # -- entry points ----------------------------------------------------------------------------
@@ -79,10 +55,10 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
     elif dispatcher.active and _enabled(dispatcher, kernel, inputs):
         try:
             if kernel == "matmul":
-                return _matmul(dispatcher, inputs, kwargs)
+                return numpy_kernels.matmul(dispatcher, inputs, kwargs)
             if method == "reduce":
-                return _reduce(dispatcher, ufunc, kernel, inputs[0], kwargs)
-            return _elementwise(dispatcher, ufunc, kernel, inputs, kwargs)
+                return numpy_kernels.reduce(dispatcher, ufunc, kernel, inputs[0], kwargs)
+            return numpy_kernels.elementwise(dispatcher, ufunc, kernel, inputs, kwargs)
         except NotExact as exc:
             why = str(exc)
         except launch.Unsupported as exc:
@@ -93,7 +69,7 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
         dispatcher.with_numpy(label, why)
     result = _numpy_ufunc(dispatcher, ufunc, method, inputs, kwargs)
     if method == "__call__" and isinstance(result, np.generic) and _asks_for_an_array(caller):
-        return dispatcher.wrap(np.asarray(result), _merged(dispatcher, inputs))
+        return dispatcher.wrap(np.asarray(result), merged(dispatcher, inputs))
     return result
 
 
@@ -136,16 +112,11 @@ def counted(dispatcher: Dispatcher | None, label: str, call: Callable[[], Any]) 
 
 
 # -- values ------------------------------------------------------------------------------------
-def plain(value: Any) -> Any:
-    """A device array as the plain ndarray viewing its memory; anything else as it is."""
-    return value.view(np.ndarray) if isinstance(value, np.ndarray) and type(value) is not np.ndarray else value
-
-
 def wrapped(dispatcher: Dispatcher, result: Any, sources: Sequence[Any]) -> Any:
     """numpy's ``result`` with its new plain arrays (also in a tuple or list) as device arrays, so
     later operations on them may use kernels; the operands' own objects are returned as they are."""
     if type(result) is np.ndarray and not any(result is s for s in sources):
-        return dispatcher.wrap(result, _merged(dispatcher, sources))
+        return dispatcher.wrap(result, merged(dispatcher, sources))
     if isinstance(result, (tuple, list)) and not hasattr(result, "_fields"):
         return type(result)(wrapped(dispatcher, r, sources) for r in result)
     return result
@@ -171,236 +142,15 @@ def _kernel(ufunc: np.ufunc, method: str) -> str | None:
     return None
 
 
-def _merged(dispatcher: Dispatcher, sources: Sequence[Any]) -> frozenset[str] | None:
-    """Kernels enabled for a result: all if any source enables all, else the union."""
-    sets = [getattr(s, "_enabled", None) for s in sources if dispatcher.is_array(s)]
-    merged: frozenset[str] = frozenset()
-    for enabled in sets:
-        if enabled is None:
-            return None
-        merged |= enabled
-    return merged if sets else None
-
-
 def _enabled(dispatcher: Dispatcher, kernel: str, inputs: Sequence[Any]) -> bool:
-    enabled = _merged(dispatcher, inputs)
+    enabled = merged(dispatcher, inputs)
     return enabled is None or kernel in enabled
 
 
-def _operands(inputs: Sequence[Any]) -> list[Any]:
-    """The inputs as numpy sees them: plain arrays, numpy scalars, Python scalars (lists as arrays)."""
-    values = []
-    for value in inputs:
-        value = plain(value)
-        if isinstance(value, (list, tuple)):
-            value = np.asarray(value)
-        if not isinstance(value, (np.ndarray, np.generic, bool, int, float)):
-            raise Silently
-        values.append(value)
-    return values
-
-
-def _stand_in(value: Any) -> Any:
-    """What numpy's dtype rules see of an operand at no cost: arrays as empty ones of their dtype
-    (0-d arrays and scalars as they are, since numpy 1.x looks at their values)."""
-    return np.empty((0,), value.dtype) if isinstance(value, np.ndarray) and value.ndim else value
-
-
-def _kernel_operands(values: Sequence[Any]) -> tuple[list[np.ndarray | float], bool]:
-    """The operands as a kernel takes them (float32 arrays, Python floats for scalars), and whether
-    any is float64 (computed in float32); raises NotExact for values float32 can't hold."""
-    operands: list[np.ndarray | float] = []
-    lossy = False
-    for value in values:
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2 ** 24:
-            raise NotExact("with Python integers beyond ±2**24")
-        array = np.asarray(value)
-        lossy = lossy or (isinstance(value, (np.ndarray, np.generic)) and is_lossy_float(array.dtype))
-        values32 = as_float32(array)
-        operands.append(values32 if values32.ndim else float(values32))
-    return operands, lossy
-
-
-def _result(dispatcher: Dispatcher, kernel: str, values32: np.ndarray, dtype: np.dtype[Any], lossy: bool,
-            operands: Sequence[Any]) -> np.ndarray:
-    """float32 kernel values as numpy's ``dtype``. Raises Silently, for numpy to compute it, when integers
-    weren't exact, or a float result isn't finite: numpy's answer then (NaN, infinities, and the warning
-    numpy gives for them, such as "divide by zero") is numpy's own."""
-    if dtype.kind in "iu" and not exact_integers(values32, dtype):
-        raise Silently
-    if dtype.kind == "f" and not np.isfinite(values32).all():
-        raise Silently
-    if lossy:
-        dispatcher.note_lossy(operands)
-    return from_float32(values32, dtype)
-
-
-def _worth_a_kernel(dispatcher: Dispatcher, work: int, *operands: Any) -> None:
-    """Raise Silently when the operation is too small to pay for a kernel (numpy computes it): fewer
-    values to compute or read than the dispatcher's ``min_values``."""
-    sizes = [work, *(v.size for v in operands if isinstance(v, np.ndarray))]
-    if max(sizes) < dispatcher.min_values:
-        raise Silently
-
-
-def _check_result_dtype(kernel: str, dtype: np.dtype[Any], lossy: bool) -> None:
-    if dtype.kind == "b" and lossy:
-        raise NotExact("with float64 values (comparing in float32 could change the answer)")
-    if dtype.kind in "iu" and kernel not in INTEGER_EXACT:
-        raise NotExact(f"with {dtype} results")
-    if dtype.kind not in "biuf" or (dtype.kind == "f" and dtype.itemsize not in (4, 8)):
-        raise NotExact(f"with {dtype} results")
-
-
-def _deliver(dispatcher: Dispatcher, result: np.ndarray, out: tuple[Any, ...] | None, casting: str,
-             sources: Sequence[Any]) -> Any:
-    """The result as numpy returns it: written into ``out`` (returned), else a device array (a
-    numpy scalar when it has no dimensions)."""
-    if out is not None:
-        np.copyto(plain(out[0]), result, casting=casting)  # type: ignore[arg-type]
-        return out[0]
-    if result.ndim == 0:
-        return result[()]
-    return dispatcher.wrap(result, _merged(dispatcher, sources))
-
-
-def _check_out(out: tuple[Any, ...] | None, shape: tuple[int, ...], dtype: np.dtype[Any], casting: str) -> None:
-    """numpy answers (or raises) for an ``out=`` that isn't one array of the result's shape it can take."""
-    if out is None:
-        return
-    if len(out) != 1 or not isinstance(out[0], np.ndarray) or out[0].shape != shape \
-            or not np.can_cast(dtype, out[0].dtype, casting) or not out[0].flags.writeable:  # type: ignore[arg-type]
-        raise Silently
-
-
-# -- the kernels -------------------------------------------------------------------------------
-def _elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: Sequence[Any],
-                 kwargs: dict[str, Any]) -> Any:
-    if set(kwargs) - UFUNC_OPTIONS or kwargs.get("where", True) is not True or kwargs.get("order", "K") != "K":
-        raise NotExact("with these arguments")
-    if len(inputs) != ufunc.nin or ufunc.nout != 1 or kwargs.get("dtype") is not None:
-        raise Silently  # (dtype= casts the operands first: numpy's)
-    values = _operands(inputs)
-    try:
-        options = {k: kwargs[k] for k in ("dtype", "casting") if k in kwargs}
-        dtype = np.asarray(ufunc(*(_stand_in(v) for v in values), **options)).dtype
-        shape = tuple(np.broadcast_shapes(*(np.shape(v) for v in values)))
-    except Exception:  # numpy's own error: numpy raises it
-        raise Silently from None
-    if 0 in shape or not shape or sum(1 for v in values if not (isinstance(v, np.ndarray) and v.ndim)) > 1:
-        raise Silently  # empty, scalar, or two scalars: nothing worth a kernel
-    _worth_a_kernel(dispatcher, math.prod(shape), *values)
-    operands, lossy = _kernel_operands(values)
-    lossy = lossy or is_lossy_float(dtype)
-    _check_result_dtype(kernel, dtype, lossy)
-    casting = kwargs.get("casting", "same_kind")
-    _check_out(kwargs.get("out"), shape, dtype, casting)
-    values32 = dispatcher.elementwise(kernel, operands, shape)
-    result = _result(dispatcher, kernel, values32, dtype, lossy, values)
-    return _deliver(dispatcher, result, kwargs.get("out"), casting, inputs)
-
-
-def _reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs: dict[str, Any]) -> Any:
-    if set(kwargs) - {"axis", "dtype", "out", "keepdims", "where"} or kwargs.get("where", True) is not True:
-        raise NotExact("with these arguments")
-    x = plain(x)
-    if not isinstance(x, np.ndarray) or x.size == 0 or x.ndim == 0:
-        raise Silently  # numpy's rules for empty reductions (0, or an error) are the answer
-    _worth_a_kernel(dispatcher, x.size)
-    axis, keepdims = kwargs.get("axis", 0), bool(kwargs.get("keepdims", False))
-    if kwargs.get("dtype") not in (None, x.dtype) or axis == ():
-        raise Silently  # another dtype casts the values first; no axis reduces nothing: numpy's
-    try:
-        stand_in = np.ones((1,) * x.ndim, x.dtype)
-        dtype = np.asarray(ufunc.reduce(stand_in, axis=axis, dtype=kwargs.get("dtype"), keepdims=keepdims)).dtype
-        axes = tuple(range(x.ndim)) if axis is None else normalize_axis_tuple(axis, x.ndim)
-    except Exception:
-        raise Silently from None
-    (x32,), lossy = _kernel_operands([x])
-    lossy = lossy or is_lossy_float(dtype)
-    _check_result_dtype(kernel, dtype, lossy)
-    shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape)) if keepdims else \
-        tuple(s for d, s in enumerate(x.shape) if d not in axes)
-    _check_out(kwargs.get("out"), shape, dtype, "same_kind")
-    x32 = np.asarray(x32)
-    if kernel in ("any", "all") and x.dtype != np.bool_:  # truth values first: NaN counts as true, as in numpy
-        x32 = dispatcher.elementwise("not_equal", [x32, 0.0], x.shape)
-    values32 = dispatcher.reduce(kernel, x32, axes, keepdims)
-    result = _result(dispatcher, kernel, values32, dtype, lossy, [x])
-    return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
-
-
-def _matmul(dispatcher: Dispatcher, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-    if set(kwargs) - {"out"} or len(inputs) != 2:
-        raise NotExact("with these arguments")
-    a, b = (plain(v) for v in inputs)
-    if not all(isinstance(v, np.ndarray) and v.ndim for v in (a, b)):
-        raise Silently  # numpy's error for scalars
-    dtype = np.result_type(a.dtype, b.dtype)
-    if dtype.kind != "f" or dtype.itemsize not in (4, 8):
-        raise NotExact(f"with {dtype} arrays")
-    a2_shape = (1,) + a.shape if a.ndim == 1 else a.shape
-    b2_shape = b.shape + (1,) if b.ndim == 1 else b.shape
-    try:
-        batch = tuple(np.broadcast_shapes(a2_shape[:-2], b2_shape[:-2]))
-    except ValueError:
-        raise Silently from None
-    if a2_shape[-1] != b2_shape[-2]:
-        raise Silently
-    shape = batch + a2_shape[-2:-1] * (a.ndim > 1) + b2_shape[-1:] * (b.ndim > 1)
-    if 0 in shape or a2_shape[-1] == 0:
-        raise Silently
-    _worth_a_kernel(dispatcher, math.prod(shape) * a2_shape[-1], a, b)
-    (a32, b32), lossy = _kernel_operands([a, b])
-    _check_out(kwargs.get("out"), shape, dtype, "same_kind")
-    values32 = dispatcher.matmul(np.asarray(a32), np.asarray(b32))
-    result = _result(dispatcher, "matmul", values32, dtype, lossy, [a, b])
-    return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", inputs)
-
-
-def _dot(dispatcher: Dispatcher, a: Any, b: Any, out: Any = None) -> Any:
-    if out is not None or not all(isinstance(v, np.ndarray) and 1 <= v.ndim <= 2 for v in (a, b)):
-        raise Silently
-    return _matmul(dispatcher, (a, b), {})  # numpy's dot and matmul agree on 1-D and 2-D operands
-
-
-FUNCTIONS: dict[Any, Callable[..., Any]] = {np.dot: _dot}
+FUNCTIONS: dict[Any, Callable[..., Any]] = {np.dot: numpy_kernels.dot}
 """numpy functions (not ufuncs) with a kernel of their own."""
 
 
-# -- kernels numpy has no function for: gpu.sigmoid, gpu.softmax, gpu.transpose ----------------
-def float_kernel(dispatcher: Dispatcher, kernel: str, x: Any, *args: Any) -> Any:
-    """Kernel ``sigmoid`` or ``softmax`` (``args``: its axis): float results, in ``x``'s float dtype
-    (float32 for other dtypes)."""
-    x = plain(np.asarray(x))
-    dtype = np.result_type(x.dtype, np.float32)
-    try:
-        if not dispatcher.active or x.size == 0 or x.ndim == 0:
-            raise Silently
-        (operand,), lossy = _kernel_operands([x])
-        x32 = np.asarray(operand)
-        if kernel == "softmax":
-            values32 = dispatcher.softmax(x32, normalize_axis_index(args[0] if args else -1, x.ndim))
-        else:
-            values32 = dispatcher.elementwise(kernel, [x32], x.shape)
-        return dispatcher.wrap(_result(dispatcher, kernel, values32, dtype, lossy, [x]))
-    except (NotExact, Silently, launch.Unsupported) as exc:
-        dispatcher.with_numpy(f"gpu.{kernel}", str(exc) or None)
-        return dispatcher.wrap(np.asarray(HOST_OPS[kernel](x, *args), dtype))
-
-
-def transpose_kernel(dispatcher: Dispatcher, x: Any, axes: tuple[int, ...] | None) -> Any:
-    """``x`` with its axes permuted as a new contiguous array: the transpose kernel for float32 data."""
-    x = plain(np.asarray(x))
-    order = tuple(reversed(range(x.ndim))) if axes is None else normalize_axis_tuple(axes, x.ndim)
-    if len(order) != x.ndim:
-        raise ValueError("axes don't match array")
-    if dispatcher.active and x.dtype == np.float32 and x.size and order != tuple(range(x.ndim)):
-        try:
-            return dispatcher.wrap(dispatcher.transpose(x, order))
-        except launch.Unsupported:
-            pass
-    return dispatcher.wrap(np.ascontiguousarray(np.transpose(x, order)))
 
 
 def _qualified(func: Any) -> str:
