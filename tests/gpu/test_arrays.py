@@ -89,7 +89,7 @@ def test_enabled_kernels_only_run_on_the_gpu(runtime: GpuRuntime, rng: np.random
     assert isinstance(c, DeviceArray) and isinstance(h, np.ndarray)
     assert rel_err(h, np.maximum(a.astype(np.float64) @ b, 0).sum(axis=1)) < MATMUL_TOL
     stats = runtime.take_stats()
-    assert stats["kernels"] == {"matmul": 1} and stats["numpy"] == {"np.maximum": 1, "np.add.reduce": 1}
+    assert stats["kernels"] == {"matmul": 1} and stats["numpy"] == {"np.maximum": 1, "np.sum": 1}
     assert "remote-magic" not in capfd.readouterr().err
     with pytest.raises(GpuError, match="unknown kernel 'matmull'"):
         runtime.to_device({"A": a}, ["matmull"])

@@ -31,6 +31,10 @@ ELEMENTWISE_KERNELS: dict[str, str] = {
 """numpy ufunc ``__name__`` -> elementwise kernel."""
 REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min", "logical_or": "any", "logical_and": "all"}
 """``np.<ufunc>.reduce`` -> reduction kernel (``x.any()`` and ``x.all()`` reach the logical ones)."""
+METHOD_NAMES = {("add", "reduce"): "sum", ("maximum", "reduce"): "max", ("minimum", "reduce"): "min",
+                ("multiply", "reduce"): "prod", ("logical_or", "reduce"): "any", ("logical_and", "reduce"): "all",
+                ("add", "accumulate"): "cumsum", ("multiply", "accumulate"): "cumprod"}
+"""A ufunc method as the numpy function it does, for counters and notices."""
 QUIET_FUNCTIONS = frozenset({
     "shape", "ndim", "size", "result_type", "can_cast", "may_share_memory", "shares_memory", "reshape", "ravel",
     "transpose", "squeeze", "expand_dims", "swapaxes", "moveaxis", "broadcast_to", "broadcast_arrays",
@@ -47,7 +51,7 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
     frame that called the ufunc (see :func:`_asks_for_an_array`)."""
     if dispatcher is None:
         return _numpy_ufunc(dispatcher, ufunc, method, inputs, kwargs)
-    label = f"np.{ufunc.__name__}" if method == "__call__" else f"np.{ufunc.__name__}.{method}"
+    label = _label(ufunc, method)
     kernel = _kernel(ufunc, method)
     why: str | None = None
     if kernel is None:
@@ -71,6 +75,14 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
     if method == "__call__" and isinstance(result, np.generic) and _asks_for_an_array(caller):
         return dispatcher.wrap(np.asarray(result), merged(dispatcher, inputs))
     return result
+
+
+def _label(ufunc: np.ufunc, method: str) -> str:
+    """How counters and notices name a ufunc call: as the code that makes it is written (``np.sum`` for
+    ``x.sum()``, ``np.add.reduce`` and ``np.sum(x)``; ``np.cumsum`` for ``np.add.accumulate``)."""
+    if method == "__call__":
+        return f"np.{ufunc.__name__}"
+    return f"np.{METHOD_NAMES.get((ufunc.__name__, method), f'{ufunc.__name__}.{method}')}"
 
 
 def _asks_for_an_array(caller: FrameType | None) -> bool:
