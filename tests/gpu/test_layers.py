@@ -19,8 +19,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device
     ("pipelines", "resident", "tab_device"),
     ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
-    ("launch", "custom"),  # launching the built-in shaders and users' kernels
-    ("matmul",),
+    ("launch", "custom", "sort", "arg_reduce", "scan"),  # launching the built-in shaders and users' kernels
+    ("matmul", "select"),  # kernels built on launch
     ("dispatch",),  # running kernels on host values; counting what ran with numpy
     ("numpy_kernels",),  # numpy operations as kernels, with numpy's answers
     ("numpy_api",),  # __array_ufunc__ / __array_function__: what goes to a kernel

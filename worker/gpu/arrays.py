@@ -22,10 +22,10 @@ from typing import Any, Callable
 import numpy as np
 
 from .dispatch import Dispatcher
-from .numpy_api import array_function, array_ufunc, counted
-from .numpy_kernels import plain
+from .numpy_api import array_function, array_ufunc, counted, with_kernel
+from .numpy_kernels import arg_extreme, plain, sort
 
-HOST_METHODS = ("argmax", "argmin", "argsort", "argpartition", "sort", "partition", "cumsum", "cumprod", "prod",
+HOST_METHODS = ("argsort", "argpartition", "partition", "cumsum", "cumprod", "prod",
                 "any", "all", "round", "clip", "diagonal", "trace", "nonzero", "searchsorted", "std", "var",
                 "repeat", "take", "choose", "compress")
 """ndarray methods counted in the cell's stats: numpy computes them (std and var through ufuncs,
@@ -53,6 +53,26 @@ class DeviceArray(np.ndarray):
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickle as the plain numpy array it views, so values leave the cell as numpy arrays."""
         return plain(self).__reduce_ex__(protocol)
+
+    def argmax(self, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Any:
+        """numpy's argmax: the arg_reduce kernel where it gives numpy's answer."""
+        return with_kernel(self._dispatcher, "argmax", "ndarray.argmax",
+                           lambda d: arg_extreme(d, "argmax", self, axis, out, keepdims=keepdims),
+                           lambda: np.ndarray.argmax(self, axis, out, keepdims=keepdims), self)
+
+    def argmin(self, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Any:
+        """numpy's argmin: the arg_reduce kernel where it gives numpy's answer."""
+        return with_kernel(self._dispatcher, "argmin", "ndarray.argmin",
+                           lambda d: arg_extreme(d, "argmin", self, axis, out, keepdims=keepdims),
+                           lambda: np.ndarray.argmin(self, axis, out, keepdims=keepdims), self)
+
+    def sort(self, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> None:
+        """numpy's sort, in place: the sort kernel where it gives numpy's answer."""
+        def on_gpu(dispatcher: Dispatcher) -> None:
+            np.copyto(plain(self), plain(sort(dispatcher, self, axis, kind, order, stable=stable)))
+
+        with_kernel(self._dispatcher, "sort", "ndarray.sort", on_gpu,
+                    lambda: np.ndarray.sort(self, axis, kind, order, stable=stable), self)
 
     def dot(self, b: Any, out: Any = None) -> Any:
         """``np.dot(self, b)``: the matmul kernel for 1-D and 2-D operands, as ``np.dot`` has."""

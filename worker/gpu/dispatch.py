@@ -22,7 +22,7 @@ import numpy as np
 
 from remote_magic.errors import GpuError
 
-from . import launch
+from . import arg_reduce, launch, scan, select, sort
 from .context import DeviceContext
 from .matmul import matmul as matmul_kernel
 from .memory import Allocation
@@ -155,6 +155,35 @@ class Dispatcher:
                                      for op in operands]
         alloc = launch.elementwise(ctx, name, ops, out_shape)
         return self._download(ctx, alloc, out_shape)
+
+    def select(self, name: str, operands: Sequence[Operand], out_shape: tuple[int, ...]) -> np.ndarray:
+        """``where(cond, a, b)`` or ``clip(x, lo, hi)`` (``name``) on three operands broadcast to ``out_shape``."""
+        ctx = self.ctx
+        ops: list[launch.Operand] = [op if isinstance(op, float) else (self._upload(ctx, op), op.shape)
+                                     for op in operands]
+        first, second, third = ops
+        launch_select = select.where if name == "where" else select.clip
+        alloc = launch_select(ctx, first, second, third, out_shape)
+        return self._download(ctx, alloc, out_shape)
+
+    def along(self, name: str, x: np.ndarray, axis: int) -> np.ndarray:
+        """``argmax``/``argmin`` (int64 indices, without the axis) or ``cumsum``/``cumprod`` (float32, x's
+        shape) of a non-empty float32 array along ``axis``."""
+        ctx = self.ctx
+        outer, length, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+        if name in ("cumsum", "cumprod"):
+            return self._download(ctx, scan.scan(ctx, name, self._upload(ctx, x), outer, length, inner), x.shape)
+        alloc = arg_reduce.arg_reduce(ctx, name, self._upload(ctx, x), outer, length, inner)
+        return arg_reduce.download_indices(ctx, alloc, outer * inner).reshape(x.shape[:axis] + x.shape[axis + 1:])
+
+    def sort(self, x: np.ndarray, *, indices: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """A non-empty float32 array sorted along its last axis as numpy's stable sort, and with
+        ``indices`` the int64 indices that sort it."""
+        ctx = self.ctx
+        rows, length = math.prod(x.shape[:-1]), x.shape[-1]
+        values, order = sort.sort(ctx, self._upload(ctx, x), rows, length, indices=indices)
+        sorted_indices = sort.download_indices(ctx, order, x.size).reshape(x.shape) if order is not None else None
+        return self._download(ctx, values, x.shape), sorted_indices
 
     def reduce(self, name: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         """Reduction ``name`` (sum, max, min) of a non-empty float32 array over ``axes``."""

@@ -55,18 +55,21 @@ BINARY: dict[str, Callable[..., Any]] = {
     "copysign": np.copysign, "logaddexp": np.logaddexp, "floor_divide": np.floor_divide,
     "remainder": np.remainder, "fmod": np.fmod,
 }
+TERNARY: dict[str, Callable[..., Any]] = {"where": np.where, "clip": np.clip}
 REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min,
-                                             "any": np.any, "all": np.all}
-OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose}
+                                             "any": np.any, "all": np.all, "argmax": np.argmax, "argmin": np.argmin,
+                                             "cumsum": np.cumsum, "cumprod": np.cumprod}
+OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose,
+                                        "sort": np.sort}
 
-HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **REDUCTIONS, **OTHER}
+HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **TERNARY, **REDUCTIONS, **OTHER}
 """Every built-in kernel name, mapped to its numpy implementation."""
 
 KERNEL_NAMES: tuple[str, ...] = tuple(HOST_OPS)
 """Names of the built-in kernels (what ``kernels=[...]`` may list, and what stats count)."""
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "elementwise": tuple(UNARY) + tuple(BINARY),
+    "elementwise": tuple(UNARY) + tuple(BINARY) + tuple(TERNARY),
     "reductions": tuple(REDUCTIONS),
     "all": KERNEL_NAMES,
 }

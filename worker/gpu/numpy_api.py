@@ -26,10 +26,12 @@ from .numpy_kernels import Silently, merged, plain
 
 ELEMENTWISE_KERNELS: dict[str, str] = {
     **{name: name for name in (*launch.UNARY, *launch.BINARY) if isinstance(getattr(np, name, None), np.ufunc)},
-    "absolute": "abs", "true_divide": "divide",
+    "absolute": "abs", "true_divide": "divide", "clip": "clip",
 }
 """numpy ufunc ``__name__`` -> elementwise kernel."""
 REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min", "logical_or": "any", "logical_and": "all"}
+ACCUMULATE_KERNELS = {"add": "cumsum", "multiply": "cumprod"}
+"""``np.<ufunc>.accumulate`` (what ``np.cumsum`` and ``np.cumprod`` run) -> scan kernel."""
 """``np.<ufunc>.reduce`` -> reduction kernel (``x.any()`` and ``x.all()`` reach the logical ones)."""
 METHOD_NAMES = {("add", "reduce"): "sum", ("maximum", "reduce"): "max", ("minimum", "reduce"): "min",
                 ("multiply", "reduce"): "prod", ("logical_or", "reduce"): "any", ("logical_and", "reduce"): "all",
@@ -62,6 +64,8 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
                 return numpy_kernels.matmul(dispatcher, inputs, kwargs)
             if method == "reduce":
                 return numpy_kernels.reduce(dispatcher, ufunc, kernel, inputs[0], kwargs)
+            if method == "accumulate":
+                return numpy_kernels.accumulate(dispatcher, ufunc, kernel, inputs[0], kwargs)
             return numpy_kernels.elementwise(dispatcher, ufunc, kernel, inputs, kwargs)
         except NotExact as exc:
             why = str(exc)
@@ -101,13 +105,25 @@ def array_function(dispatcher: Dispatcher | None, func: Any, args: tuple[Any, ..
     name = getattr(func, "__name__", "function")
     if dispatcher is None or name in QUIET_FUNCTIONS:
         return numpy_implementation()
-    handler = FUNCTIONS.get(func)
-    if handler is not None and dispatcher.active:
+    kernel, handler = FUNCTIONS.get(func, ("", None))
+    if handler is not None and dispatcher.active and _enabled(dispatcher, kernel, args):
         try:
             return handler(dispatcher, *args, **kwargs)
         except (NotExact, Silently, launch.Unsupported, TypeError):
             pass  # numpy's implementation answers (and raises numpy's errors)
     return wrapped(dispatcher, counted(dispatcher, _qualified(func), numpy_implementation), args)
+
+
+def with_kernel(dispatcher: Dispatcher | None, kernel: str, label: str, on_gpu: Callable[[Dispatcher], Any],
+                with_numpy: Callable[[], Any], operand: Any) -> Any:
+    """An operation numpy has no ufunc for but a kernel does (``x.argmax()``, ``x.sort()``): ``on_gpu`` gives
+    numpy's answer with the kernel or raises; then ``with_numpy`` does, counted under ``label`` and said once."""
+    if dispatcher is not None and dispatcher.active and _enabled(dispatcher, kernel, (operand,)):
+        try:
+            return on_gpu(dispatcher)
+        except (NotExact, Silently, launch.Unsupported, TypeError):
+            pass
+    return counted(dispatcher, label, with_numpy)
 
 
 def counted(dispatcher: Dispatcher | None, label: str, call: Callable[[], Any]) -> Any:
@@ -151,6 +167,8 @@ def _kernel(ufunc: np.ufunc, method: str) -> str | None:
         return "matmul" if ufunc is np.matmul else ELEMENTWISE_KERNELS.get(ufunc.__name__)
     if method == "reduce":
         return REDUCE_KERNELS.get(ufunc.__name__)
+    if method == "accumulate":
+        return ACCUMULATE_KERNELS.get(ufunc.__name__)
     return None
 
 
@@ -159,8 +177,10 @@ def _enabled(dispatcher: Dispatcher, kernel: str, inputs: Sequence[Any]) -> bool
     return enabled is None or kernel in enabled
 
 
-FUNCTIONS: dict[Any, Callable[..., Any]] = {np.dot: numpy_kernels.dot}
-"""numpy functions (not ufuncs) with a kernel of their own."""
+FUNCTIONS: dict[Any, tuple[str, Callable[..., Any]]] = {
+    np.dot: ("matmul", numpy_kernels.dot), np.where: ("where", numpy_kernels.where),
+    np.sort: ("sort", numpy_kernels.sort), np.argsort: ("sort", numpy_kernels.argsort)}
+"""numpy functions (not ufuncs) with a kernel of their own: its name, and what runs it."""
 
 
 

@@ -35,7 +35,8 @@ except ImportError:  # numpy 1.x
 
 INTEGER_EXACT = frozenset({
     "add", "subtract", "multiply", "negative", "abs", "maximum", "minimum", "fmax", "fmin", "square",
-    "sign", "floor", "ceil", "trunc", "rint", "fabs", "sum", "max", "min"})
+    "sign", "floor", "ceil", "trunc", "rint", "fabs", "sum", "max", "min", "where", "clip", "cumsum", "cumprod",
+    "sort"})
 """Kernels whose float32 result is the exact integer result whenever it lies within ±2**24."""
 
 UFUNC_OPTIONS = frozenset({"out", "casting", "subok", "dtype", "where", "order"})
@@ -164,17 +165,58 @@ def elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: Se
         shape = tuple(np.broadcast_shapes(*(np.shape(v) for v in values)))
     except Exception:  # numpy's own error: numpy raises it
         raise Silently from None
-    if 0 in shape or not shape or sum(1 for v in values if not (isinstance(v, np.ndarray) and v.ndim)) > 1:
-        raise Silently  # empty, scalar, or two scalars: nothing worth a kernel
+    scalars = sum(1 for v in values if not (isinstance(v, np.ndarray) and v.ndim))
+    if 0 in shape or not shape or (scalars > 1 and kernel != "clip"):
+        raise Silently  # empty, scalar, or two scalars (one place in the uniform): nothing worth a kernel
     _worth_a_kernel(dispatcher, math.prod(shape), *values)
     operands, lossy = _kernel_operands(values)
     lossy = lossy or is_lossy_float(dtype)
     _check_result_dtype(kernel, dtype, lossy)
     casting = kwargs.get("casting", "same_kind")
     _check_out(kwargs.get("out"), shape, dtype, casting)
-    values32 = dispatcher.elementwise(kernel, operands, shape)
+    if kernel == "clip":
+        values32 = _clip(dispatcher, operands, shape, lossy)
+    else:
+        values32 = dispatcher.elementwise(kernel, operands, shape)
     result = _result(dispatcher, kernel, values32, dtype, lossy, values)
     return _deliver(dispatcher, result, kwargs.get("out"), casting, inputs)
+
+
+def _clip(dispatcher: Dispatcher, operands: Sequence[np.ndarray | float], shape: tuple[int, ...],
+          lossy: bool) -> np.ndarray:
+    """numpy's clip, for bounds that are single values: numpy runs another loop for bound arrays, and which
+    one it picks for a shape depends on its buffering, so only here is its choice of zero in a tie
+    (``clip(0.0, -0.0, 1.0)``) known. float64 is numpy's: clipping computes nothing a float32 copy
+    would do faster, and it would lose digits."""
+    if lossy or any(isinstance(bound, np.ndarray) and bound.size != 1 for bound in operands[1:]):
+        raise Silently
+    bounds = [bound if isinstance(bound, float) else float(bound.reshape(())) for bound in operands[1:]]
+    return dispatcher.select("clip", [operands[0], *bounds], shape)
+
+
+def where(dispatcher: Dispatcher, condition: Any, x: Any = None, y: Any = None) -> Any:
+    """``np.where(condition, x, y)``, the select kernel: ``x`` where ``condition`` is true (nonzero, or
+    NaN), else ``y``. Only for operands float32 holds exactly (float64 is numpy's: selecting computes
+    nothing, and a float32 copy would lose digits); then the result, whatever its dtype, is exact."""
+    if x is None or y is None:
+        raise Silently  # one argument: np.nonzero
+    values = _operands([condition, x, y])
+    try:
+        dtype = np.where(*(_stand_in(v) for v in values)).dtype
+        shape = tuple(np.broadcast_shapes(*(np.shape(v) for v in values)))
+    except Exception:
+        raise Silently from None
+    if 0 in shape or not shape:
+        raise Silently
+    _worth_a_kernel(dispatcher, math.prod(shape), *values)
+    (cond32,), _ = _kernel_operands(values[:1])
+    choices, lossy = _kernel_operands(values[1:])
+    if lossy:
+        raise Silently
+    _check_result_dtype("where", dtype, lossy)
+    values32 = dispatcher.select("where", [cond32, *choices], shape)
+    return _deliver(dispatcher, _result(dispatcher, "where", values32, dtype, lossy, values), None, "same_kind",
+                    [condition, x, y])
 
 
 def reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs: dict[str, Any]) -> Any:
@@ -205,6 +247,91 @@ def reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs:
     values32 = dispatcher.reduce(kernel, x32, axes, keepdims)
     result = _result(dispatcher, kernel, values32, dtype, lossy, [x])
     return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
+
+
+def accumulate(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs: dict[str, Any]) -> Any:
+    """``np.add.accumulate`` and ``np.multiply.accumulate`` (what ``np.cumsum``, ``np.cumprod`` and the
+    methods run) along one axis: the scan kernel. A dtype= other than x's own is numpy's, but for
+    integers widened to a wider integer (``x.cumsum()`` of int32 asks for int64), which changes no value."""
+    if set(kwargs) - {"axis", "dtype", "out"}:
+        raise NotExact("with these arguments")
+    x = plain(x)
+    if not isinstance(x, np.ndarray) or x.size == 0 or x.ndim == 0:
+        raise Silently
+    _worth_a_kernel(dispatcher, x.size)
+    wanted = kwargs.get("dtype")
+    if wanted is not None and np.dtype(wanted) != x.dtype and not (
+            x.dtype.kind in "biu" and np.dtype(wanted).kind in "iu" and np.can_cast(x.dtype, wanted, "safe")):
+        raise Silently
+    try:
+        dtype = ufunc.accumulate(np.ones(1, x.dtype), dtype=wanted).dtype
+        axis = normalize_axis_index(kwargs.get("axis", 0), x.ndim)
+    except Exception:
+        raise Silently from None
+    (x32,), lossy = _kernel_operands([x])
+    lossy = lossy or is_lossy_float(dtype)
+    _check_result_dtype(kernel, dtype, lossy)
+    _check_out(kwargs.get("out"), x.shape, dtype, "same_kind")
+    values32 = dispatcher.along(kernel, np.asarray(x32), axis)
+    result = _result(dispatcher, kernel, values32, dtype, lossy, [x])
+    return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
+
+
+def arg_extreme(dispatcher: Dispatcher, kernel: str, x: Any, axis: Any = None, out: Any = None, *,
+                keepdims: bool = False) -> Any:
+    """``x.argmax()``/``x.argmin()`` (``kernel``), and ``np.argmax``/``np.argmin``, which call them: the
+    first index of the extreme, a NaN counting as one, as numpy's. float64 is numpy's: two values
+    float32 rounds alike would tie, and the first index could change."""
+    x = plain(x)
+    if out is not None or not isinstance(x, np.ndarray) or x.size == 0 or x.ndim == 0:
+        raise Silently
+    _worth_a_kernel(dispatcher, x.size)
+    try:
+        index = None if axis is None else normalize_axis_index(axis, x.ndim)
+    except Exception:
+        raise Silently from None
+    (x32,), lossy = _kernel_operands([x])
+    if lossy:
+        raise Silently
+    values = np.asarray(x32)
+    indices = dispatcher.along(kernel, values.reshape(-1) if index is None else values, 0 if index is None else index)
+    if keepdims:
+        indices = indices.reshape((1,) * x.ndim) if index is None else np.expand_dims(indices, index)
+    return _deliver(dispatcher, indices, None, "same_kind", [x])
+
+
+def sort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
+         stable: Any = None, indices: bool = False) -> Any:
+    """``np.sort`` (and with ``indices``, ``np.argsort``) along the last axis or of the flattened array:
+    the sort kernel, whose order is numpy's stable sort. So argsort runs it only when asked for a
+    stable one (``kind="stable"``): numpy's default may order equal values otherwise. float64 is numpy's
+    (a float32 copy would lose digits and make ties)."""
+    a = plain(a)
+    if order is not None or not isinstance(a, np.ndarray) or a.size == 0 or a.ndim == 0:
+        raise Silently
+    if indices and not (kind == "stable" or stable is True):
+        raise Silently
+    flat = axis is None
+    if not flat and normalize_axis_index(axis, a.ndim) != a.ndim - 1:
+        raise Silently
+    _worth_a_kernel(dispatcher, a.size)
+    (a32,), lossy = _kernel_operands([a])
+    if lossy:
+        raise Silently
+    values32 = np.asarray(a32)
+    if not (kind == "stable" or stable is True) and values32.dtype.kind == "f" and (
+            np.signbit(values32) & (values32 == 0)).any():
+        raise Silently  # numpy's default sort may put -0.0 after an equal 0.0; the stable one never does
+    values32, order_found = dispatcher.sort(values32.reshape(-1) if flat else values32, indices=indices)
+    if order_found is not None:
+        return _deliver(dispatcher, order_found, None, "same_kind", [a])
+    return _deliver(dispatcher, _result(dispatcher, "sort", values32, a.dtype, lossy, [a]), None, "same_kind", [a])
+
+
+def argsort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
+            stable: Any = None) -> Any:
+    """``np.argsort(a, kind="stable")``: :func:`sort`'s indices."""
+    return sort(dispatcher, a, axis, kind, order, stable=stable, indices=True)
 
 
 def matmul(dispatcher: Dispatcher, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:

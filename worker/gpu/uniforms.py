@@ -204,8 +204,30 @@ MATMUL = UniformLayout("matmul.wgsl Params", [
     ("tiles_n", "u32"), ("tiles_m", "u32"), ("c_bstride", "u32"), ("_pad", "u32"),
     ("batch_shape", DIMS), ("a_bstride", DIMS), ("b_bstride", DIMS),
 ])
+SORT = UniformLayout("sort.wgsl Params", [
+    ("rows", "u32"), ("len", "u32"), ("shift", "u32"), ("total", "u32"),
+    ("k", "u32"), ("j", "u32"), ("steps", "u32"), ("flags", "u32"),
+])
+SELECT = UniformLayout("select.wgsl Params", [
+    ("n", "u32"), ("ndim", "u32"), ("flags", "u32"), ("a_bits", "u32"),
+    ("b_bits", "u32"), ("c_bits", "u32"), ("_pad1", "u32"), ("_pad2", "u32"),
+    ("shape", DIMS), ("a_strides", DIMS), ("b_strides", DIMS), ("c_strides", DIMS),
+])
+
+ARG_REDUCE = UniformLayout("arg_reduce.wgsl Params", [
+    ("outer", "u32"), ("len", "u32"), ("inner", "u32"), ("chunks", "u32"),
+    ("chunk", "u32"), ("count", "u32"), ("idx_in", "u32"), ("idx_out", "u32"),
+])
+SCAN = UniformLayout("scan.wgsl Params", [
+    ("outer", "u32"), ("len", "u32"), ("inner", "u32"), ("chunks", "u32"),
+    ("chunk", "u32"), ("count", "u32"), ("lo_in", "u32"), ("lo_out", "u32"),
+    ("carried", "u32"), ("carry_lo", "u32"), ("one", "f32"), ("quads", "u32"),
+])
 
 LAYOUTS: Mapping[str, UniformLayout] = {
     "elementwise": ELEMENTWISE, "reduce": REDUCE, "softmax": SOFTMAX, "transpose": TRANSPOSE, "matmul": MATMUL,
+    "sort": SORT,
+    "select": SELECT,
+    "arg_reduce": ARG_REDUCE, "scan": SCAN,
 }
 """Built-in shader file (``shaders/NAME.wgsl``) -> the layout of its ``var<uniform>``."""
