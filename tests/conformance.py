@@ -308,6 +308,21 @@ def _shallow_difference(a: Any, b: Any, where: str) -> str | None:
     return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
 
 
+def _close_pandas(a: Any, b: Any) -> bool:
+    """Two Series or DataFrames alike but for floats within RTOL and ATOL: index, columns and dtypes equal,
+    other values equal."""
+    import pandas
+
+    check = pandas.testing.assert_frame_equal if isinstance(a, pandas.DataFrame) else pandas.testing.assert_series_equal
+    numbers = a.select_dtypes("number") if isinstance(a, pandas.DataFrame) else a
+    largest = float(abs(numbers.to_numpy(dtype=float, na_value=0.0)).max(initial=0.0)) if len(numbers) else 0.0
+    try:
+        check(a, b, check_exact=False, rtol=RTOL, atol=ATOL * max(1.0, largest))
+    except (AssertionError, TypeError, ValueError):
+        return False
+    return True
+
+
 def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None = None, depth: int = 0,
                close: bool = False) -> str | None:
     """Why two values (one from each run) differ, or None. Structural: classes match by name, since
@@ -358,7 +373,8 @@ def difference(a: Any, b: Any, path: str = "", seen: set[tuple[int, int]] | None
         equal = _ADDRESS.sub("", repr(a)) == _ADDRESS.sub("", repr(b))
         return None if equal else f"{where}: {_clip(a)} locally, {_clip(b)} after offloading"
     if module == "pandas" and hasattr(a, "equals"):
-        return None if a.equals(b) else f"{where}:\n{_clip(a)}\nlocally, and\n{_clip(b)}\nafter offloading"
+        equal = a.equals(b) or close and _close_pandas(a, b)
+        return None if equal else f"{where}:\n{_clip(a)}\nlocally, and\n{_clip(b)}\nafter offloading"
     if isinstance(a, (float, complex)) and close:
         return None if _close(a, b) else f"{where}: {a!r} vs {b!r}"
     if isinstance(a, float):
