@@ -11,7 +11,8 @@ from importlib import resources
 
 KERNEL_FILES: tuple[str, ...] = ("matmul", "matmul_subgroups", "elementwise", "reduce", "softmax", "transpose",
                                   "sort", "select",
-                                  "arg_reduce", "scan")
+                                  "arg_reduce", "scan",
+                                  "integer")
 """The built-in shader files, without the ``.wgsl`` suffix."""
 EXTENDS: dict[str, str] = {"matmul_subgroups": "matmul"}
 """Files that use another's declarations: the source is the file, then the one it extends (WGSL's

@@ -132,14 +132,20 @@ def test_float64_is_computed_in_float32_and_stays_float64(runtime: GpuRuntime, r
 
 def test_integers_keep_their_dtype_and_exact_values(runtime: GpuRuntime, gpu: Any, capfd: Any) -> None:
     small = np.arange(-5, 5, dtype=np.int64)
-    cell = runtime.to_device({"n": small, "big": np.array([1, 2 ** 24 + 1], np.int64)})
+    cell = runtime.to_device({"n": small, "big": np.array([1, 2 ** 24 + 1], np.int64),
+                              "huge": np.array([1, 2 ** 40], np.int64)})
     runtime.take_stats()
     doubled = cell["n"] * 2
-    assert doubled.dtype == np.int64 and np.array_equal(doubled, small * 2)
+    assert doubled.dtype == np.int64 and np.array_equal(doubled.view(np.ndarray), small * 2)
     assert runtime.take_stats()["kernels"] == {"multiply": 1}
-    big = cell["big"] + 1  # beyond float32's exact integers: numpy, with its exact answer
+    big = cell["big"] + 1  # beyond float32's exact integers, within int32: the 32-bit integer kernel
     assert big.dtype == np.int64 and big.tolist() == [2, 2 ** 24 + 2]
+    assert runtime.take_stats()["kernels"] == {"add": 1}
+    huge = cell["huge"] + 1  # beyond int32 too: numpy, with its exact answer
+    assert huge.dtype == np.int64 and huge.tolist() == [2, 2 ** 40 + 1]
     assert "np.add with int64 values beyond ±2**24" in capfd.readouterr().err
+    on_int32 = gpu.array(np.array([2 ** 31 - 1], np.int32)) + 1  # numpy's int32 wraps around: so does the kernel
+    assert on_int32.dtype == np.int32 and on_int32.tolist() == [-(2 ** 31)]
     wraps = gpu.array(np.array([250], np.uint8)) + np.uint8(10)  # numpy wraps around: so does the answer
     assert wraps.dtype == np.uint8 and wraps.tolist() == [4]
     assert (cell["n"] / 3).dtype == np.float64 and (-cell["n"]).tolist() == (-small).tolist()

@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipelines", "resident", "tab_device"),
     ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
     ("launch", "custom", "sort", "arg_reduce", "scan"),  # launching the built-in shaders and users' kernels
-    ("matmul", "select"),  # kernels built on launch
+    ("matmul", "select", "integer"),  # kernels built on launch
     ("dispatch",),  # running kernels on host values; counting what ran with numpy
     ("numpy_kernels",),  # numpy operations as kernels, with numpy's answers
     ("numpy_api",),  # __array_ufunc__ / __array_function__: what goes to a kernel

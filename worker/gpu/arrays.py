@@ -72,7 +72,8 @@ class DeviceArray(np.ndarray):
             np.copyto(plain(self), plain(sort(dispatcher, self, axis, kind, order, stable=stable)))
 
         with_kernel(self._dispatcher, "sort", "ndarray.sort", on_gpu,
-                    lambda: np.ndarray.sort(self, axis, kind, order, stable=stable), self)
+                    lambda: np.ndarray.sort(self, axis, kind, order, **({} if stable is None else {"stable": stable})),
+                    self)  # (numpy 1.x has no stable=)
 
     def dot(self, b: Any, out: Any = None) -> Any:
         """``np.dot(self, b)``: the matmul kernel for 1-D and 2-D operands, as ``np.dot`` has."""

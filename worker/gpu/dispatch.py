@@ -22,7 +22,7 @@ import numpy as np
 
 from remote_magic.errors import GpuError
 
-from . import arg_reduce, launch, scan, select, sort
+from . import arg_reduce, integer, launch, scan, select, sort
 from .context import DeviceContext
 from .matmul import matmul as matmul_kernel
 from .memory import Allocation
@@ -155,6 +155,17 @@ class Dispatcher:
                                      for op in operands]
         alloc = launch.elementwise(ctx, name, ops, out_shape)
         return self._download(ctx, alloc, out_shape)
+
+    def integer(self, name: str, operands: Sequence[np.ndarray | int], out_shape: tuple[int, ...], *,
+                signed: bool) -> np.ndarray:
+        """Integer kernel ``name`` on int32 (``signed``) or uint32 arrays, or Python ints, broadcast to
+        ``out_shape``: int32 or uint32 results (0/1 for comparisons), wrapping around as numpy's do."""
+        ctx = self.ctx
+        ops: list[integer.IntOperand] = [
+            op if isinstance(op, int) else (ctx.upload(np.ascontiguousarray(op).view(np.float32)), op.shape)
+            for op in operands]
+        alloc = integer.integer(ctx, name, ops, out_shape, signed=signed)
+        return self._download(ctx, alloc, out_shape).view(np.int32 if signed else np.uint32)
 
     def select(self, name: str, operands: Sequence[Operand], out_shape: tuple[int, ...]) -> np.ndarray:
         """``where(cond, a, b)`` or ``clip(x, lo, hi)`` (``name``) on three operands broadcast to ``out_shape``."""

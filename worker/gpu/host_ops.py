@@ -56,20 +56,24 @@ BINARY: dict[str, Callable[..., Any]] = {
     "remainder": np.remainder, "fmod": np.fmod,
 }
 TERNARY: dict[str, Callable[..., Any]] = {"where": np.where, "clip": np.clip}
+INTEGER: dict[str, Callable[..., Any]] = {
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift, "right_shift": np.right_shift, "invert": np.invert}
+"""Kernels for integers only (the others take integers too, natively where they are 32-bit)."""
 REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min,
                                              "any": np.any, "all": np.all, "argmax": np.argmax, "argmin": np.argmin,
                                              "cumsum": np.cumsum, "cumprod": np.cumprod}
 OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose,
                                         "sort": np.sort}
 
-HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **TERNARY, **REDUCTIONS, **OTHER}
+HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **TERNARY, **INTEGER, **REDUCTIONS, **OTHER}
 """Every built-in kernel name, mapped to its numpy implementation."""
 
 KERNEL_NAMES: tuple[str, ...] = tuple(HOST_OPS)
 """Names of the built-in kernels (what ``kernels=[...]`` may list, and what stats count)."""
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "elementwise": tuple(UNARY) + tuple(BINARY) + tuple(TERNARY),
+    "elementwise": tuple(UNARY) + tuple(BINARY) + tuple(TERNARY) + tuple(INTEGER),
     "reductions": tuple(REDUCTIONS),
     "all": KERNEL_NAMES,
 }

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import launch, numpy_kernels
+from . import integer, launch, numpy_kernels
 from .convert import NotExact
 from .dispatch import Dispatcher
 from .numpy_kernels import Silently, merged, plain
@@ -27,6 +27,7 @@ from .numpy_kernels import Silently, merged, plain
 ELEMENTWISE_KERNELS: dict[str, str] = {
     **{name: name for name in (*launch.UNARY, *launch.BINARY) if isinstance(getattr(np, name, None), np.ufunc)},
     "absolute": "abs", "true_divide": "divide", "clip": "clip",
+    **{name: name for name in (*integer.UNARY, *integer.BINARY) if name not in ("absolute",)},
 }
 """numpy ufunc ``__name__`` -> elementwise kernel."""
 REDUCE_KERNELS = {"add": "sum", "maximum": "max", "minimum": "min", "logical_or": "any", "logical_and": "all"}

@@ -18,11 +18,11 @@ numpy computes it and the user should hear why once (float32 can't hold these va
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import launch
+from . import integer, launch
 from .convert import NotExact, as_float32, exact_integers, from_float32, is_lossy_float
 from .dispatch import Dispatcher
 from .host_ops import HOST_OPS
@@ -169,10 +169,18 @@ def elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: Se
     if 0 in shape or not shape or (scalars > 1 and kernel != "clip"):
         raise Silently  # empty, scalar, or two scalars (one place in the uniform): nothing worth a kernel
     _worth_a_kernel(dispatcher, math.prod(shape), *values)
+    casting = kwargs.get("casting", "same_kind")
+    integers = _as_int32(ufunc.__name__, values, dtype)
+    if integers is not None:
+        _check_out(kwargs.get("out"), shape, dtype, casting)
+        name, int_operands, signed = integers
+        int_values = dispatcher.integer(name, int_operands, shape, signed=signed)
+        return _deliver(dispatcher, int_values.astype(dtype), kwargs.get("out"), casting, inputs)
+    if kernel not in launch.UNARY and kernel not in launch.BINARY and kernel != "clip":
+        raise NotExact(f"with {', '.join(sorted({str(np.asarray(v).dtype) for v in values}))} values")
     operands, lossy = _kernel_operands(values)
     lossy = lossy or is_lossy_float(dtype)
     _check_result_dtype(kernel, dtype, lossy)
-    casting = kwargs.get("casting", "same_kind")
     _check_out(kwargs.get("out"), shape, dtype, casting)
     if kernel == "clip":
         values32 = _clip(dispatcher, operands, shape, lossy)
@@ -180,6 +188,79 @@ def elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: Se
         values32 = dispatcher.elementwise(kernel, operands, shape)
     result = _result(dispatcher, kernel, values32, dtype, lossy, values)
     return _deliver(dispatcher, result, kwargs.get("out"), casting, inputs)
+
+
+INT32 = (-(2 ** 31), 2 ** 31 - 1)
+UINT32 = (0, 2 ** 32 - 1)
+_BOUNDED: dict[str, Callable[..., tuple[int, int]]] = {  # exact results' range, from the operands' (lo, hi)
+    "add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    "subtract": lambda a, b: (a[0] - b[1], a[1] - b[0]),
+    "multiply": lambda a, b: _span([x * y for x in a for y in b]),
+    "maximum": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+    "minimum": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
+    "negative": lambda a: (-a[1], -a[0]),
+    "absolute": lambda a: (0, max(abs(a[0]), abs(a[1]))),
+    "square": lambda a: (0, max(a[0] * a[0], a[1] * a[1])),
+    "invert": lambda a: (-a[1] - 1, -a[0] - 1),
+    "floor_divide": lambda a, b: (-max(abs(a[0]), abs(a[1])) - 1, max(abs(a[0]), abs(a[1]))),
+    "remainder": lambda a, b: (-max(abs(b[0]), abs(b[1])), max(abs(b[0]), abs(b[1]))),
+}
+"""Operations whose exact integer results lie in a range that the operands' ranges give."""
+_WITHIN_OPERANDS = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor", "sign", "logical_not", "equal",
+                              "not_equal", "less", "less_equal", "greater", "greater_equal"})
+"""Operations whose results fit 32 bits whenever the operands do."""
+
+
+def _span(values: list[int]) -> tuple[int, int]:
+    return min(values), max(values)
+
+
+def _as_int32(name: str, values: Sequence[Any], dtype: np.dtype[Any],
+              ) -> tuple[str, list[np.ndarray | int], bool] | None:
+    """The native integer kernel, its operands (32-bit arrays, Python ints) and whether it is signed, when
+    it gives numpy's answer; else None (the float32 path may). int32 and uint32 arrays wrap around as
+    numpy's do; wider integers, and mixed ones, only when their values and every exact result fit int32
+    (checked from their ranges); ``~`` of booleans is their logical not. Division and remainder by zero
+    (numpy warns; a kernel can't), and shifts of wider integers (other rules past 31 bits), are numpy's."""
+    if name not in integer.UNARY and name not in integer.BINARY or dtype.kind not in "biu":
+        return None
+    arrays = [v for v in values if isinstance(v, np.ndarray) and v.ndim]
+    if not arrays or any(a.dtype.kind not in "biu" for a in arrays) or any(
+            isinstance(v, (float, np.floating)) or (isinstance(v, np.ndarray) and v.dtype.kind not in "biu")
+            for v in values):
+        return None
+    native = {a.dtype for a in arrays} | ({dtype} if dtype.kind != "b" else set())
+    if native <= {np.dtype(np.int32)} or native <= {np.dtype(np.uint32)}:
+        signed = np.dtype(np.int32) in native or not native
+        ranges = None  # numpy's own 32-bit arithmetic: wrapping around is its answer
+    else:
+        signed, ranges = True, [_range(v) for v in values]
+        if any(low < INT32[0] or high > INT32[1] for low, high in ranges):
+            return None
+        bound = _BOUNDED.get(name)
+        if bound is not None:
+            low, high = bound(*ranges)
+            if low < INT32[0] or high > INT32[1]:
+                return None
+        elif name not in _WITHIN_OPERANDS:
+            return None  # shifts, division, remainder: their 64-bit rules, and numpy's warnings
+    if name in ("floor_divide", "remainder") and any(not np.all(v) for v in values[1:]):
+        return None  # numpy warns "divide by zero": its answer
+    if name in ("left_shift", "right_shift") and ranges is not None:
+        return None
+    kernel = "logical_not" if name == "invert" and dtype.kind == "b" else name
+    return kernel, [_int_operand(v, signed) for v in values], signed
+
+
+def _range(value: Any) -> tuple[int, int]:
+    array = np.asarray(value)
+    return (int(array.min()), int(array.max())) if array.size else (0, 0)
+
+
+def _int_operand(value: Any, signed: bool) -> np.ndarray | int:
+    if isinstance(value, np.ndarray) and value.ndim:
+        return value.astype(np.int32 if signed else np.uint32, copy=False)
+    return int(value)
 
 
 def _clip(dispatcher: Dispatcher, operands: Sequence[np.ndarray | float], shape: tuple[int, ...],

@@ -223,11 +223,16 @@ SCAN = UniformLayout("scan.wgsl Params", [
     ("chunk", "u32"), ("count", "u32"), ("lo_in", "u32"), ("lo_out", "u32"),
     ("carried", "u32"), ("carry_lo", "u32"), ("one", "f32"), ("quads", "u32"),
 ])
+INTEGER = UniformLayout("integer.wgsl Params", [
+    ("n", "u32"), ("ndim", "u32"), ("flags", "u32"), ("scalar", "u32"),
+    ("shape", DIMS), ("a_strides", DIMS), ("b_strides", DIMS),
+])
 
 LAYOUTS: Mapping[str, UniformLayout] = {
     "elementwise": ELEMENTWISE, "reduce": REDUCE, "softmax": SOFTMAX, "transpose": TRANSPOSE, "matmul": MATMUL,
     "sort": SORT,
     "select": SELECT,
     "arg_reduce": ARG_REDUCE, "scan": SCAN,
+    "integer": INTEGER,
 }
 """Built-in shader file (``shaders/NAME.wgsl``) -> the layout of its ``var<uniform>``."""
