@@ -10,8 +10,9 @@ numpy changed it (writes through a DeviceArray reach the input array). float64 r
 float32 precision only where a kernel ran (``take_stats()["kernels"]``), exactly elsewhere. Where the
 operation has a GPU kernel and the operands are float32 and non-empty, the stats must show a kernel ran.
 
-Each property also runs on a third backend, ``plain``, where ``to_device`` hands back the ndarrays
-untouched: that checks the oracle itself (it must pass whatever the implementation does).
+With REMOTE_MAGIC_ORACLE_SELF_CHECK=1 each property also runs on a third backend, ``plain``, where
+``to_device`` hands back the ndarrays untouched: that checks the oracle itself (it must pass whatever the
+implementation does); REMOTE_MAGIC_ORACLE_EXAMPLES scales the number of examples (default 0.6).
 
 Covered: elementwise unary and binary ufuncs (operators too, reflected ones, Python and numpy scalars,
 mixed dtypes, broadcasting, specials, non-contiguous views); reductions and ndarray methods; matmul / dot;
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -114,11 +116,18 @@ class Backend:
         return self.runtime.take_stats()
 
     def examples(self, n: int) -> int:
-        """Fewer examples through the browser tab, whose every readback is a round trip."""
-        return max(5, n * 3 // 5) if self.name == "tab" else n
+        """Examples for a property: ``n`` times REMOTE_MAGIC_ORACLE_EXAMPLES (default 0.6, for the suite's
+        time; 1 or more for a deeper run), fewer through the browser tab, whose every readback is a round trip."""
+        scaled = n * float(os.environ.get("REMOTE_MAGIC_ORACLE_EXAMPLES", "0.6"))
+        return max(5, int(scaled * 3 / 5 if self.name == "tab" else scaled))
 
 
-@pytest.fixture(params=["plain", "wgpu", "tab"])
+BACKENDS = ["wgpu", "tab"] + (["plain"] if os.environ.get("REMOTE_MAGIC_ORACLE_SELF_CHECK") == "1" else [])
+"""``plain`` (the oracle checking itself against numpy) runs with REMOTE_MAGIC_ORACLE_SELF_CHECK=1: after a
+change to this file."""
+
+
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "plain":
         return Backend("plain", None)
