@@ -180,7 +180,8 @@ def _enabled(dispatcher: Dispatcher, kernel: str, inputs: Sequence[Any]) -> bool
 
 FUNCTIONS: dict[Any, tuple[str, Callable[..., Any]]] = {
     np.dot: ("matmul", numpy_kernels.dot), np.where: ("where", numpy_kernels.where),
-    np.sort: ("sort", numpy_kernels.sort), np.argsort: ("sort", numpy_kernels.argsort)}
+    np.sort: ("sort", numpy_kernels.sort), np.argsort: ("sort", numpy_kernels.argsort),
+    np.einsum: ("matmul", numpy_kernels.einsum)}
 """numpy functions (not ufuncs) with a kernel of their own: its name, and what runs it."""
 
 

@@ -443,6 +443,43 @@ def matmul(dispatcher: Dispatcher, inputs: Sequence[Any], kwargs: dict[str, Any]
     return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", inputs)
 
 
+def einsum(dispatcher: Dispatcher, subscripts: Any, *operands: Any, out: Any = None, optimize: Any = False,
+           **options: Any) -> Any:
+    """``np.einsum`` of two operands that is a (batched) matrix product, as the matmul kernel: explicit
+    output (``"bij,bjk->bik"``, ``"ij,kj->ik"``, ``"i,i->"``), each index once per operand, every index of
+    an operand either in the output or in the other operand. The rest is numpy's."""
+    if out is not None or options or not isinstance(subscripts, str) or len(operands) != 2 \
+            or "->" not in subscripts or "." in subscripts:
+        raise Silently
+    inputs, output = subscripts.replace(" ", "").split("->")
+    a_sub, _, b_sub = inputs.partition(",")
+    a, b = (plain(v) for v in operands)
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.ndim == len(a_sub) and b.ndim == len(b_sub)):
+        raise Silently
+    if any(len(set(sub)) != len(sub) for sub in (a_sub, b_sub, output)) or not set(output) <= set(a_sub + b_sub):
+        raise Silently
+    batch = [c for c in output if c in a_sub and c in b_sub]
+    summed = [c for c in a_sub if c in b_sub and c not in output]
+    rows, columns = [c for c in a_sub if c not in b_sub], [c for c in b_sub if c not in a_sub]
+    if any(c not in output for c in rows + columns):
+        raise Silently  # an index summed within one operand: numpy's
+    sizes = {c: n for sub, x in ((a_sub, a), (b_sub, b)) for c, n in zip(sub, x.shape)}
+    if any(dict(zip(a_sub, a.shape)).get(c, n) != n for c, n in zip(b_sub, b.shape)):
+        raise Silently  # numpy's error for mismatched sizes
+
+    def laid_out(x: np.ndarray, sub: str, order: list[str], shape: tuple[int, int, int]) -> np.ndarray:
+        return np.ascontiguousarray(np.transpose(x, [sub.index(c) for c in order])).reshape(shape)
+
+    count = {group: math.prod(sizes[c] for c in letters) for group, letters in
+             (("batch", batch), ("rows", rows), ("summed", summed), ("columns", columns))}
+    a3 = laid_out(a, a_sub, batch + rows + summed, (count["batch"], count["rows"], count["summed"]))
+    b3 = laid_out(b, b_sub, batch + summed + columns, (count["batch"], count["summed"], count["columns"]))
+    product = matmul(dispatcher, (a3, b3), {})
+    values = plain(np.asarray(product)).reshape([sizes[c] for c in batch + rows + columns])
+    result = np.array(np.transpose(values, [(batch + rows + columns).index(c) for c in output]), order="C")
+    return result[()] if result.ndim == 0 else dispatcher.wrap(result, merged(dispatcher, operands))
+
+
 def dot(dispatcher: Dispatcher, a: Any, b: Any, out: Any = None) -> Any:
     if out is not None or not all(isinstance(v, np.ndarray) and 1 <= v.ndim <= 2 for v in (a, b)):
         raise Silently
