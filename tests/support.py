@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import pytest
+
 if TYPE_CHECKING:
     from netns import Link
 
@@ -95,6 +97,21 @@ def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, 
     if process.poll() is not None:
         raise AssertionError(f"remote-worker exited with {process.returncode}:\n{log.read_text()}")
     return worker
+
+
+def require_a_gpu(worker: WorkerProcess) -> None:
+    """Skip unless the worker computes on a wgpu adapter (lavapipe without a GPU); under
+    REMOTE_MAGIC_REQUIRE_GPU=1 (CI) fail instead. Stops the worker first either way."""
+    import remote_magic
+
+    with remote_magic.connect(worker.token) as client:
+        [info] = client.workers()
+    if not info["gpu"].get("active"):
+        worker.stop()
+        message = f"no wgpu adapter on this machine: {info['gpu']}"
+        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 @contextmanager

@@ -8,14 +8,12 @@ within float32 precision."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from conformance import compare, notebooks, run_notebook
 
-import remote_magic
-from support import WorkerProcess, start_worker
+from support import require_a_gpu, start_worker
 
 NOTEBOOKS = notebooks(Path(__file__).parent / "conformance")
 GPU_NOTEBOOKS = [p for p in NOTEBOOKS if p.stem in {
@@ -43,7 +41,7 @@ def _check(notebook: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu:
                           cwd=_folder(tmp_path / "worker-cwd"))
     try:
         if gpu:
-            _require_an_adapter(worker)
+            require_a_gpu(worker)
         offloaded = run_notebook(notebook, tmp_path / "offloaded", token=worker.token, gpu=gpu)
     finally:
         worker.stop()
@@ -51,17 +49,6 @@ def _check(notebook: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu:
     differences = compare(local, offloaded)
     where = "on the GPU" if gpu else "when offloaded"
     assert not differences, f"{notebook.name} differs {where}:\n" + "\n".join(differences)
-
-
-def _require_an_adapter(worker: WorkerProcess) -> None:
-    """Skip without a wgpu adapter, or fail under REMOTE_MAGIC_REQUIRE_GPU=1 (as tests/test_gpu_cells.py)."""
-    with remote_magic.connect(worker.token) as client:
-        [info] = client.workers()
-    if not info["gpu"].get("active"):
-        message = f"no wgpu adapter on this machine: {info['gpu']}"
-        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 def _folder(path: Path) -> Path:

@@ -3,7 +3,6 @@ through a real remote-worker running WGSL on a real adapter (lavapipe without a 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -14,7 +13,7 @@ from IPython.utils.capture import capture_output
 
 import remote_magic
 from remote_magic import ShaderError
-from support import WorkerProcess, connected_shell, start_worker
+from support import WorkerProcess, connected_shell, require_a_gpu, start_worker
 
 pytestmark = pytest.mark.gpu
 
@@ -27,14 +26,7 @@ SCALE_SHIFT = (Path(__file__).parent.parent / "examples" / "scale_shift.wgsl").r
 def gpu_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     w = start_worker(tmp_path_factory.mktemp("gpu-worker"), "--listen", "127.0.0.1:0", "--gpu", "on",
                      "--name", "gpu", "--gpu-memory", GPU_MEMORY)
-    with remote_magic.connect(w.token) as client:
-        [info] = client.workers()
-    if not info["gpu"].get("active"):
-        w.stop()
-        message = f"no wgpu adapter on this machine: {info['gpu']}"
-        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_a_gpu(w)
     yield w
     w.stop()
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import remote_magic
-from support import start_worker
+from support import require_a_gpu, start_worker
 
 TRAP = "raise RuntimeError('the user\\'s own {} was imported instead of remote-magic\\'s')\n"
 
@@ -35,13 +35,8 @@ def users_folder(tmp_path: Path) -> Path:
 def test_a_worker_started_beside_a_users_worker_py_runs_a_gpu_cell(users_folder: Path, tmp_path: Path) -> None:
     worker = start_worker(tmp_path / "w", "--listen", "127.0.0.1:0", "--gpu", "on", cwd=users_folder)
     try:
+        require_a_gpu(worker)
         with remote_magic.connect(worker.token, timeout=10) as client:
-            [info] = client.workers()
-            if not info["gpu"].get("active"):
-                message = f"no wgpu adapter on this machine: {info['gpu']}"
-                if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
-                    pytest.fail(message)
-                pytest.skip(message)
             a, b = np.ones((4, 3), np.float32), np.full((3, 2), 2.0, np.float32)
             result = client.execute("c = a @ b", {"a": a, "b": b}, gpu=["matmul"])
     finally:

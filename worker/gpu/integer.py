@@ -11,11 +11,10 @@ numpy's 0 or -1.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence, Union
 
-from .context import Binding, DeviceContext
-from .launch import ELEMENTWISE_GROUP, Shape, Unsupported, broadcast_strides, collapse, size_of
+from .context import DeviceContext
+from .launch import Shape, broadcast_layout, size_of, vec4_bindings
 from .memory import Allocation
 from .uniforms import INTEGER
 
@@ -67,17 +66,9 @@ def integer(ctx: DeviceContext, name: str, operands: Sequence[IntOperand], out_s
     if len(operands) - len(arrays) > 1:
         raise ValueError(f"{name}: at most one operand may be a Python int (the uniform carries one)")
     n = size_of(out_shape)
-    out = ctx.empty(4 * n)
+    out, shape, strides = broadcast_layout(ctx, name, operands, out_shape, MAX_DIMS)
     if n == 0:
         return out
-    ctx.check_binding(name, 4 * n)
-    for alloc, _ in arrays:
-        ctx.check_binding(name, alloc.nbytes)
-    strides = [(0,) * len(out_shape) if isinstance(op, int) else broadcast_strides(op[1], out_shape)
-               for op in operands]
-    shape, strides = collapse(out_shape, strides)
-    if len(shape) > MAX_DIMS:
-        raise Unsupported(f"more than {MAX_DIMS} dimensions")
     flags, scalar = 0, 0
     for k, op in enumerate(operands):
         if isinstance(op, int):
@@ -96,15 +87,7 @@ def integer(ctx: DeviceContext, name: str, operands: Sequence[IntOperand], out_s
     vec4 = all(flags & ((DENSE | SCALAR) << k) for k in range(len(operands))) and all(
         alloc.buffer.size >= _vec4_bytes(alloc.nbytes) for alloc in (out, *buffers))  # padded, as the pool's are
     entry = ("unary" if unary else "binary") + ("4" if vec4 else "")
-    if vec4:
-        bindings: dict[int, Binding] = {4 + k: (buffer, 0, _vec4_bytes(buffer.nbytes))
-                                        for k, buffer in enumerate(buffers)}
-        bindings[6] = (out, 0, _vec4_bytes(out.nbytes))
-        groups = math.ceil(n / (4 * ELEMENTWISE_GROUP))
-    else:
-        bindings = {k: buffer for k, buffer in enumerate(buffers)}
-        bindings[2] = out
-        groups = math.ceil(n / ELEMENTWISE_GROUP)
+    bindings, groups = vec4_bindings(out, buffers, n, vec4)
     ctx.dispatch(name, ctx.pipelines.get("integer", entry, constants), bindings, params, 3, groups)
     return out
 

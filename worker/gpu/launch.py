@@ -8,7 +8,7 @@ All arrays are contiguous float32; broadcasting is expressed with zero strides.
 from __future__ import annotations
 
 import math
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 from .context import Binding, DeviceContext
 from .memory import Allocation
@@ -101,19 +101,48 @@ def check_dims(shape: Sequence[int]) -> None:
         raise Unsupported(f"more than {MAX_DIMS} dimensions")
 
 
+def broadcast_layout(ctx: DeviceContext, name: str, operands: Sequence[Any], out_shape: Shape,
+                     max_dims: int = MAX_DIMS) -> tuple[Allocation, Shape, list[Shape]]:
+    """What every elementwise launch starts with: the output buffer, and the operands' strides broadcast
+    to ``out_shape`` with the dimensions that need no index merged (a scalar, anything but an
+    ``(Allocation, shape)`` pair, gets zero strides). Checks every binding's size; raises
+    :class:`Unsupported` past ``max_dims`` merged dimensions. An empty output needs no launch."""
+    out = ctx.empty(4 * size_of(out_shape))
+    if out.nbytes == 0:
+        return out, (), []
+    ctx.check_binding(name, out.nbytes)
+    for op in operands:
+        if isinstance(op, tuple):
+            ctx.check_binding(name, op[0].nbytes)
+    strides = [broadcast_strides(op[1], out_shape) if isinstance(op, tuple) else (0,) * len(out_shape)
+               for op in operands]
+    shape, merged = collapse(out_shape, strides)
+    if len(shape) > max_dims:
+        raise Unsupported(f"more than {max_dims} dimensions")
+    return out, shape, merged
+
+
+def vec4_bindings(out: Allocation, buffers: Sequence[Allocation], n: int, vec4: bool,
+                  ) -> tuple[dict[int, Binding], int]:
+    """The bindings and workgroup count of ``elementwise.wgsl``'s layout (and ``integer.wgsl``'s): inputs at
+    0 and 1, the output at 2, or with ``vec4`` the same at 4, 5 and 6 rounded up to whole vec4s."""
+    if vec4:
+        bindings: dict[int, Binding] = {4 + i: (buffer, 0, _vec4_bytes(buffer.nbytes))
+                                        for i, buffer in enumerate(buffers)}
+        bindings[6] = (out, 0, _vec4_bytes(out.nbytes))
+        return bindings, math.ceil(n / (4 * ELEMENTWISE_GROUP))
+    bindings = {i: buffer for i, buffer in enumerate(buffers)}
+    bindings[2] = out
+    return bindings, math.ceil(n / ELEMENTWISE_GROUP)
+
+
 def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_shape: Shape) -> Allocation:
     """``name`` (a key of UNARY or BINARY) applied to one or two operands, broadcast to ``out_shape``."""
     n = size_of(out_shape)
-    out = ctx.empty(4 * n)
+    out, shape, strides = broadcast_layout(ctx, name, operands, out_shape)
     if n == 0:
         return out
-    ctx.check_binding(name, 4 * n)
     arrays = [op for op in operands if not isinstance(op, float)]
-    for alloc, _ in arrays:
-        ctx.check_binding(name, alloc.nbytes)
-    strides = [broadcast_strides(op[1], out_shape) if not isinstance(op, float) else (0,) * len(out_shape)
-               for op in operands]
-    shape, strides = collapse(out_shape, strides)
     flags, scalar = 0, 0.0
     for i, op in enumerate(operands):
         if isinstance(op, float):
@@ -125,22 +154,13 @@ def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_
             flags |= ALONG << i  # runs along the last dimension
     while len(strides) < 2:
         strides.append((0,) * len(shape))
-    check_dims(shape)
     params = ELEMENTWISE.pack(n=n, ndim=len(shape), flags=flags, scalar=scalar, shape=shape,
                               a_strides=strides[0], b_strides=strides[1], one=1.0)
     unary = len(operands) == 1
     buffers = [op[0] if not isinstance(op, float) else arrays[0][0] for op in operands]
     entry = _elementwise_entry(unary, flags, shape, [out, *buffers])
     pipeline = ctx.pipelines.get("elementwise", entry, {"OP": (UNARY if unary else BINARY)[name]})
-    if entry.endswith("4"):  # the vec4 bindings, rounded up to whole vec4s
-        bindings: dict[int, Binding] = {4 + i: (buffer, 0, _vec4_bytes(buffer.nbytes))
-                                        for i, buffer in enumerate(buffers)}
-        bindings[6] = (out, 0, _vec4_bytes(out.nbytes))
-        groups = math.ceil(n / (4 * ELEMENTWISE_GROUP))
-    else:
-        bindings = {i: buffer for i, buffer in enumerate(buffers)}
-        bindings[2] = out
-        groups = math.ceil(n / ELEMENTWISE_GROUP)
+    bindings, groups = vec4_bindings(out, buffers, n, entry.endswith("4"))
     ctx.dispatch(name, pipeline, bindings, params, 3, groups)
     return out
 

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from .context import Binding, DeviceContext
-from .launch import ELEMENTWISE_GROUP, Operand, Shape, Unsupported, broadcast_strides, collapse, size_of
+from .launch import ELEMENTWISE_GROUP, Operand, Shape, broadcast_layout, size_of
 from .memory import Allocation
 from .uniforms import SELECT
 
@@ -49,18 +49,10 @@ def float32_bits(value: float) -> int:
 def _launch(ctx: DeviceContext, name: str, entry: str, operands: Sequence[Operand], out_shape: Shape,
             flags: int) -> Allocation:
     n = size_of(out_shape)
-    out = ctx.empty(4 * n)
+    out, shape, strides = broadcast_layout(ctx, name, operands, out_shape, MAX_DIMS)
     if n == 0:
         return out
-    ctx.check_binding(name, 4 * n)
     arrays = [op[0] for op in operands if not isinstance(op, float)]
-    for alloc in arrays:
-        ctx.check_binding(name, alloc.nbytes)
-    strides = [(0,) * len(out_shape) if isinstance(op, float) else broadcast_strides(op[1], out_shape)
-               for op in operands]
-    shape, strides = collapse(out_shape, strides)
-    if len(shape) > MAX_DIMS:
-        raise Unsupported(f"more than {MAX_DIMS} dimensions")
     bits = [0, 0, 0]
     for k, op in enumerate(operands):
         if isinstance(op, float):
