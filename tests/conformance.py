@@ -437,3 +437,20 @@ def notebooks(folder: Path) -> list[Path]:
         found += sorted(extra.glob("*.ipynb")) if extra.is_dir() else [extra]
     return found
 
+
+def offloaded_differences(notebook: Path, workdir: Path, *, gpu: bool = False) -> list[str]:
+    """Run ``notebook`` offloaded to a fresh worker (``--gpu on`` with ``gpu``: its cells under ``%%offload
+    --gpu``; skips without an adapter) and locally, and return how they differ. Set PYTHONHASHSEED
+    first, so both runs and the worker order sets of strings alike."""
+    from support import require_a_gpu, start_worker
+
+    (workdir / "worker-cwd").mkdir(parents=True)
+    worker = start_worker(workdir / "worker", "--listen", "127.0.0.1:0", "--gpu", "on" if gpu else "off",
+                          cwd=workdir / "worker-cwd")
+    try:
+        if gpu:
+            require_a_gpu(worker)
+        offloaded = run_notebook(notebook, workdir / "offloaded", token=worker.token, gpu=gpu)
+    finally:
+        worker.stop()
+    return compare(run_notebook(notebook, workdir / "local"), offloaded)
