@@ -185,8 +185,6 @@ FUNCTIONS: dict[Any, tuple[str, Callable[..., Any]]] = {
 """numpy functions (not ufuncs) with a kernel of their own: its name, and what runs it."""
 
 
-
-
 def _qualified(func: Any) -> str:
     """``np.linalg.norm`` for numpy.linalg.norm, ``np.cumsum`` for numpy.cumsum (private modules dropped)."""
     name = getattr(func, "__name__", "function")

@@ -42,9 +42,9 @@ INTEGER_EXACT = frozenset({
 UFUNC_OPTIONS = frozenset({"out", "casting", "subok", "dtype", "where", "order"})
 """Keyword arguments the ufunc path understands (``where`` only as True, ``order`` only as K)."""
 
+
 class Silently(Exception):
     """numpy computes this, without a notice (empty arrays, numpy's own errors, scalars)."""
-
 
 
 def plain(value: Any) -> Any:
@@ -52,17 +52,15 @@ def plain(value: Any) -> Any:
     return value.view(np.ndarray) if isinstance(value, np.ndarray) and type(value) is not np.ndarray else value
 
 
-
 def merged(dispatcher: Dispatcher, sources: Sequence[Any]) -> frozenset[str] | None:
     """Kernels enabled for a result: all if any source enables all, else the union."""
     sets = [getattr(s, "_enabled", None) for s in sources if dispatcher.is_array(s)]
-    merged: frozenset[str] = frozenset()
+    union: frozenset[str] = frozenset()
     for enabled in sets:
         if enabled is None:
             return None
-        merged |= enabled
-    return merged if sets else None
-
+        union |= enabled
+    return union if sets else None
 
 
 def _operands(inputs: Sequence[Any]) -> list[Any]:
