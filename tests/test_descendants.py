@@ -143,7 +143,9 @@ def test_both_ways_of_walking_find_and_kill_the_same_processes(children_files: b
     script = "import subprocess, time\nsubprocess.Popen(['setsid', 'sleep', '600'])\ntime.sleep(600)\n"
     root = tree.start(owner, [sys.executable, "-c", script], child_environment(tree.mark(owner)))
     try:
-        pids = wait_for(lambda: len(found := tree.pids(owner)) == 2 and found, 30, "the process and its child")
+        # Found once the child has its own session: until `setsid` runs, it is a fork of the python above.
+        pids = wait_for(lambda: len(found := tree.pids(owner)) == 2 and all(
+            _leads_its_session(pid) for pid in found if pid != root.pid) and found, 30, "the process and its child")
         assert isinstance(pids, list) and root.pid in pids
         (child,) = [pid for pid in pids if pid != root.pid]
         assert psutil.Process(child).ppid() == root.pid and os.getsid(child) == child
@@ -154,3 +156,10 @@ def test_both_ways_of_walking_find_and_kill_the_same_processes(children_files: b
         root.kill()
         root.wait()
         tree.forget(owner)
+
+
+def _leads_its_session(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid
+    except ProcessLookupError:
+        return False
