@@ -21,7 +21,7 @@ import pytest
 from gpu_checks import FLOAT32_EPS, assert_within_ulps_of_terms, same_specials
 
 from remote_magic.worker.gpu import GpuRuntime
-from remote_magic.worker.gpu.arg_reduce import arg_reduce, download_indices
+from remote_magic.worker.gpu.arg_reduce import arg_reduce
 from remote_magic.worker.gpu.scan import scan
 
 pytestmark = pytest.mark.gpu
@@ -46,7 +46,7 @@ def view(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
 def gpu_arg(runtime: GpuRuntime, name: str, x: np.ndarray, axis: int) -> np.ndarray:
     ctx = runtime.dispatcher.ctx
     outer, length, inner = view(x.shape, axis)
-    out = download_indices(ctx, arg_reduce(ctx, name, ctx.upload(x), outer, length, inner), outer * inner)
+    out = ctx.download_indices(arg_reduce(ctx, name, ctx.upload(x), outer, length, inner), outer * inner)
     assert out.dtype == np.int64
     return out.reshape(x.shape[:axis] + x.shape[axis + 1:])
 

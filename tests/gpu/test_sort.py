@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from remote_magic.worker.gpu import GpuRuntime
-from remote_magic.worker.gpu.sort import BLOCK, download_indices, sort
+from remote_magic.worker.gpu.sort import BLOCK, sort
 
 pytestmark = pytest.mark.gpu
 
@@ -36,7 +36,7 @@ def gpu_sort(runtime: GpuRuntime, x: np.ndarray, indices: bool = True) -> tuple[
     values, order = sort(ctx, ctx.upload(x), rows, length, indices=indices)
     assert (order is not None) == indices
     out = ctx.download(values, x.size).reshape(x.shape)
-    return out, None if order is None else download_indices(ctx, order, x.size).reshape(x.shape)
+    return out, None if order is None else ctx.download_indices(order, x.size).reshape(x.shape)
 
 
 def check(runtime: GpuRuntime, x: np.ndarray) -> None:

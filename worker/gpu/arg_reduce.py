@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .context import Binding, DeviceContext
 from .memory import Allocation
 from .uniforms import ARG_REDUCE
@@ -36,7 +34,7 @@ def arg_reduce(ctx: DeviceContext, name: str, alloc: Allocation, outer: int, len
     must be at least 1 (numpy refuses an empty argmax; that is the caller's).
 
     The result holds ``outer * inner`` indices in (outer, inner) order as **uint32**, not float32:
-    read them with :func:`download_indices`, or ``ctx.download(out, n).view(np.uint32)``.
+    read them with ``ctx.download_indices``, or ``ctx.download(out, n).view(np.uint32)``.
     """
     if length < 1:
         raise ValueError(f"{name} of an empty axis")
@@ -70,7 +68,3 @@ def _pass(ctx: DeviceContext, name: str, op: int, source: Allocation, outer: int
     ctx.dispatch(name, ctx.pipelines.get("arg_reduce", entry, {"OP": op}), bindings, params, 2, groups)
     return out
 
-
-def download_indices(ctx: DeviceContext, alloc: Allocation, count: int) -> np.ndarray:
-    """The ``count`` uint32 indices of an :func:`arg_reduce` result, read back as int64 (numpy's intp)."""
-    return ctx.download(alloc, count).view(np.uint32).astype(np.int64)

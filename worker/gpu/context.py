@@ -124,6 +124,11 @@ class DeviceContext:
             self.resident.keep(content_key(data), alloc)
         return data
 
+    def download_indices(self, alloc: Allocation, count: int) -> np.ndarray:
+        """Read ``count`` uint32 indices back from ``alloc`` (an arg_reduce or sort result) as int64,
+        numpy's index dtype."""
+        return self.download(alloc, count).view(np.uint32).astype(np.int64)
+
     def empty(self, nbytes: int) -> Allocation:
         """A new (dirty) buffer for ``nbytes`` of results."""
         self.check_buffer("a result", nbytes)

@@ -139,6 +139,10 @@ class Dispatcher:
     def _upload(self, ctx: DeviceContext, values: np.ndarray) -> Allocation:
         return ctx.upload(np.ascontiguousarray(values, dtype=np.float32))
 
+    def _operands(self, ctx: DeviceContext, operands: Sequence[Operand]) -> list[launch.Operand]:
+        """Arrays uploaded (or found on the device) beside their shapes; scalars as they are, for the uniform."""
+        return [op if isinstance(op, float) else (self._upload(ctx, op), op.shape) for op in operands]
+
     def _download(self, ctx: DeviceContext, alloc: Allocation, shape: tuple[int, ...]) -> np.ndarray:
         count = math.prod(shape)
         if count == 0:
@@ -151,8 +155,7 @@ class Dispatcher:
         Raises ``launch.Unsupported`` when the kernel can't describe the shapes.
         """
         ctx = self.ctx
-        ops: list[launch.Operand] = [op if isinstance(op, float) else (self._upload(ctx, op), op.shape)
-                                     for op in operands]
+        ops = self._operands(ctx, operands)
         alloc = launch.elementwise(ctx, name, ops, out_shape)
         return self._download(ctx, alloc, out_shape)
 
@@ -170,8 +173,7 @@ class Dispatcher:
     def select(self, name: str, operands: Sequence[Operand], out_shape: tuple[int, ...]) -> np.ndarray:
         """``where(cond, a, b)`` or ``clip(x, lo, hi)`` (``name``) on three operands broadcast to ``out_shape``."""
         ctx = self.ctx
-        ops: list[launch.Operand] = [op if isinstance(op, float) else (self._upload(ctx, op), op.shape)
-                                     for op in operands]
+        ops = self._operands(ctx, operands)
         first, second, third = ops
         launch_select = select.where if name == "where" else select.clip
         alloc = launch_select(ctx, first, second, third, out_shape)
@@ -185,7 +187,7 @@ class Dispatcher:
         if name in ("cumsum", "cumprod"):
             return self._download(ctx, scan.scan(ctx, name, self._upload(ctx, x), outer, length, inner), x.shape)
         alloc = arg_reduce.arg_reduce(ctx, name, self._upload(ctx, x), outer, length, inner)
-        return arg_reduce.download_indices(ctx, alloc, outer * inner).reshape(x.shape[:axis] + x.shape[axis + 1:])
+        return ctx.download_indices(alloc, outer * inner).reshape(x.shape[:axis] + x.shape[axis + 1:])
 
     def sort(self, x: np.ndarray, *, indices: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """A non-empty float32 array sorted along its last axis as numpy's stable sort, and with
@@ -193,7 +195,7 @@ class Dispatcher:
         ctx = self.ctx
         rows, length = math.prod(x.shape[:-1]), x.shape[-1]
         values, order = sort.sort(ctx, self._upload(ctx, x), rows, length, indices=indices)
-        sorted_indices = sort.download_indices(ctx, order, x.size).reshape(x.shape) if order is not None else None
+        sorted_indices = ctx.download_indices(order, x.size).reshape(x.shape) if order is not None else None
         return self._download(ctx, values, x.shape), sorted_indices
 
     def reduce(self, name: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .context import Binding, DeviceContext
 from .memory import Allocation
 from .uniforms import SORT
@@ -32,7 +30,7 @@ def sort(ctx: DeviceContext, alloc: Allocation, rows: int, length: int, *,
 
     Returns the sorted values, as ``np.sort(x, axis=-1, kind="stable")``, and with ``indices`` the
     indices, as ``np.argsort(x, axis=-1, kind="stable")``: u32 in a buffer of ``4 * rows * length``
-    bytes (read them with :func:`download_indices`); else None. The dispatches count as "sort".
+    bytes (read them with ``ctx.download_indices``); else None. The dispatches count as "sort".
     Rows padded to a power of two over BLOCK slots need a scratch buffer of 8 bytes a padded slot:
     :class:`GpuLimitError` if that is more than one binding may hold.
     """
@@ -75,7 +73,3 @@ def sort(ctx: DeviceContext, alloc: Allocation, rows: int, length: int, *,
         k *= 2
     return values, order
 
-
-def download_indices(ctx: DeviceContext, alloc: Allocation, count: int) -> np.ndarray:
-    """The first ``count`` indices of :func:`sort`'s index buffer, as int64 (numpy's argsort dtype)."""
-    return ctx.download(alloc, count).view(np.uint32).astype(np.int64)
