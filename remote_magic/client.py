@@ -107,6 +107,16 @@ class Client(Engine):
         self._jobs.send_timeout = seconds
 
     @property
+    def outage_grace(self) -> float:
+        """How long a waiting job rides out a link that went down before it fails with ConnectionFailed
+        (default: the hub's ``--outage-grace``); settable."""
+        return self._jobs.connection.outage_grace
+
+    @outage_grace.setter
+    def outage_grace(self, seconds: float) -> None:
+        self._jobs.connection.outage_grace = float(seconds)
+
+    @property
     def max_message_bytes(self) -> int:
         """The largest message the hub takes (its --max-message-size)."""
         return self._jobs.max_message_bytes

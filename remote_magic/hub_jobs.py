@@ -91,7 +91,8 @@ class HubJobs:
         self._requests: dict[str, Future[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.connection = Connection(context, sock, welcome, hello, self._on_message, self._on_lost,
-                                     on_progress=self._on_progress, on_reconnect=self._resume)
+                                     on_progress=self._on_progress, on_reconnect=self._resume,
+                                     on_outage=self._on_outage)
 
     def __len__(self) -> int:
         """How many jobs wait for their end."""
@@ -407,6 +408,15 @@ class HubJobs:
         job = self._jobs.get(str(about.get("job")))
         if job is not None:
             job.transfers.note(progress.direction(about), done, total)
+
+    def _on_outage(self, notice: str) -> None:
+        """The link went down, or came back: each waiting job's cell says so beside its output, once."""
+        log.warning("%s", notice)
+        with self._lock:
+            waiting = list(self._jobs.values())
+        for job in waiting:
+            self._deliver(job, Message(T.STREAM, {"job": job.id, "name": "stderr",
+                                                  "text": f"remote-magic: {notice}\n"}))
 
     def _on_lost(self, reason: str) -> None:
         self._fail_every_job(ConnectionFailed(

@@ -5,7 +5,7 @@ Two relays, each a child process this module starts and stops:
 - ``PacketRelay`` carries the IP packets of a link between two TUN devices, one in each network
   namespace, applying the link's rate (a serialising queue with a bounded backlog: what exceeds it
   is dropped, as a router does), loss (each packet lost at random, on its own, each way) and delay
-  (half the round trip each way). Everything happens to packets on the wire, so each TCP connection
+  (half the round trip each way); ``cut`` loses every packet until ``restore``, as a dropped Wi-Fi does. Everything happens to packets on the wire, so each TCP connection
   across the link sees the whole round trip and the losses, and recovers from them as it would on a
   real link (a relay that ended TCP connections would recover losses over a sub-millisecond hop).
 - ``StreamRelay`` forwards TCP connections from a port in one namespace to a port beyond the link,
@@ -61,15 +61,19 @@ class _Line:
     loss: float
     rng: random.Random
     backlog_s: float
+    cut: bool = False  # the link is down: every packet is lost
     in_flight: "collections.deque[tuple[float, bytes]]" = field(default_factory=collections.deque)
     free_at: float = 0.0  # when the rate queue has sent what it holds
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("packets", "bytes", "delivered", "lost", "overflowed"), 0))
+        ("packets", "bytes", "delivered", "lost", "overflowed", "cut"), 0))
 
     def offer(self, packet: bytes, now: float) -> None:
         """Take one packet from the near device: queue it at the link's rate, lose it, or deliver it later."""
         self.counts["packets"] += 1
         self.counts["bytes"] += len(packet)
+        if self.cut:
+            self.counts["cut"] += 1
+            return
         departs = now
         if self.bits_per_s is not None:
             start = max(now, self.free_at)
@@ -108,7 +112,8 @@ def carry_packets(a_name: str, b_name: str, rate_mbit: float | None, rtt_ms: flo
     """Make TUN devices ``a_name`` and ``b_name`` and carry packets between them until ``control`` ends.
 
     Says ``ready`` on ``report`` once the devices exist (the caller moves them into their namespaces),
-    and answers each ``stats`` line on ``control`` with the counters of each direction as one JSON line.
+    and answers each ``stats`` line on ``control`` with the counters of each direction as one JSON line;
+    ``cut`` and ``restore`` take the link down and up again, answered with ``ok``.
     """
     fds = {name: _open_tun(name) for name in (a_name, b_name)}
     bits_per_s = rate_mbit * 1e6 if rate_mbit else None
@@ -133,6 +138,10 @@ def carry_packets(a_name: str, b_name: str, rate_mbit: float | None, rtt_ms: flo
                 if command.strip() == "stats":
                     print(json.dumps({names[fd]: line.counts for fd, line in lines.items()}), file=report,
                           flush=True)
+                elif command.strip() in ("cut", "restore"):
+                    for line in lines.values():
+                        line.cut = command.strip() == "cut"
+                    print("ok", file=report, flush=True)
                 continue
             try:
                 packet = os.read(fd, _READ_BYTES)
@@ -208,15 +217,26 @@ class PacketRelay:
         return self.process.stdout.readline().strip()
 
     def stats(self) -> dict[str, dict[str, int]]:
-        """Per direction (``a_to_b``, ``b_to_a``): packets and bytes offered, delivered, lost, overflowed."""
+        """Per direction (``a_to_b``, ``b_to_a``): packets and bytes offered, delivered, lost, overflowed, cut."""
+        counts: dict[str, dict[str, int]] = json.loads(self._ask("stats"))
+        return counts
+
+    def cut(self) -> None:
+        """Lose every packet from now on, both ways, as a link that went down (no reset reaches either end)."""
+        self._ask("cut")
+
+    def restore(self) -> None:
+        """Carry packets again."""
+        self._ask("restore")
+
+    def _ask(self, command: str) -> str:
         assert self.process.stdin is not None
-        self.process.stdin.write("stats\n")
+        self.process.stdin.write(f"{command}\n")
         self.process.stdin.flush()
         answer = self._answer(10)
         if not answer:
-            raise AssertionError("the packet relay did not answer within 10 s")
-        counts: dict[str, dict[str, int]] = json.loads(answer)
-        return counts
+            raise AssertionError(f"the packet relay did not answer {command!r} within 10 s")
+        return answer
 
     def close(self) -> None:
         """End the relay (its devices go with it)."""

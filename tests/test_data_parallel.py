@@ -21,7 +21,7 @@ NOTEBOOK = Path(__file__).parent.parent / "examples" / "data_parallel.ipynb"
 def two(tmp_path: Path) -> Iterator[WorkerProcess]:
     """A hub with worker 'home' and a worker 'joiner' that joined it; yields the hub."""
     hub = start_worker(tmp_path / "home", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
-                       "--heartbeat-interval", "0.2")
+                       "--heartbeat-interval", "0.2", "--outage-grace", "1")
     joiner = _join(hub, tmp_path / "joiner", "joiner")
     yield hub
     joiner.stop()

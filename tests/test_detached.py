@@ -31,7 +31,7 @@ client.execute(code, {"RELEASE": sys.argv[2]},
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[WorkerProcess]:
     worker = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "box",
-                          "--heartbeat-interval", "0.25", "-v")  # a notebook that is gone is forgotten in 1.25 s
+                          "--heartbeat-interval", "0.25", "--outage-grace", "1", "-v")  # a notebook that is gone is forgotten in 1.25 s
     yield worker
     worker.stop()
 
@@ -90,7 +90,7 @@ def test_output_in_flight_when_a_connection_breaks_arrives_once_in_order(tmp_pat
 
     tunnel = Relay()  # the stand-in for a tunnel between the notebook and the hub
     worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25")
+                          "--heartbeat-interval", "0.25", "--outage-grace", "1")
     try:
         tunnel.target = _listening_port(worker.process.pid)
         printed: list[str] = []
@@ -140,7 +140,7 @@ def _behind_a_tunnel(tmp_path: Path) -> Iterator[tuple[Any, WorkerProcess]]:
 
     tunnel = Relay()
     worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25")
+                          "--heartbeat-interval", "0.25", "--outage-grace", "1")
     try:
         tunnel.target = _listening_port(worker.process.pid)
         yield tunnel, worker

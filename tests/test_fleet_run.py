@@ -28,7 +28,7 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProce
     """A hub with worker 'home', and workers 'joiner' and 'third' that joined it (shared: nothing here breaks them)."""
     tmp = tmp_path_factory.mktemp("three")
     hub = start_worker(tmp / "home", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
-                       "--heartbeat-interval", "0.2")
+                       "--heartbeat-interval", "0.2", "--outage-grace", "1")
     others = [_join(hub, tmp / name, name) for name in NAMES[1:]]
     yield [hub, *others]
     for worker in [*others, hub]:
@@ -136,7 +136,7 @@ def test_scatter_keeps_values_on_the_workers_and_gather_brings_them_back(fleet_c
 def fresh_fleet(tmp_path: Path) -> Iterator[dict[str, WorkerProcess]]:
     """A hub 'home' that runs no jobs' victim, and two joined workers that may be killed."""
     hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
-                       "--heartbeat-interval", "0.2")
+                       "--heartbeat-interval", "0.2", "--outage-grace", "1")
     workers = {"home": hub, **{name: _join(hub, tmp_path / name, name) for name in ("one", "two")}}
     yield workers
     for worker in workers.values():

@@ -157,7 +157,7 @@ def _join(hub: WorkerProcess, folder: Path, name: str) -> WorkerProcess:
 def fleet(tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
     """A hub with worker 'home', and a second worker process 'joiner' that joined it."""
     hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
-                       "--heartbeat-interval", "0.2", "--max-message-size", "1M")
+                       "--heartbeat-interval", "0.2", "--outage-grace", "1", "--max-message-size", "1M")
     joiner = _join(hub, tmp_path / "joiner", "joiner")
     yield hub, joiner
     joiner.stop()

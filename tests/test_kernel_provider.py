@@ -419,7 +419,7 @@ def test_a_short_network_drop_loses_no_output_and_a_long_one_ends_the_kernel_say
 
     tunnel = Relay()
     remote = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25", "--kernel-grace", "2", "-v")
+                          "--heartbeat-interval", "0.25", "--outage-grace", "1", "--kernel-grace", "2", "-v")
     try:
         tunnel.target = _listening_port(remote.process.pid)
         install("remote-magic-far", "--token-file", str(remote.token_file))

@@ -44,7 +44,7 @@ def slow_square() -> Callable[[int], int]:
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[WorkerProcess]:
     worker = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home", "-v",
-                          "--heartbeat-interval", str(HEARTBEAT_INTERVAL_S))
+                          "--heartbeat-interval", str(HEARTBEAT_INTERVAL_S), "--outage-grace", "1")
     yield worker
     worker.stop()
 
@@ -73,7 +73,7 @@ class ServedFleet:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[ServedFleet]:
-    hub = ServedHub(HubKeys.generate(), "127.0.0.1", 0, heartbeat_interval=HEARTBEAT_INTERVAL_S)
+    hub = ServedHub(HubKeys.generate(), "127.0.0.1", 0, heartbeat_interval=HEARTBEAT_INTERVAL_S, outage_grace=1.0)
     try:
         joiner = start_worker(tmp_path, "--join", "--gpu", "off", "--name", "joiner", token_file=False,
                               env={"REMOTE_MAGIC_JOIN_TOKEN": hub.loopback_token(Role.WORKER).encode()})

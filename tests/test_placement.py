@@ -33,7 +33,7 @@ def _join(hub: WorkerProcess, folder: Path, name: str, *args: str, battery: str 
 
 def _hub(folder: Path, *args: str, battery: str | None = None) -> WorkerProcess:
     return start_worker(folder, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
-                        "--heartbeat-interval", "0.2", *args,
+                        "--heartbeat-interval", "0.2", "--outage-grace", "1", *args,
                         env={"REMOTE_MAGIC_BATTERY": battery} if battery else None)
 
 

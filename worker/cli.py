@@ -28,6 +28,7 @@ from remote_magic.wire.frame_cache import DEFAULT_CACHE_BYTES
 from remote_magic.wire.install import install_command
 from remote_magic.wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_OUTAGE_GRACE_S,
     HEARTBEAT_INTERVAL_S,
     Role,
 )
@@ -172,9 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run at most N whole kernels at once; one more is refused (default: no limit). "
                              "Together, with what they start, they are also held to --max-memory")
     parser.add_argument("--kernel-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
-                        help="how long a kernel whose notebook is gone (its link down past the heartbeat bound) "
+                        help="how long a kernel whose notebook is gone (its link down past --outage-grace) "
                              f"lives on before it is killed; each kernel is told at start (default "
                              f"{DEFAULT_ORPHAN_GRACE_S:g})")
+    parser.add_argument("--outage-grace", type=float, default=DEFAULT_OUTAGE_GRACE_S, metavar="SECONDS",
+                        help="how long a notebook or worker whose link went down (a dropped Wi-Fi, a tunnel "
+                             "restarting) is waited for, its jobs and session kept, before it is taken for gone "
+                             f"(default {DEFAULT_OUTAGE_GRACE_S:g})")
     parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_INTERVAL_S, metavar="SECONDS",
                         help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
@@ -258,7 +263,8 @@ class LocalHub(ServedHub):
     def __init__(self, args: argparse.Namespace) -> None:
         host, port = args.listen
         super().__init__(keystore.load_or_create(), host, port, ngrok=args.ngrok, advertise=args.advertise,
-                         heartbeat_interval=args.heartbeat_interval, max_message_bytes=args.max_message_size,
+                         heartbeat_interval=args.heartbeat_interval, outage_grace=args.outage_grace,
+                         max_message_bytes=args.max_message_size,
                          cache_bytes=args.cache_size, kernels=args.kernels == "on")
         self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)

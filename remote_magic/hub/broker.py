@@ -42,6 +42,7 @@ from ..wire.keys import HubKeys
 from ..wire.link import ACK_EVERY_S, Link
 from ..wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_OUTAGE_GRACE_S,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
     HEARTBEAT_STALL_LIVENESS,
@@ -101,10 +102,11 @@ class Hub:
     process dials ``local_endpoint`` on ``context`` instead: inproc, without copies or
     encryption, and trusted as a worker because only this process can reach it. ``kernels``: whether
     clients may start whole Jupyter kernels on workers (``kernel_*`` messages, routed by ``jupyter_kernels``).
+    ``outage_grace``: how long a peer whose connection went down keeps its record, jobs and session.
     """
 
     def __init__(self, keys: HubKeys, listen: str = "tcp://127.0.0.1:0", *,
-                 heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL_S, outage_grace: float = DEFAULT_OUTAGE_GRACE_S,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES,
                  kernels: bool = True) -> None:
         self.keys = keys
@@ -113,6 +115,7 @@ class Hub:
         self.heartbeat_interval = heartbeat_interval
         self.expiry_s = heartbeat_interval * HEARTBEAT_LIVENESS
         self.stall_s = heartbeat_interval * HEARTBEAT_STALL_LIVENESS
+        self.outage_grace = max(outage_grace, self.expiry_s)
         self.max_message_bytes = max_message_bytes
         self.port = 0  # the bound TCP port, once started
         self.context = zmq.Context()
@@ -459,6 +462,7 @@ class Hub:
             log.info("version differences with %s %r: %s", role.value, name, "; ".join(notes))
         self.send(routing_id, T.WELCOME, {
             "name": name, "versions": ours, "heartbeat_interval": self.heartbeat_interval,
+            "outage_grace": self.outage_grace,
             "max_message_bytes": self.max_message_bytes, "cache_bytes": self.cache_bytes if role is Role.CLIENT else 0,
             "workers": self.fleet.listing(),
         })
@@ -481,8 +485,8 @@ class Hub:
         for peer in self.fleet.silent(now, self.expiry_s):
             if now - peer.last_seen > self.stall_s:
                 self._forget(peer, f"said nothing for {self.stall_s:.0f} s though its connection is up (hung?)")
-            elif not self._connected(peer):
-                self._forget(peer, f"stopped answering for {self.expiry_s:.1f} s")
+            elif now - peer.last_seen > self.outage_grace and not self._connected(peer):
+                self._forget(peer, f"stopped answering for {self.outage_grace:.1f} s")
         for peer in list(self.fleet.peers.values()):
             if now - peer.last_sent >= self.heartbeat_interval:
                 self._try_send(peer.routing_id, encode(T.HEARTBEAT))  # never behind what is queued for it

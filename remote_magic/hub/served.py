@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from ..wire.addresses import advertised_address, bind_endpoint
 from ..wire.frame_cache import DEFAULT_CACHE_BYTES
 from ..wire.keys import HubKeys
-from ..wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, HEARTBEAT_INTERVAL_S, Role
+from ..wire.protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_OUTAGE_GRACE_S, HEARTBEAT_INTERVAL_S, Role
 from ..wire.tokens import Token
 from .broker import Hub
 
@@ -28,12 +28,13 @@ class ServedHub:
 
     def __init__(self, keys: HubKeys, host: str, port: int, *, ngrok: bool = False,
                  ngrok_authtoken: str | None = None, advertise: str | None = None,
-                 heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL_S, outage_grace: float = DEFAULT_OUTAGE_GRACE_S,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES,
                  kernels: bool = True) -> None:
         self.keys = keys
         self.hub = Hub(keys, bind_endpoint(host, port), heartbeat_interval=heartbeat_interval,
-                       max_message_bytes=max_message_bytes, cache_bytes=cache_bytes, kernels=kernels).start()
+                       outage_grace=outage_grace, max_message_bytes=max_message_bytes, cache_bytes=cache_bytes,
+                       kernels=kernels).start()
         self.tunnel: Tunnel | None = None
         try:
             if ngrok:

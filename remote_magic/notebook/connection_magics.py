@@ -35,6 +35,9 @@ class ConnectionMagics(MagicsGroup):
               help="find hubs on this network (remote-worker --lan); with a token, connect to its hub there")
     @argument("--max-transfer", default=None, metavar="SIZE",
               help="send and receive at most SIZE (e.g. 1GB) over this connection (a tunnel's monthly cap)")
+    @argument("--outage-grace", type=float, default=None, metavar="SECONDS",
+              help="how long a running cell waits for a link that went down to come back before it fails "
+                   "(default: the hub's, 300 s unless remote-worker --outage-grace says otherwise)")
     @line_magic
     def offload_connect(self, line: str) -> None:
         """Connect this notebook to a remote-worker's hub.
@@ -50,7 +53,11 @@ class ConnectionMagics(MagicsGroup):
         is stopped before anything is sent, and results that would pass it stay on the worker as handles
         (%offload_workers shows what was sent and received).
 
-        Usage: %offload_connect TOKEN [--max-transfer SIZE]  (or set REMOTE_MAGIC_TOKEN: %offload_connect)
+        While the link is down (a dropped Wi-Fi, a tunnel restarting), a running cell says so once and
+        waits for it, up to --outage-grace seconds; when it is back, the cell ends as it would have.
+
+        Usage: %offload_connect TOKEN [--max-transfer SIZE] [--outage-grace S]
+               %offload_connect  (with REMOTE_MAGIC_TOKEN set)
                %offload_connect --lan [TOKEN] [--timeout S]
                %offload_connect dask://HOST:PORT
         """
@@ -75,11 +82,15 @@ class ConnectionMagics(MagicsGroup):
             raise UsageError(str(exc)) from None
         if client is None:  # --lan without a token lists the hubs only: the connection this notebook has stays
             return
-        if budget is not None:
-            if isinstance(client, DaskClient):
-                raise UsageError("--max-transfer counts what crosses a remote-worker hub's link; on Dask, data moves "
-                                 "between the Dask workers and the scheduler")
-            client.max_transfer = budget
+        if isinstance(client, DaskClient):
+            if budget is not None or args.outage_grace is not None:
+                raise UsageError("--max-transfer and --outage-grace are about a remote-worker hub's link; on Dask, "
+                                 "data moves between the Dask workers and the scheduler")
+        else:
+            if budget is not None:
+                client.max_transfer = budget
+            if args.outage_grace is not None:
+                client.outage_grace = args.outage_grace
         print(describe_connection(client, client.workers()))
         for note in client.version_notes:
             notice(note)

@@ -32,6 +32,7 @@ from .chunks import OnProgress
 from .failures import is_error
 from .link import Link
 from .protocol import (
+    DEFAULT_OUTAGE_GRACE_S,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_LIVENESS,
     HEARTBEAT_STALL_LIVENESS,
@@ -48,6 +49,12 @@ from .tokens import Token
 log = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
+
+RECONNECT_MAX_S = 0.5
+"""The longest pause between two attempts to reach the hub again: the link is back this soon after the network."""
+
+CONNECT_ATTEMPT_S = 1.0
+"""How long one attempt waits for the hub's TCP answer before a fresh one starts."""
 
 HUB_RESTART_GRACE_S = 3.0
 """After the hub said goodbye, how long a send waits for a hub on the same address to welcome this
@@ -73,7 +80,10 @@ def _open_socket(context: zmq.Context[Any], token: Token) -> zmq.Socket[Any]:
     sock.curve_publickey = token.public
     sock.curve_secretkey = token.secret
     sock.reconnect_ivl = 100
-    sock.reconnect_ivl_max = 2000  # capped backoff while the hub or tunnel is away
+    sock.reconnect_ivl_max = int(RECONNECT_MAX_S * 1000)  # capped backoff while the hub or tunnel is away
+    # Each attempt gives up on its SYN soon and a new one starts: the kernel's own SYN retries back off to
+    # 16 s and more during an outage, so the link would come back that long after the network does.
+    sock.connect_timeout = int(CONNECT_ATTEMPT_S * 1000)
     sock.heartbeat_ivl = int(LINK_PING_INTERVAL_S * 1000)  # ZMTP pings notice a dead TCP connection under NAT/tunnels
     sock.heartbeat_timeout = int(LINK_PING_INTERVAL_S * HEARTBEAT_LIVENESS * 1000)
     sock.rcvhwm = 0  # never stop reading: libzmq aborts when a heartbeat times out on a connection it stopped
@@ -148,10 +158,13 @@ class Connection:
     """Owns a dialed socket from a background thread (once ``start``-ed); thread-safe ``send``.
 
     ``on_message(msg)`` runs on the I/O thread for every message except heartbeats.
-    ``on_lost(reason)`` runs when the hub has been silent for ``HEARTBEAT_LIVENESS`` intervals with
-    the connection down (libzmq's heartbeats, which need no GIL, keep it up while the hub's process
-    runs), or for ``HEARTBEAT_STALL_LIVENESS`` intervals with it up; the socket keeps reconnecting
-    and says HELLO again when the hub asks for it.
+    An outage begins when the hub has been silent for ``HEARTBEAT_LIVENESS`` intervals with the
+    connection down (libzmq's heartbeats, which need no GIL, keep it up while the hub's process runs):
+    ``on_outage(notice)`` says so, and says so again when the hub answers, while what was in flight
+    waits to go again. ``on_lost(reason)`` runs when the outage outlasts ``outage_grace`` seconds (by
+    default the hub's, from its WELCOME), or when the hub says nothing for ``HEARTBEAT_STALL_LIVENESS``
+    intervals with the connection up; the socket keeps reconnecting and says HELLO again when the hub
+    asks for it.
     ``watch`` adds another socket to the I/O thread's poll loop (a worker's executor link), and
     ``on_tick()`` runs after every poll, returning how many seconds the next poll may wait.
     ``on_reconnect()`` runs after the connection broke and came back, once what it had in flight is
@@ -163,7 +176,8 @@ class Connection:
                  heartbeat_header: Callable[[], dict[str, Any]] | None = None,
                  watch: dict[zmq.Socket[Any], Callable[[list[zmq.Frame]], None]] | None = None,
                  on_tick: Callable[[], float] | None = None, name: str = "remote-magic-io",
-                 on_progress: OnProgress | None = None, on_reconnect: Callable[[], None] | None = None) -> None:
+                 on_progress: OnProgress | None = None, on_reconnect: Callable[[], None] | None = None,
+                 on_outage: Callable[[str], None] | None = None, outage_grace: float | None = None) -> None:
         self._context = context
         self._sock = sock
         self._hello = hello
@@ -173,6 +187,10 @@ class Connection:
         self._watched = dict(watch or {})
         self._on_tick = on_tick
         self._on_reconnect = on_reconnect
+        self._on_outage = on_outage or (lambda notice: log.warning("%s", notice))
+        self.outage_grace = float(welcome.header.get("outage_grace", DEFAULT_OUTAGE_GRACE_S)
+                                  if outage_grace is None else outage_grace)
+        self._outage_since: float | None = None  # when the hub was last heard, while an outage lasts
         self.interval = float(welcome.header.get("heartbeat_interval", HEARTBEAT_INTERVAL_S))
         self.expiry_s = self.interval * HEARTBEAT_LIVENESS
         self.stall_s = self.interval * HEARTBEAT_STALL_LIVENESS
@@ -352,6 +370,9 @@ class Connection:
                     if not self.connected:
                         self.connected = True
                         log.info("the hub answers again")
+                    if self._outage_since is not None:
+                        self._on_outage(f"the link to the hub is back after {now - self._outage_since:.0f} s")
+                        self._outage_since = None
                     frames = sock.recv_multipart(copy=False)
                     self.received_bytes += nbytes(frames)
                     self._receive(frames)
@@ -362,9 +383,18 @@ class Connection:
                     last_sent = now
                 silent = now - last_heard
                 if self.connected and silent > self.expiry_s and (not self._link_up or silent > self.stall_s):
-                    self.lost = (f"the hub stopped answering for {self.expiry_s:.0f} s" if not self._link_up else
-                                 f"the hub said nothing for {self.stall_s:.0f} s though its connection is up")
                     self.connected = False
+                    if self._link_up:
+                        self.lost = f"the hub said nothing for {self.stall_s:.0f} s though its connection is up"
+                        self._on_lost(self.lost)
+                    else:
+                        self.lost = "the hub stopped answering"
+                        self._outage_since = last_heard
+                        self._on_outage(f"the link to the hub is down ({silent:.0f} s so far): waiting up to "
+                                        f"{self.outage_grace:.0f} s for it to come back (outage_grace)")
+                if self._outage_since is not None and now - self._outage_since > self.outage_grace:
+                    self._outage_since = None
+                    self.lost = f"the hub stayed out of reach for {self.outage_grace:.0f} s (outage_grace)"
                     self._on_lost(self.lost)
                 if not self.connected and self._refused_since is not None and now - self._refused_since > self.expiry_s:
                     self.lost = (f"nothing listens at {self._address} any more: its remote-worker (or the tunnel in "

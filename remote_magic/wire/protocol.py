@@ -30,6 +30,10 @@ HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_LIVENESS = 5
 """How many intervals of silence before a peer whose connection is down is declared gone."""
 
+DEFAULT_OUTAGE_GRACE_S = 300.0
+"""How long a peer whose connection went down is waited for: the hub keeps its record, jobs and session, and
+its jobs wait, so a cell rides out a dropped Wi-Fi or a tunnel's restart. Longer, it is taken for gone."""
+
 LINK_PING_INTERVAL_S = 1.0
 """How often a peer's libzmq pings the hub (ZMTP PING): traffic that tells the hub the peer's
 connection is up even while the peer's Python reads nothing."""

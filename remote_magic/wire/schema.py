@@ -331,7 +331,8 @@ HEADERS: dict[str, Record] = {
         }),
     }),
     "welcome": _header({
-        "name": _NAME, "versions": _VERSIONS, "heartbeat_interval": _SECONDS, "max_message_bytes": _SIZE,
+        "name": _NAME, "versions": _VERSIONS, "heartbeat_interval": _SECONDS, "outage_grace": _SECONDS,
+        "max_message_bytes": _SIZE,
         "cache_bytes": _SIZE, "workers": ListOf(Object()),
     }),
     "heartbeat": _header({
