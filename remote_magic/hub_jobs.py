@@ -411,7 +411,7 @@ class HubJobs:
 
     def _on_outage(self, notice: str) -> None:
         """The link went down, or came back: each waiting job's cell says so beside its output, once."""
-        log.warning("%s", notice)
+        log.info("%s", notice)  # not a warning: logging's last resort would print it a second time
         with self._lock:
             waiting = list(self._jobs.values())
         for job in waiting:
