@@ -303,16 +303,21 @@ class HubJobs:
         return result
 
     def _interrupt(self, waits: Waits, ended: dict[str, Message]) -> None:
-        """Ctrl-C: a job still being sent stops at once (the rest of its inputs stay here); the workers are
-        asked to stop the others, and this waits briefly for them to confirm."""
-        for job_id in waits:
+        """Ctrl-C: a job still being sent stops at once (the rest of its inputs stay here), and so does one whose
+        result is coming down (the hub sends no more of it); the workers are asked to stop the others, and this
+        waits briefly for them to confirm."""
+        for job_id, (job, _, _) in waits.items():
             if job_id in ended:
                 continue
+            stopped = None
             if self._abort_upload(job_id):
                 stopped = errors.JobCancelled("stopped in the notebook while its inputs were sent: it did not run")
+            self.cancel(job_id)  # in case the hub had it whole already; for one coming down, the hub stops sending
+            if stopped is None and _coming_down(job):  # the hub's answer would wait behind what is in flight
+                stopped = errors.JobCancelled("stopped in the notebook while its result came down")
+            if stopped is not None:
                 self.end(job_id, stopped)
                 ended[job_id] = Message(T.ERROR, error_header(stopped, job_id))
-            self.cancel(job_id)  # in case the hub had it whole already
         events = next(iter(waits.values()))[0].events
         deadline = time.monotonic() + CANCEL_WAIT_S
         try:
@@ -431,6 +436,12 @@ class HubJobs:
             job_ids = list(self._jobs)
         for job_id in job_ids:
             self.end(job_id, error)
+
+
+def _coming_down(job: Job) -> bool:
+    """Is part of the job's result (or another of its large messages) on its way here, and not all of it?"""
+    done, total = job.transfers.snapshot().get("down", (0, 0))
+    return 0 < done < total
 
 
 def _next_event(events: "queue.SimpleQueue[Message]", meanwhile: Callable[[], None] = lambda: None) -> Message:

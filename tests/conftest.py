@@ -22,7 +22,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """One shared worker (hub + worker in one process, GPU off) for tests that don't break it."""
     # In a folder of its own: what cells write (%offload_put too) stays out of the repository.
     w = start_worker(tmp_path_factory.mktemp("worker"), "--listen", "127.0.0.1:0", "--gpu", "off",
-                     "--name", "shared", "--heartbeat-interval", "0.25", cwd=tmp_path_factory.mktemp("worker-cwd"))
+                     "--name", "shared", "--heartbeat-interval", "0.25", "--outage-grace", "2", cwd=tmp_path_factory.mktemp("worker-cwd"))
     yield w
     w.stop()
 

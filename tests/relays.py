@@ -5,9 +5,10 @@ Two relays, each a child process this module starts and stops:
 - ``PacketRelay`` carries the IP packets of a link between two TUN devices, one in each network
   namespace, applying the link's rate (a serialising queue with a bounded backlog: what exceeds it
   is dropped, as a router does), loss (each packet lost at random, on its own, each way) and delay
-  (half the round trip each way); ``cut`` loses every packet until ``restore``, as a dropped Wi-Fi does. Everything happens to packets on the wire, so each TCP connection
-  across the link sees the whole round trip and the losses, and recovers from them as it would on a
-  real link (a relay that ended TCP connections would recover losses over a sub-millisecond hop).
+  (half the round trip each way); ``cut`` loses every packet until ``restore``, as a dropped Wi-Fi
+  does. Everything happens to packets on the wire, so each TCP connection across the link sees the
+  whole round trip and the losses, and recovers from them as it would on a real link (a relay that
+  ended TCP connections would recover losses over a sub-millisecond hop).
 - ``StreamRelay`` forwards TCP connections from a port in one namespace to a port beyond the link,
   each byte held back by a delay, and can be cut and restored on the same port: a link that goes down.
 

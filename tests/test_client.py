@@ -114,6 +114,28 @@ def test_input_that_cannot_be_pickled_names_the_variable(client: remote_magic.Cl
     assert client.run("x = 1") == {"x": 1}
 
 
+FLUSHED_LINES = 20_000
+
+
+def test_many_flushed_lines_travel_together_in_order_and_each_stream_keeps_its_place(
+        client: remote_magic.Client) -> None:
+    """Before: each flushed line was a message of its own, 20,000 lines 20,000 messages (issue 34)."""
+    streams: list[tuple[str, str]] = []
+    code = ("import sys\n"
+            "for i in range(n):\n"
+            "    print(f'line {i}', flush=True)\n"
+            "sys.stderr.write('between\\n'); sys.stderr.flush()\n"
+            "print('after', flush=True)\n")
+    received = client.bytes_received
+    client.execute(code, {"n": FLUSHED_LINES}, [], on_stream=lambda h: streams.append((h["name"], h["text"])))
+    received = client.bytes_received - received
+    text = "".join(f"line {i}\n" for i in range(FLUSHED_LINES))
+    assert streams[-2:] == [("stderr", "between\n"), ("stdout", "after\n")]  # the order the job wrote in
+    assert "".join(t for _, t in streams[:-2]) == text and {n for n, _ in streams[:-2]} == {"stdout"}
+    assert len(streams) < FLUSHED_LINES / 20, len(streams)
+    assert received <= 1.5 * len(text), f"{received} bytes crossed for {len(text)} bytes of text"
+
+
 def test_output_that_cannot_come_back_names_the_variable(client: remote_magic.Client, caplog) -> None:
     with pytest.raises(OutputError, match="`gen`") as info:  # asked for by name: it must come, or fail
         client.run("gen = (i for i in range(3))\nok = 1", outputs=["gen", "ok"])

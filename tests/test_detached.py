@@ -31,7 +31,7 @@ client.execute(code, {"RELEASE": sys.argv[2]},
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[WorkerProcess]:
     worker = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "box",
-                          "--heartbeat-interval", "0.25", "--outage-grace", "1", "-v")  # a notebook that is gone is forgotten in 1.25 s
+                          "--heartbeat-interval", "0.25", "--outage-grace", "1", "-v")  # a notebook gone is forgotten
     yield worker
     worker.stop()
 
@@ -97,7 +97,7 @@ def test_output_in_flight_when_a_connection_breaks_arrives_once_in_order(tmp_pat
         with remote_magic.connect(worker.token) as client:
             def on_stream(header: dict[str, str]) -> None:
                 printed.append(header["text"])
-                if header["text"] == "100\n":  # while the cell prints: what is in flight is lost, then the
+                if "100" in header["text"].split():  # while the cell prints: what is in flight is lost, then the
                     tunnel.losing = True  # connection breaks, for less than the heartbeat bound
                     time.sleep(0.3)  # how much is lost, not a wait for anything
                     tunnel.stop()

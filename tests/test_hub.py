@@ -375,6 +375,71 @@ def test_a_vanished_clients_job_runs_on_until_a_client_with_its_token_stops_it(f
         assert client.run("x = 3", worker="home") == {"x": 3}
 
 
+HOSTILE_SOCKETS = 8
+HOSTILE_TRANSFERS = 50
+HOSTILE_SLACK_BYTES = 100 << 20
+"""The hub's memory under a hostile peer may grow past its bounds by at most this (issue 34's goal)."""
+
+
+def _chunk(transfer: str, offset: int, sizes: list[int], data: bytes) -> list[bytes]:
+    """A CHUNK of a large message that will never be finished."""
+    return encode(T.CHUNK, {"transfer": transfer, "offset": offset, "sizes": sizes, "job": transfer}, [data])
+
+
+def test_a_token_holder_starting_large_messages_it_never_finishes_is_bounded_and_answered(fleet) -> None:
+    """Before: one token holder took the hub from 42 MB to 1.2 GB in 2 s, and chunks whose sizes changed
+    raised IndexError, one traceback per message. Now a link may have 4 messages arriving at once, and all
+    links together hold at most two of the largest messages the hub takes (1 MB here)."""
+    hub, _ = fleet
+    token = Token.decode(hub.token)
+    process = psutil.Process(hub.process.pid)
+    before = process.memory_info().rss
+    context = zmq.Context()
+    answers: list[str] = []
+    try:
+        sockets = [_raw_socket(context, token, token.public, token.secret) for _ in range(HOSTILE_SOCKETS)]
+        for sock in sockets:
+            _hello(sock, "client")
+            assert _recv(sock).type is T.WELCOME
+        sizes = [3, 6, 64, 900_000]  # almost 1 MB, the largest message the hub takes: each transfer one, begun
+        for n in range(5):  # one link, five messages begun at once
+            sockets[0].send_multipart(_chunk(f"few-{n}", 0, sizes, b"x" * 1000))
+        sockets[0].send_multipart(_chunk("few-0", 1000, [3, 6, 64], b"x" * 10))  # its sizes changed midway
+        piece = os.urandom(256 << 10)
+        for n in range(HOSTILE_TRANSFERS):  # every link, many messages begun
+            for i, sock in enumerate(sockets):
+                sock.send_multipart(_chunk(f"t{i}-{n}", 0, sizes, piece))
+        deadline = time.monotonic() + 30
+        for sock in sockets:  # its answers, until a second passes with none (heartbeats aside)
+            answered_at = time.monotonic()
+            while time.monotonic() < min(deadline, answered_at + 1.0) and sock.poll(100):
+                msg = decode(sock.recv_multipart())
+                if msg.type is not T.HEARTBEAT:
+                    answered_at = time.monotonic()
+                if msg.type is T.ERROR:
+                    answers.append(str(msg.header.get("message")))
+        grown = process.memory_info().rss - before
+    finally:
+        context.destroy(linger=0)
+    assert any("more than 4 large messages arriving at once" in a for a in answers), answers[:5]
+    assert any("of large messages still arriving, its bound" in a for a in answers), answers[:5]
+    assert any("frame sizes differ from those of its message's first chunk" in a for a in answers), answers[:5]
+    assert grown < 2 * 10**6 + HOSTILE_SLACK_BYTES, f"the hub grew by {grown / 1e6:.0f} MB"
+    assert "Traceback" not in hub.log() and "IndexError" not in hub.log()
+    # Once they are gone (in the outage grace, 1 s here), they hold nothing: a large message arrives whole again.
+    with remote_magic.connect(hub.token) as client:
+        large = os.urandom(600_000)
+
+        def arrives_whole() -> bool:
+            try:
+                return client.run("n = len(b)", {"b": large}) == {"n": 600_000}
+            except remote_magic.ProtocolError as exc:
+                assert "of large messages still arriving, its bound" in str(exc)
+                return False
+
+        wait_for(arrives_whole, 30, "the hostile peers' part-sent messages to be dropped with them")
+
+
 def test_oversized_frames_are_refused_and_the_hub_keeps_serving(fleet) -> None:
     hub, _ = fleet
     with remote_magic.connect(hub.token) as client:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -66,16 +67,23 @@ class Notebook:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
         self.stdout: list[str] = []
+        self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        threading.Thread(target=self._read, name="notebook-stdout", daemon=True).start()
         assert json.loads(self.line(START_BOUND_S) or "{}") == {"ready": True}, self.stderr()
 
     def line(self, timeout: float) -> str:
         """The next line it printed, or '' when none came within ``timeout``."""
-        assert self.process.stdout is not None
-        if not select.select([self.process.stdout], [], [], timeout)[0]:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
             return ""
-        line = self.process.stdout.readline()
         self.stdout.append(line)
         return line
+
+    def _read(self) -> None:  # a thread: select() on a buffered pipe misses lines already in its buffer
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
 
     def start_cell(self) -> None:
         """Run the cell; returns once it says it started on the worker."""

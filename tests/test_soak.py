@@ -127,7 +127,8 @@ class SoakFleet:
 
     def _start_hub(self, port: str) -> WorkerProcess:
         hub = start_worker(self._run_dir("home"), "--listen", f"127.0.0.1:{port}", "--gpu", "off", "--name", "home",
-                           "--heartbeat-interval", str(HEARTBEAT_S), "--outage-grace", "1", "--max-message-size", "1M", "-v",
+                           "--heartbeat-interval", str(HEARTBEAT_S), "--outage-grace", "1", "--max-message-size", "1M",
+                           "-v",
                            home=self.home)
         self.everything.append(hub)
         return hub

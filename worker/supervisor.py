@@ -44,6 +44,7 @@ from .capabilities import battery_state, host_capabilities
 from .executor_processes import EXECUTOR_START_TIMEOUT_S, ExecutorLink, ExecutorOptions
 from .jupyter_kernels import KernelHost
 from .sessions import Session, Sessions
+from .stream_batches import StreamBatches
 
 __all__ = ["ExecutorOptions", "HeldJob", "Supervisor"]
 
@@ -117,6 +118,7 @@ class Supervisor:
         self.kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable, kernels,
                                   kernel_grace_s, max_kernels, options.max_memory_bytes)
         self._connection: Connection | None = None
+        self._batches = StreamBatches(self._send_frames)  # the running job's output, short writes together
         self.welcome: Message | None = None
         self._next_health_check = 0.0
         self.totals: dict[str, Any] = {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0,
@@ -287,8 +289,12 @@ class Supervisor:
         self._send_hub(T.ERROR, error_header(error, job.id))
 
     def _send_hub(self, msg_type: T, header: dict[str, Any]) -> None:
+        self._batches.flush()  # behind the output the job sent before
+        self._send_frames(encode(msg_type, header))
+
+    def _send_frames(self, frames: list[Any]) -> None:
         assert self._connection is not None
-        self._connection.send_now(encode(msg_type, header))
+        self._connection.send_now(frames)
 
     # -- from the executors ----------------------------------------------------------------
 
@@ -320,7 +326,8 @@ class Supervisor:
             if msg.type is T.RESULT and (too_large := self._oversized(msg)) is not None:
                 msg = Message(T.ERROR, error_header(too_large, job.id))
             job.lifecycle.end(msg.header if msg.type is T.ERROR else None)
-            self._connection.send_now(encode(msg.type, msg.header, msg.buffers))  # type: ignore[union-attr]
+            self._batches.flush()
+            self._send_frames(encode(msg.type, msg.header, msg.buffers))
             self.job = None
             if replace:
                 log.info("replacing session %s's executor: a job was interrupted in the middle of an import",
@@ -328,7 +335,7 @@ class Supervisor:
                 self._lose_session(session, "an interrupted import could have left a module unimportable")
             self._start_pending()
         else:
-            self._connection.send_now(list(frames[1:]))  # type: ignore[union-attr]
+            self._batches.add(msg, list(frames[1:]))
 
     def _oversized(self, result: Message) -> OutputError | None:
         """A result with a frame the hub would refuse (and cut this connection for): its job fails instead."""
@@ -358,6 +365,11 @@ class Supervisor:
     # -- health ----------------------------------------------------------------------------
 
     def _tick(self) -> float:
+        wait = self._check_health()
+        due = self._batches.due_in()
+        return wait if due is None else min(wait, due)
+
+    def _check_health(self) -> float:
         if self.job is None:
             self._check_idle_executors()
             return 0.5

@@ -36,6 +36,7 @@ from ..errors import (
     VersionMismatch,
 )
 from ..wire import schema
+from ..wire.chunks import HeldBytes
 from ..wire.failures import error_header
 from ..wire.frame_cache import DEFAULT_CACHE_BYTES
 from ..wire.keys import HubKeys
@@ -94,6 +95,11 @@ class Route:
     handler: Handler | None = None
 
 
+ARRIVING_MESSAGES = 2
+"""How many of the largest messages it takes (``max_message_bytes``) the hub holds part-received at once, all
+peers together: what a peer holding a token can make it hold."""
+
+
 class Hub:
     """A broker between clients and workers, served by a background thread.
 
@@ -117,6 +123,8 @@ class Hub:
         self.stall_s = heartbeat_interval * HEARTBEAT_STALL_LIVENESS
         self.outage_grace = max(outage_grace, self.expiry_s)
         self.max_message_bytes = max_message_bytes
+        # Large messages still arriving, on every link together: a peer can make the hub hold this much at most.
+        self.arriving = HeldBytes(ARRIVING_MESSAGES * max_message_bytes)
         self.port = 0  # the bound TCP port, once started
         self.context = zmq.Context()
         self.local_endpoint = f"inproc://remote-magic-hub-{id(self)}"
@@ -293,6 +301,10 @@ class Hub:
         """Send one message to a peer, behind what waits for it."""
         self.send_frames(routing_id, encode(msg_type, header, buffers))
 
+    def abandon(self, routing_id: bytes, job: str) -> bool:
+        peer = self.fleet.peers.get(routing_id)
+        return peer is not None and peer.link.outbox.abort(job)
+
     def send_frames(self, routing_id: bytes, frames: list[Any]) -> int | None:
         """Send without ever blocking the hub: what a peer can't take now waits for it, in order. The
         message's seq on the peer's link (None when it isn't numbered, or the routing id is no peer's)."""
@@ -318,7 +330,8 @@ class Hub:
         """A peer's link (wire/link.py): what goes to it, in order and numbered, large messages in paced chunks,
         kept until it acknowledges them; and what it sends, taken once each, in order."""
         # In-process workers need no chunks: inproc carries no heartbeats to starve.
-        return Link(partial(self._try_send, routing_id), chunked=not local, max_bytes=self.max_message_bytes)
+        return Link(partial(self._try_send, routing_id), chunked=not local, max_bytes=self.max_message_bytes,
+                    held=self.arriving)
 
     def _send_acks(self) -> int | None:
         """Acknowledge what peers sent (wire/link.py); how many milliseconds until more acknowledgements are
@@ -384,6 +397,12 @@ class Hub:
         if peer is not None:
             peer.last_seen = time.monotonic()
         if msg.type is T.HELLO:
+            try:
+                schema.check(msg)  # as every message, before anything reads a field
+            except ProtocolError as exc:
+                self._peer_warnings.warning(user_id, "bad hello from a %s: %s", role.value, exc)
+                self.send(routing_id, T.ERROR, error_header(exc))
+                return
             self._on_hello(routing_id, role, key.encode(), msg)
             return
         if peer is None:
@@ -452,6 +471,7 @@ class Hub:
                     caps if isinstance(caps, dict) else {}, local=local, key=key,
                     link=self._new_link(routing_id, local))
         if old is not None:  # a reconnect: keep what it was doing
+            old.link.close()
             peer.job, peer.jobs_done, peer.usage, peer.cache = old.job, old.jobs_done, old.usage, old.cache
             # What it had not acknowledged won't reach it now: jobs that ended meanwhile wait for collection.
             self.delivery.detach_unacknowledged_ends(old)

@@ -32,6 +32,7 @@ class Fleet:
     def forget(self, peer: Peer) -> None:
         """The peer left: its link, cache and everything else held for it go with its record."""
         self.peers.pop(peer.routing_id, None)
+        peer.link.close()
 
     def workers(self) -> list[Peer]:
         return [p for p in self.peers.values() if p.role is Role.WORKER]

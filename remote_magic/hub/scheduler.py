@@ -68,6 +68,10 @@ class Scheduler:
         if job_id in self._recent_jobs:  # a job runs once, whatever its SUBMIT went through
             self._warnings.warning(f"{peer.role.value}:{peer.key.decode()}", "dropped a second SUBMIT of "
                                    "job %s from %s: the first one runs, or ran", job_id, peer.name)
+            running = self.fleet.jobs.get(job_id)
+            if running is None or running.client != peer.routing_id:  # else its own answer is on its way
+                self.sender.send(peer.routing_id, T.ERROR, error_header(ProtocolError(
+                    f"job id {job_id} was used already: each job needs an id of its own"), job_id))
             return
         wanted = msg.header.get("worker")
         wanted = None if wanted is None else str(wanted)  # as the fleet will compare it with names
@@ -107,10 +111,16 @@ class Scheduler:
 
     def on_cancel(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         """CANCEL from a client: stop its job, queued or running."""
-        job = self.fleet.jobs.get(msg.header["job"])
-        if job is None or job.client != peer.routing_id:
-            return  # already finished: the result or error is on its way
-        self.cancel(job, "cancelled by the notebook")
+        job_id = msg.header["job"]
+        job = self.fleet.jobs.get(job_id)
+        if job is None:  # it ended: the rest of its end, coming down the client's link, isn't sent
+            if self.sender.abandon(peer.routing_id, job_id):
+                peer.unacknowledged_ends.pop(job_id, None)
+                self.sender.send(peer.routing_id, T.ERROR, error_header(
+                    JobCancelled("stopped in the notebook while its result came down"), job_id))
+            return
+        if job.client == peer.routing_id:
+            self.cancel(job, "cancelled by the notebook")
 
     def on_job_event(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         """STARTED, STREAM, DISPLAY, RESULT or ERROR from the worker running the job: on to its client."""

@@ -21,3 +21,7 @@ class PeerSender(Protocol):
     def send_frames(self, routing_id: bytes, frames: list[Any]) -> int | None:
         """Send one encoded message; its seq on the peer's link (None when it isn't numbered, or the
         routing id is no peer's)."""
+
+    def abandon(self, routing_id: bytes, job: str) -> bool:
+        """Send no more of ``job``'s messages to the peer that haven't wholly left (its result coming down
+        when the notebook pressed Ctrl-C); True when some hadn't."""

@@ -62,6 +62,10 @@ RATE_SPAN_S = 2.0
 FINISHED_KEPT = 1024
 """How many finished transfers a receiver remembers, to acknowledge their chunks sent again."""
 
+MAX_UNFINISHED = 4
+"""How many large messages one link may have part-received at once: a sender sends one at a time, and
+after a reconnect may start one again."""
+
 COMPRESS_BELOW_RATIO = 0.7
 """A message is worth compressing when a sample of it shrinks to less than this."""
 
@@ -448,16 +452,27 @@ class _Partial:
         return [whole[start:start + size] for start, size in zip(self.starts, self.sizes)]
 
 
+class HeldBytes:
+    """What every link of one receiver (the hub) holds of part-received large messages, and its bound."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+
+
 class Inbox:
     """Large messages arriving in chunks from one link, put back together.
 
     ``add`` takes a CHUNK and returns how many bytes of its transfer are held in order (to
-    acknowledge) and, once it is whole, the message's frames.
+    acknowledge) and, once it is whole, the message's frames. At most ``MAX_UNFINISHED`` messages
+    arrive at once, each at most ``max_bytes``, and with ``held`` all the receiver's links together
+    hold at most its bound.
     """
 
     def __init__(self, max_bytes: int | None = None, on_progress: OnProgress | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, held: HeldBytes | None = None) -> None:
         self._max_bytes = max_bytes
+        self._held = held
         self._clock = clock
         self._on_progress = on_progress
         self._partial: dict[str, _Partial] = {}
@@ -483,8 +498,14 @@ class Inbox:
         if partial is None:
             if offset != 0:
                 return 0, None  # we hold nothing of it (we forgot, or restarted): the sender starts again
+            if len(self._partial) >= MAX_UNFINISHED:
+                raise ProtocolError(f"more than {MAX_UNFINISHED} large messages arriving at once on one link: "
+                                    "send one after the other")
             partial = self._partial[transfer] = _Partial(sizes, bytearray(), {
                 k: header[k] for k in ("job", "type") if k in header})
+        elif sizes != partial.sizes:
+            self._forget(transfer)
+            raise ProtocolError("a chunk's frame sizes differ from those of its message's first chunk")
         partial.touched = now
         data = memoryview(b"".join(bytes(_flat(b)) for b in msg.buffers)) if len(msg.buffers) != 1 \
             else _flat(msg.buffers[0])
@@ -494,12 +515,18 @@ class Inbox:
         # Sent again after a reconnect, a chunk may start before what we hold (its sender cuts chunks to
         # the window it has now): take the part that is new.
         if offset <= partial.received < end <= total:
+            if self._held is not None:
+                if self._held.held + end - partial.received > self._held.max_bytes:
+                    self._forget(transfer)
+                    raise ProtocolError(f"the hub holds {human_size(self._held.held)} of large messages still "
+                                        "arriving, its bound: this one was dropped; send it again later")
+                self._held.held += end - partial.received
             partial.append(data[partial.received - offset:])
             if self._on_progress is not None:
                 self._on_progress(partial.about, partial.received, total)
         if partial.received < total:
             return partial.received, None
-        del self._partial[transfer]
+        self._forget(transfer)
         self._finished[transfer] = total
         if len(self._finished) > FINISHED_KEPT:
             self._finished.popitem(last=False)
@@ -522,15 +549,25 @@ class Inbox:
 
     def abandon(self, transfer: str) -> None:
         """The sender won't send the rest of ``transfer``, or will send all of it again: forget it."""
-        self._partial.pop(transfer, None)
+        self._forget(transfer)
         self._finished.pop(transfer, None)
+
+    def close(self) -> None:
+        """The link is gone: what it held of messages arriving is given back."""
+        for transfer in list(self._partial):
+            self._forget(transfer)
+
+    def _forget(self, transfer: str) -> None:
+        partial = self._partial.pop(transfer, None)
+        if partial is not None and self._held is not None:
+            self._held.held -= partial.received
 
     def drop_older_than(self, seconds: float) -> None:
         """Forget messages no chunk of which came for ``seconds`` (their sender gave up)."""
         now = self._clock()
         for transfer in [t for t, p in self._partial.items() if now - p.touched > seconds]:
             log.info("dropped a message that stopped arriving %.0f s ago", now - self._partial[transfer].touched)
-            del self._partial[transfer]
+            self._forget(transfer)
 
 
 def ack(msg: Message, received: int) -> list[Any]:

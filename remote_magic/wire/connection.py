@@ -50,11 +50,13 @@ log = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
 
-RECONNECT_MAX_S = 0.5
-"""The longest pause between two attempts to reach the hub again: the link is back this soon after the network."""
+RECONNECT_MAX_S = 0.2
+"""The longest pause between two attempts to reach the hub again."""
 
-CONNECT_ATTEMPT_S = 1.0
-"""How long one attempt waits for the hub's TCP answer before a fresh one starts."""
+CONNECT_ATTEMPT_S = 2.0
+"""How long one attempt waits for the hub's TCP answer before a fresh one starts: within it the kernel sends
+its SYN again after 1 s, so while the network is away a SYN leaves at least every 1.2 s, and the link is back
+about that soon after it returns. Long enough for a round trip of up to 2 s."""
 
 HUB_RESTART_GRACE_S = 3.0
 """After the hub said goodbye, how long a send waits for a hub on the same address to welcome this
@@ -472,6 +474,8 @@ class Connection:
         if taken is None or taken.type is T.HEARTBEAT:
             return
         msg = taken
+        if msg.type is T.ERROR and isinstance(job := msg.header.get("job"), str):
+            self._link.outbox.abort(job)  # the hub ended the job: what is still to go for it can't matter
         if msg.type is T.BYE:  # the hub is stopping: what we wait for won't come. We reconnect when it's back
             self.connected = False
             self._hub_stopped = True

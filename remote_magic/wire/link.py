@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import ProtocolError
-from .chunks import Inbox, OnProgress, Outbox, ack
+from .chunks import HeldBytes, Inbox, OnProgress, Outbox, ack
 from .protocol import Message, MessageType as T, decode, encode
 
 ACK_EVERY_S = 0.05
@@ -37,11 +37,12 @@ class Link:
     """
 
     def __init__(self, send: Callable[[list[Any]], bool], *, chunked: bool = True, max_bytes: int | None = None,
-                 on_progress: OnProgress | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 on_progress: OnProgress | None = None, clock: Callable[[], float] = time.monotonic,
+                 held: HeldBytes | None = None) -> None:
         self._send = send
         self._clock = clock
         self.outbox = Outbox(send, chunked=chunked, on_progress=on_progress, clock=clock)
-        self._inbox = Inbox(max_bytes=max_bytes, on_progress=on_progress, clock=clock)
+        self._inbox = Inbox(max_bytes=max_bytes, on_progress=on_progress, clock=clock, held=held)
         self.expected = 1   # the next number to deliver
         self._acked = 0     # the last number this end acknowledged
         self._ack_at = 0.0
@@ -139,6 +140,10 @@ class Link:
             self._acked, self._ack_at, self._repeat, self._ask_resend = upto, now, False, False
             return None
         return ACK_EVERY_S  # no room or no route: try again soon
+
+    def close(self) -> None:
+        """The link is gone: give back what it held of large messages arriving."""
+        self._inbox.close()
 
     def drop_stalled(self, seconds: float) -> None:
         """Forget large messages no chunk of which came for ``seconds`` (their sender gave up)."""
