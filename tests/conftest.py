@@ -21,8 +21,9 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """One shared worker (hub + worker in one process, GPU off) for tests that don't break it."""
     # In a folder of its own: what cells write (%offload_put too) stays out of the repository.
-    w = start_worker(tmp_path_factory.mktemp("worker"), "--listen", "127.0.0.1:0", "--gpu", "off",
-                     "--name", "shared", "--heartbeat-interval", "0.25", "--outage-grace", "2", cwd=tmp_path_factory.mktemp("worker-cwd"))
+    # A notebook gone (killed, cut off) is taken for gone in 2 s: its session's process stops then.
+    w = start_worker(tmp_path_factory.mktemp("worker"), "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "shared",
+                     "--heartbeat-interval", "0.25", "--outage-grace", "2", cwd=tmp_path_factory.mktemp("worker-cwd"))
     yield w
     w.stop()
 
