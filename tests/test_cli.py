@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -213,3 +214,18 @@ def test_a_killed_workers_temporary_folder_is_removed_by_the_next_worker(tmp_pat
     finally:
         second.stop()
     assert folders_of(second.process) == []  # a clean exit removes its own
+
+
+def test_token_rotate_on_a_full_disk_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    """Before: a traceback. The home is a 64 kB tmpfs, filled, in a mount namespace of the test's own."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("fills a disk of its own in a mount namespace, which takes root and unshare (util-linux)")
+    home = tmp_path / "home"
+    home.mkdir()
+    fill = f"mount -t tmpfs -o size=64k tmpfs {home} && (dd if=/dev/zero of={home}/fill bs=4k 2>/dev/null || true)"
+    result = subprocess.run(["unshare", "-m", "sh", "-c", f"{fill} && exec remote-worker token --rotate"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "REMOTE_MAGIC_HOME": str(home)})
+    assert result.returncode == 1, result.stderr
+    assert "can't write the keys in" in result.stderr and "No space left on device" in result.stderr, result.stderr
+    assert "the tokens you have still work" in result.stderr and "Traceback" not in result.stderr

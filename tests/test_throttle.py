@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from remote_magic.hub.throttle import WarningThrottle
+from remote_magic.wire.throttle import WarningThrottle
 
 
 def test_warnings_past_the_burst_are_counted_and_reported_in_the_next_window(

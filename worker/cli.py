@@ -231,7 +231,13 @@ def _running_addresses() -> dict[int, str]:
 
 
 def show_token(args: argparse.Namespace) -> int:
-    keys = keystore.rotate() if args.rotate else keystore.load_or_create()
+    try:
+        keys = keystore.rotate() if args.rotate else keystore.load_or_create()
+    except OSError as exc:  # the write is atomic: on a full disk the old keys stay as they were
+        print(f"remote-worker: can't write the keys in {keystore.config_dir()}: {exc.strerror}. Nothing changed: "
+              "the tokens you have still work. Free some space (or fix the folder's permissions) and run it again",
+              file=sys.stderr)
+        return 1
     running = _running_addresses()
     if len(set(running.values())) > 1:
         listed = ", ".join(f"{address} (pid {pid})" for pid, address in running.items())

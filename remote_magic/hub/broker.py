@@ -55,6 +55,7 @@ from ..wire.protocol import (
     encode,
 )
 from ..wire.sizes import human_size
+from ..wire.throttle import WarningThrottle
 from ..wire.versions import describe_differences, local_versions
 from .authenticator import HubAuthenticator
 from .delivery import JobDelivery
@@ -62,7 +63,6 @@ from .fleet import Fleet
 from .jupyter_kernels import KernelRelay
 from .records import Peer
 from .scheduler import Scheduler
-from .throttle import WarningThrottle
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from ..wire.frame_cache import FrameCache, frame_digests
 from ..wire.lifecycle import JobState
 from ..wire.protocol import Message, MessageType as T, Role, encode, session_id
 from ..wire.requirements import check_prefer, parse_all
+from ..wire.throttle import WarningThrottle
 from . import placement
 from .delivery import JobDelivery
 from .fleet import Fleet
 from .records import Job, Peer
 from .sender import PeerSender
-from .throttle import WarningThrottle
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,18 @@ import zmq.asyncio
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from remote_magic.errors import ProtocolError, RemoteMagicError
+from remote_magic.wire.throttle import WarningThrottle
 
+from ..tab_protocol import (
+    BACKGROUND,
+    CLOSED,
+    MAX_MESSAGE_BYTES,
+    REFUSED_MESSAGE,
+    REFUSED_SECRET,
+    TOO_MANY_TABS,
+    check_control,
+)
 from .bridge import TabBridge
-from .messages import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +48,17 @@ HELLO_TIMEOUT_S = 10.0
 SILENCE_S = 5.0
 """A tab that owes an answer and says nothing for this long has stopped answering (it says it is alive
 every second)."""
+STALL_S = 20.0
+"""A tab that owes an answer and says it is alive, but has run no call of its batches for this long, is stuck."""
 WATCH_INTERVAL_S = 0.5
 MAX_NAME = 40
-
-# Close codes the page reads: 44xx means "refused, don't retry".
-REFUSED_SECRET = 4401
-REFUSED_MESSAGE = 4400
-BACKGROUND = 4000
-"""The page closes with this code when it goes to the background..."""
-CLOSED = 4001
-"""...and with this one when it is closed or reloaded."""
+MAX_TABS = 16
+"""How many tabs a worker serves at once (each is a worker with its executors): one more is refused."""
+MAX_UNPROVEN = 4
+"""How many WebSockets may be proving the secret at once; more wait. Each may send a hello of up to a
+message's size before its secret is checked, so this bounds what strangers can make the server read."""
+WRONG_SECRET_DELAY_S = 1.0
+"""A wrong secret is answered this long after it came, while the next stranger waits: guessing is slow."""
 
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -76,6 +86,8 @@ class TabServer:
         self._context = zmq.asyncio.Context()
         self._runner: web.AppRunner | None = None
         self._joins = ThreadPoolExecutor(thread_name_prefix="browser-tab-join")  # a worker starts in seconds
+        self._unproven = asyncio.Semaphore(MAX_UNPROVEN)
+        self._refusals = WarningThrottle(log)
         self._thread = threading.Thread(target=self._loop.run_forever, name="browser-tabs", daemon=True)
         self.public_url: str | None = None
         """Set when the page is reached through a tunnel (``--ngrok``): the link uses it."""
@@ -97,6 +109,7 @@ class TabServer:
                                    "choose another --browser HOST:PORT") from None
 
     async def _start(self) -> None:
+        self._loop.set_exception_handler(self._on_loop_error)
         app = web.Application()
         app.router.add_get("/", _page_file("index.html", "text/html"))
         app.router.add_get("/tab.js", _page_file("tab.js", "text/javascript"))
@@ -122,12 +135,20 @@ class TabServer:
     async def _tab_socket(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES + 16)
         await socket.prepare(request)
-        try:
-            hello = await self._hello(socket)
-        except ProtocolError as exc:
-            log.warning("a browser tab from %s was refused: %s", request.remote, exc)
-            code = REFUSED_SECRET if "secret" in str(exc) else REFUSED_MESSAGE
-            await socket.close(code=code, message=str(exc).encode()[:120])
+        async with self._unproven:  # strangers one handful at a time, wrong secrets slowly
+            try:
+                hello = await self._hello(socket)
+            except ProtocolError as exc:
+                self._refusals.warning("refused", "a browser tab from %s was refused: %s",
+                                       request.remote, exc)
+                wrong_secret = "secret" in str(exc)
+                if wrong_secret:
+                    await asyncio.sleep(WRONG_SECRET_DELAY_S)  # the delay itself: what slows a guesser
+                await socket.close(code=REFUSED_SECRET if wrong_secret else REFUSED_MESSAGE,
+                                   message=str(exc).encode()[:120])
+                return socket
+        if len(self.tabs) >= MAX_TABS:
+            await socket.close(code=TOO_MANY_TABS, message=f"this worker serves at most {MAX_TABS} tabs".encode())
             return socket
         bridge = TabBridge(self._name(hello), Path(self._folder.name), self._context, socket.send_bytes)
         self.tabs[bridge.name] = bridge
@@ -152,11 +173,8 @@ class TabServer:
             raise ProtocolError(f"no hello within {HELLO_TIMEOUT_S:g} s") from None
         if message.type != WSMsgType.TEXT:
             raise ProtocolError("the first message must be the page's hello")
-        try:
-            hello = json.loads(message.data)
-        except ValueError:
-            raise ProtocolError("the hello is not JSON") from None
-        if not isinstance(hello, dict) or hello.get("type") != "hello":
+        hello = check_control(message.data)
+        if hello["type"] != "hello":
             raise ProtocolError("the first message must be the page's hello")
         if not hmac.compare_digest(str(hello.get("secret", "")).encode(), self.secret.encode()):
             raise ProtocolError("wrong secret: open the whole link remote-worker printed, with the part after #")
@@ -193,14 +211,18 @@ class TabServer:
                     await socket.close(code=REFUSED_MESSAGE, message=b"malformed answer")
                     return f"{tab} sent a malformed answer ({exc}) and was disconnected"
             elif message.type == WSMsgType.TEXT:
-                kind = _control(message.data)
-                if kind == "alive":
-                    bridge.heard()
-                elif kind == "lost":
-                    log.warning("%s lost a GPU device: %s", tab, message.data[:200])
-                else:
+                try:
+                    control = check_control(message.data)
+                except ProtocolError as exc:
                     await socket.close(code=REFUSED_MESSAGE, message=b"malformed message")
-                    return f"{tab} sent a malformed message and was disconnected"
+                    return f"{tab} sent a malformed message ({exc}) and was disconnected"
+                if control["type"] == "alive":
+                    bridge.heard(control.get("done"))
+                elif control["type"] == "lost":
+                    self._refusals.warning(bridge.name, "%s lost a GPU device: %s", tab, control.get("reason"))
+                else:
+                    await socket.close(code=REFUSED_MESSAGE, message=b"a second hello")
+                    return f"{tab} said hello twice and was disconnected"
             elif message.type == WSMsgType.ERROR:
                 return f"{tab} sent a message the worker refused ({socket.exception()})"
         if bridge.gone is not None:
@@ -214,14 +236,28 @@ class TabServer:
         return f"{tab} disconnected (WebSocket close code {socket.close_code})"
 
     async def _watch(self, bridge: TabBridge, socket: web.WebSocketResponse) -> None:
-        """Fail the tab's work when it owes an answer and has said nothing for ``silence_s``."""
+        """Fail the tab's work when it owes an answer and has said nothing for ``silence_s``, or has said it
+        is alive but run nothing for ``STALL_S``: progress, not chatter, keeps a batch alive."""
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)  # a watchdog's period, not synchronisation
-            if bridge.waiting and time.monotonic() - bridge.last_heard > self.silence_s:
-                bridge.fail(f"the browser tab {bridge.name!r} stopped answering (nothing for "
-                            f"{self.silence_s:g} s)")
-                await socket.close(code=WSCloseCode.GOING_AWAY, message=b"stopped answering")
-                return
+            now = time.monotonic()
+            if not bridge.waiting:
+                continue
+            if now - bridge.last_heard > self.silence_s:
+                why = f"stopped answering (nothing for {self.silence_s:g} s)"
+            elif now - bridge.progressed_at > STALL_S:
+                why = f"is stuck: it says it is alive, but ran nothing of its work for {STALL_S:g} s"
+            else:
+                continue
+            bridge.fail(f"the browser tab {bridge.name!r} {why}")
+            await socket.close(code=WSCloseCode.GOING_AWAY, message=why.split(" (")[0].split(":")[0].encode())
+            return
+
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """What the server's loop couldn't handle (a failed accept when file descriptors run out): logged once
+        a minute per kind, not once per attempt."""
+        self._refusals.warning(str(context.get("message")), "the browser page's server: %s (%s)",
+                               context.get("message"), context.get("exception"))
 
     def _leave(self, bridge: TabBridge, joined: Future[Any]) -> None:
         try:
@@ -244,14 +280,6 @@ def _page_file(name: str, content_type: str) -> Callable[[web.Request], Awaitabl
         return web.Response(text=text, content_type=content_type) if name else web.Response(status=204)
 
     return handler
-
-
-def _control(text: str) -> str:
-    try:
-        message = json.loads(text)
-    except ValueError:
-        return ""
-    return str(message.get("type", "")) if isinstance(message, dict) else ""
 
 
 def _link_host(host: str) -> str:

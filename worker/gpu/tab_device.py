@@ -13,6 +13,7 @@ tab) are raised as :class:`TabCallError` from the call that waited for the answe
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import secrets
@@ -21,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import wgpu
 import zmq
 
 from remote_magic.errors import GpuError
-from remote_magic.worker.browser.messages import MAX_BATCH_BYTES, MAX_MESSAGE_BYTES, decode, encode, padded
+from remote_magic.worker.tab_protocol import MAX_BATCH_BYTES, MAX_MESSAGE_BYTES, decode, encode, padded
 
 from .device import ADAPTER_TYPES, AdapterInfo, DeviceCallError, GpuDevice
 
@@ -38,6 +40,11 @@ BRIDGE_CHECK_INTERVAL_MS = 1000
 
 KEPT_KEYS = frozenset({"constants"})
 """Descriptor keys whose own keys are user names (override constants), not to be camel-cased."""
+
+WEBGPU_METHODS = frozenset(
+    name for cls in vars(wgpu).values() if isinstance(cls, type) and cls.__name__.startswith("GPU")
+    for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name, None)))
+"""Every method of wgpu-py's WebGPU classes: a name that is none of them fails where it is called, not in the tab."""
 
 
 class TabCallError(DeviceCallError):
@@ -145,8 +152,12 @@ class TabSession:
                 if not self._bridge_path.exists():  # the bridge answers every batch while it lives
                     raise TabCallError("the browser tab's worker has left the fleet", lost=True)
             header, data = decode(self._socket.recv(copy=False).buffer)
-            if header.get("id") in (self._request, None):  # an earlier id: the answer to a batch cut short by Ctrl-C
+            if header.get("id") in (self._request, None):
                 break
+            if not isinstance(header.get("id"), int) or header["id"] > self._request:  # the bridge checks this too
+                raise TabCallError(f"the browser tab answered batch {header.get('id')!r} for batch {self._request}",
+                                   lost=True)
+            # An earlier id: the answer to a batch cut short by Ctrl-C.
         self.tab_ms += float(header.get("ms") or 0.0)
         error = header.get("error")
         if error:
@@ -170,6 +181,10 @@ class RemoteObject:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        if name not in WEBGPU_METHODS:
+            close = difflib.get_close_matches(name, WEBGPU_METHODS, n=1)
+            raise AttributeError(f"WebGPU objects have no method {name!r}" + (f": did you mean {close[0]!r}?"
+                                                                               if close else ""))
         return functools.partial(self._session.call, self, name)
 
 

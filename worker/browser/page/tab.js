@@ -126,6 +126,7 @@ async function runBatch(header, blobs) {
       } else {
         throw new Error(`unknown operation ${op}`);
       }
+      callsDone++;
     }
   } catch (exc) {
     failure = exc;
@@ -176,6 +177,7 @@ async function onBatch(data) {
   if (socket && socket.readyState === WebSocket.OPEN) socket.send(encode(seq, reply, reads));
 }
 let batches = 0;
+let callsDone = 0;   // told with each "alive": the worker's measure of progress on a batch it waits for
 
 // -- the connection --------------------------------------------------------------------------
 let workerName = "";
@@ -191,7 +193,7 @@ function connect() {
   socket.onopen = () => {
     socket.send(JSON.stringify({ type: "hello", secret, name: params.get("name") || "", adapter: adapterInfo(),
                                  limits: limitsOf(adapter.limits) }));
-    alive = setInterval(() => send({ type: "alive" }), ALIVE_INTERVAL_MS);
+    alive = setInterval(() => send({ type: "alive", done: callsDone }), ALIVE_INTERVAL_MS);
   };
   socket.onmessage = event => {
     if (typeof event.data === "string") {
