@@ -115,7 +115,8 @@ class InvalidTransition(ProtocolError):
 
 
 class Busy(RemoteMagicError):
-    """The queue to the hub stayed full for longer than the client's ``send_timeout``: nothing was sent."""
+    """The queue to the hub stayed full for longer than the client's ``send_timeout``, or the hub holds as
+    many of this notebook's jobs waiting for a worker as it keeps: nothing was sent, or queued."""
 
 
 class OverBudget(RemoteMagicError):

@@ -440,6 +440,23 @@ def test_a_token_holder_starting_large_messages_it_never_finishes_is_bounded_and
         wait_for(arrives_whole, 30, "the hostile peers' part-sent messages to be dropped with them")
 
 
+def test_a_notebooks_jobs_waiting_for_a_worker_are_bounded_and_the_one_over_says_so(fleet) -> None:
+    """The hub keeps at most two of its largest messages (1 MB here) of one notebook's jobs waiting."""
+    hub, _ = fleet
+    with remote_magic.connect(hub.token) as client:
+        wait_for(lambda: len(client.workers()) == 2, 10, "both workers to join")
+        busy = [client.submit(time.sleep, 60) for _ in range(2)]
+        wait_for(lambda: all(w["state"] == "busy" for w in client.workers()), 10, "both workers to be busy")
+        waiting = [client.submit(len, os.urandom(600_000)) for _ in range(3)]  # 1.8 MB waits
+        with pytest.raises(remote_magic.Busy, match=r"the hub holds 3 of this notebook's jobs \(1.8 MB\) waiting "
+                           r"for a worker, as many as it keeps for one notebook \(100,000 jobs, 2.0 MB\): this one "
+                           "was not queued"):
+            client.submit(len, os.urandom(600_000)).result(timeout=30)
+        for future in busy:
+            future.cancel()
+        assert [future.result(timeout=30) for future in waiting] == [600_000] * 3  # the three that waited run
+
+
 def test_oversized_frames_are_refused_and_the_hub_keeps_serving(fleet) -> None:
     hub, _ = fleet
     with remote_magic.connect(hub.token) as client:

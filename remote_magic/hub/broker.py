@@ -97,7 +97,7 @@ class Route:
 
 ARRIVING_MESSAGES = 2
 """How many of the largest messages it takes (``max_message_bytes``) the hub holds part-received at once, all
-peers together: what a peer holding a token can make it hold."""
+peers together, and of each notebook's jobs waiting for a worker: what a peer holding a token can make it hold."""
 
 
 class Hub:
@@ -137,7 +137,8 @@ class Hub:
         self._peer_warnings = WarningThrottle(log)
         self.fleet = Fleet()  # every peer, by routing id, with its link: forgotten in one place, _forget
         self.delivery = JobDelivery(self.fleet, self)
-        self.scheduler = Scheduler(self.fleet, self, self.delivery, self._peer_warnings, cache_bytes=cache_bytes)
+        self.scheduler = Scheduler(self.fleet, self, self.delivery, self._peer_warnings, cache_bytes=cache_bytes,
+                                   max_queued_bytes=ARRIVING_MESSAGES * max_message_bytes)
         self.kernels = KernelRelay(self.fleet, self, allowed=kernels)
         # What a peer may send once it said HELLO (which comes first, read by _on_hello), and what acts on it.
         self.routes: dict[T, Route] = {

@@ -24,6 +24,7 @@ class Fleet:
         self.peers: dict[bytes, Peer] = {}
         self.jobs: dict[str, Job] = {}
         self.queue: deque[Job] = deque()
+        self._queued: dict[bytes, tuple[int, int]] = {}  # per client: its jobs waiting, and their bytes
 
     def join(self, peer: Peer) -> None:
         """A peer said HELLO: it replaces whatever the fleet held for its routing id."""
@@ -56,6 +57,24 @@ class Fleet:
     def enqueue(self, job: Job) -> None:
         self.jobs[job.id] = job
         self.queue.append(job)
+        count, held = self.queued_by(job.client)
+        self._queued[job.client] = (count + 1, held + _size(job))
+
+    def queued_by(self, client: bytes) -> tuple[int, int]:
+        """How many of ``client``'s jobs wait for a worker, and the bytes the hub holds for them."""
+        return self._queued.get(client, (0, 0))
+
+    def queued_bytes(self) -> int:
+        """The bytes the hub holds for every job waiting for a worker."""
+        return sum(held for _, held in self._queued.values())
+
+    def _dequeue(self, job: Job) -> None:
+        self.queue.remove(job)
+        count, held = self.queued_by(job.client)
+        if count <= 1:
+            self._queued.pop(job.client, None)
+        else:
+            self._queued[job.client] = (count - 1, held - _size(job))
 
     def next_assignments(self) -> list[tuple[Job, Peer]]:
         """Match waiting jobs to idle workers that fit them (``placement``), oldest job first; marks them sent."""
@@ -68,7 +87,7 @@ class Fleet:
             if worker is None:
                 continue
             idle.remove(worker)
-            self.queue.remove(job)
+            self._dequeue(job)
             job.worker, worker.job = worker.routing_id, job
             job.sent_at = time.monotonic()
             job.lifecycle.move(JobState.SENT, f"to worker {worker.name!r}")
@@ -83,7 +102,7 @@ class Fleet:
             return None
         job.lifecycle.end(error)
         if job in self.queue:
-            self.queue.remove(job)
+            self._dequeue(job)
         worker = self.peers.get(job.worker) if job.worker else None
         if worker is not None and worker.job is job:
             worker.job = None
@@ -103,6 +122,10 @@ class Fleet:
 
     def jobs_of_client(self, routing_id: bytes) -> list[Job]:
         return [j for j in self.jobs.values() if j.client == routing_id]
+
+
+def _size(job: Job) -> int:
+    return sum(len(frame) for frame in job.frames)
 
 
 def describe(worker: Peer) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..errors import (
+    Busy,
     ConnectionFailed,
     JobCancelled,
     JobTimeout,
@@ -29,6 +30,7 @@ from ..wire.frame_cache import FrameCache, frame_digests
 from ..wire.lifecycle import JobState
 from ..wire.protocol import Message, MessageType as T, Role, encode, session_id
 from ..wire.requirements import check_prefer, parse_all
+from ..wire.sizes import human_size
 from ..wire.throttle import WarningThrottle
 from . import placement
 from .delivery import JobDelivery
@@ -37,6 +39,12 @@ from .records import Job, Peer
 from .sender import PeerSender
 
 log = logging.getLogger(__name__)
+
+MAX_QUEUED_JOBS = 100_000
+"""How many of one notebook's jobs the hub keeps waiting for a worker; one more is refused (Busy)."""
+
+QUEUED_IN_ALL = 4
+"""The jobs of all notebooks waiting for a worker hold at most this many times one notebook's bound."""
 
 RECENT_JOBS = 100_000
 """How many job ids the hub remembers having taken, so a SUBMIT that comes twice never runs twice."""
@@ -50,11 +58,12 @@ class Scheduler:
     """
 
     def __init__(self, fleet: Fleet, sender: PeerSender, delivery: JobDelivery, warnings: WarningThrottle, *,
-                 cache_bytes: int) -> None:
+                 cache_bytes: int, max_queued_bytes: int) -> None:
         self.fleet = fleet
         self.sender = sender
         self.delivery = delivery
         self.cache_bytes = cache_bytes
+        self.max_queued_bytes = max_queued_bytes  # of one notebook's jobs waiting for a worker
         self._warnings = warnings
         self._recent_jobs: OrderedDict[str, None] = OrderedDict()  # job ids taken lately: none runs twice
 
@@ -103,11 +112,26 @@ class Scheduler:
             self.sender.send(peer.routing_id, T.ERROR, error_header(NoMatchingWorker(
                 placement.unmatched(require, self.fleet.workers(), wanted)), job_id))
             return
+        if (full := self._queue_full(peer, sum(len(frame) for frame in submit))) is not None:
+            self.sender.send(peer.routing_id, T.ERROR, error_header(Busy(
+                f"{full}: this one was not queued. Run it again once some of them have started"), job_id))
+            return
         self._recent_jobs[job_id] = None
         if len(self._recent_jobs) > RECENT_JOBS:
             self._recent_jobs.popitem(last=False)
         self.fleet.enqueue(job)
         self.assign()
+
+    def _queue_full(self, client: Peer, size: int) -> str | None:
+        """Why the hub can't keep one more job of ``size`` bytes of ``client``'s waiting, if it can't."""
+        count, held = self.fleet.queued_by(client.routing_id)
+        if count >= MAX_QUEUED_JOBS or held + size > self.max_queued_bytes:
+            bound = f"{MAX_QUEUED_JOBS:,} jobs, {human_size(self.max_queued_bytes)}"
+            return (f"the hub holds {count:,} of this notebook's jobs ({human_size(held)}) waiting for a worker, as "
+                    f"many as it keeps for one notebook ({bound})")
+        if (in_all := self.fleet.queued_bytes()) + size > QUEUED_IN_ALL * self.max_queued_bytes:
+            return f"the hub holds {human_size(in_all)} of jobs waiting for a worker, as much as it keeps"
+        return None
 
     def on_cancel(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
         """CANCEL from a client: stop its job, queued or running."""
