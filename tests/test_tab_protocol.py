@@ -125,3 +125,16 @@ def test_a_bridge_routes_answers_in_order_and_fails_every_owed_batch_on_an_answe
     # The batch whose answer was wrong is answered, as every later one, with the tab's failure.
     assert seen["second"] == seen["later"] == {"error": {"message": "the browser tab 'phone' sent a malformed answer",
                                                          "lost": True}}
+
+
+def test_a_misspelt_webgpu_method_fails_where_it_is_called_not_in_the_tab(tmp_path: Path) -> None:
+    from remote_magic.worker.gpu.tab_device import RemoteObject, TabSession
+
+    session = TabSession(f"ipc://{tmp_path / 'no-bridge'}")  # nothing is sent: calls are recorded
+    try:
+        encoder = RemoteObject(session, session.new_id())
+        with pytest.raises(AttributeError, match="no method 'dispatch_workgroup': did you mean 'dispatch_workgroups'"):
+            encoder.dispatch_workgroup(4)
+        assert encoder.dispatch_workgroups(4) is None  # a WebGPU method: recorded for the next batch
+    finally:
+        session.close()
