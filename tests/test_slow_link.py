@@ -112,37 +112,46 @@ import json, os, signal, sys, threading, time
 import numpy as np
 import remote_magic
 
-token, marker, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-x = np.random.default_rng(1).random(size // 8)
+token, direction, marker, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 report = {}
 with remote_magic.connect(token) as client:
-    pressed = []
+    client.run("pass", outputs=[])
+    crossed = (lambda: client.bytes_sent) if direction == "up" else (lambda: client.bytes_received)
+    before, pressed = crossed(), []
 
-    def press_ctrl_c_once_the_upload_is_under_way():
+    def press_ctrl_c_once_the_transfer_is_under_way():
         deadline = time.monotonic() + 60
-        while client.bytes_sent < (2 << 20) and time.monotonic() < deadline:
+        while crossed() - before < (2 << 20) and time.monotonic() < deadline:
             time.sleep(0.01)  # polling the counter, bounded by the deadline
         pressed.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=press_ctrl_c_once_the_upload_is_under_way, daemon=True).start()
+    threading.Thread(target=press_ctrl_c_once_the_transfer_is_under_way, daemon=True).start()
     try:
-        client.run("open(MARKER, 'w').write('ran')\ny = 1", {"x": x, "MARKER": marker}, timeout=300)
+        if direction == "up":
+            x = np.random.default_rng(1).random(size // 8)
+            client.run("open(MARKER, 'w').write('ran')\ny = 1", {"x": x, "MARKER": marker}, timeout=300)
+        else:
+            client.run(f"import numpy as np\ny = np.random.default_rng(2).random({size // 8})", outputs=["y"],
+                       timeout=300)
         report["raised"] = False
     except KeyboardInterrupt:
         report["raised"] = True
         report["raise_s"] = time.monotonic() - pressed[0]
-        report["sent_at_raise"] = client.bytes_sent
+        report["at_raise"] = crossed()
     start = time.monotonic()
     report["next"] = client.run("z = 2", outputs=["z"])
     report["next_s"] = time.monotonic() - start
-    report["sent_after"] = client.bytes_sent
+    report["after"] = crossed()
 print(json.dumps(report), flush=True)
 '''
 
 
-def test_ctrl_c_during_an_upload_raises_at_once_stops_it_and_the_next_cell_runs_right_away(
-        slow_link: Link, tmp_path: Path) -> None:
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_ctrl_c_during_a_transfer_raises_at_once_stops_it_and_the_next_cell_runs_right_away(
+        slow_link: Link, tmp_path: Path, direction: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Up: the job's inputs, which then never run. Down: its result (before: Ctrl-C took 5 s, and the next
+    cell waited for the rest of the result to come down)."""
     home, notebook = slow_link.a, slow_link.b
     worker = start_worker(tmp_path, "--listen", f"{slow_link.a_ip}:0", "--gpu", "off", wrapper=slow_link.run(home))
     size = 10 * RATE_MBIT * 10**6 // 8  # 10 s of the link
@@ -150,74 +159,18 @@ def test_ctrl_c_during_an_upload_raises_at_once_stops_it_and_the_next_cell_runs_
     script = tmp_path / "interrupted.py"
     script.write_text(INTERRUPTED_NOTEBOOK)
     try:
-        done = subprocess.run([*slow_link.run(notebook), sys.executable, str(script), worker.token, str(marker),
-                               str(size)], capture_output=True, text=True, timeout=120)
-    finally:
-        worker.stop()
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])
-    assert report["raised"] and report["raise_s"] < 1.0, report
-    # The next cell waited at most for what was in flight (about a second of the link), not the rest.
-    assert report["next"] == {"z": 2} and report["next_s"] < 4.0, report
-    assert report["sent_after"] - report["sent_at_raise"] < size / 4, report
-    assert not marker.exists()  # the interrupted cell never ran
-
-
-DOWNLOAD_NOTEBOOK = r'''
-import json, os, signal, sys, threading, time
-import remote_magic
-
-token, size = sys.argv[1], int(sys.argv[2])
-report = {}
-with remote_magic.connect(token) as client:
-    client.run("pass", outputs=[])
-    pressed = []
-    before = client.bytes_received
-
-    def press_ctrl_c_once_the_download_is_under_way():
-        deadline = time.monotonic() + 60
-        while client.bytes_received - before < (2 << 20) and time.monotonic() < deadline:
-            time.sleep(0.01)  # polling the counter, bounded by the deadline
-        pressed.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=press_ctrl_c_once_the_download_is_under_way, daemon=True).start()
-    try:
-        client.run(f"import numpy as np\ny = np.random.default_rng(2).random({size // 8})", outputs=["y"],
-                   timeout=300)
-        report["raised"] = False
-    except KeyboardInterrupt:
-        report["raised"] = True
-        report["raise_s"] = time.monotonic() - pressed[0]
-        report["received_at_raise"] = client.bytes_received
-    start = time.monotonic()
-    report["next"] = client.run("z = 2", outputs=["z"])
-    report["next_s"] = time.monotonic() - start
-    report["received_after"] = client.bytes_received
-print(json.dumps(report), flush=True)
-'''
-
-
-def test_ctrl_c_during_a_download_raises_at_once_stops_it_and_the_next_cell_runs_right_away(
-        slow_link: Link, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Before: Ctrl-C took 5 s, and the next cell waited for the rest of the result to come down."""
-    home, notebook = slow_link.a, slow_link.b
-    worker = start_worker(tmp_path, "--listen", f"{slow_link.a_ip}:0", "--gpu", "off", wrapper=slow_link.run(home))
-    size = 10 * RATE_MBIT * 10**6 // 8  # 10 s of the link
-    script = tmp_path / "interrupted_download.py"
-    script.write_text(DOWNLOAD_NOTEBOOK)
-    try:
-        done = subprocess.run([*slow_link.run(notebook), sys.executable, str(script), worker.token, str(size)],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run([*slow_link.run(notebook), sys.executable, str(script), worker.token, direction,
+                               str(marker), str(size)], capture_output=True, text=True, timeout=120)
     finally:
         worker.stop()
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
     with capsys.disabled():
-        print(f"\n  Ctrl-C during a {size / 1e6:g} MB download at {RATE_MBIT} Mbit/s: raised in "
+        print(f"\n  Ctrl-C during a {size / 1e6:g} MB transfer {direction} at {RATE_MBIT} Mbit/s: raised in "
               f"{report.get('raise_s', 0):.2f} s, the next cell took {report.get('next_s', 0):.2f} s, "
-              f"{(report.get('received_after', 0) - report.get('received_at_raise', 0)) / 1e6:.2f} MB came after")
+              f"{(report.get('after', 0) - report.get('at_raise', 0)) / 1e6:.2f} MB crossed after")
     assert report["raised"] and report["raise_s"] < 1.0, report
     # The next cell waited at most for what was in flight (about a second of the link), not the rest.
     assert report["next"] == {"z": 2} and report["next_s"] < 4.0, report
-    assert report["received_after"] - report["received_at_raise"] < size / 4, report
+    assert report["after"] - report["at_raise"] < size / 4, report
+    assert not marker.exists()  # the interrupted cell never ran (up), or never wrote it (down)
