@@ -234,15 +234,15 @@ def test_malformed_and_oversized_messages_are_refused_without_harm(hub: WorkerPr
     import aiohttp
 
     base, secret = link_parts(hub)
-    url = base.replace("http", "ws") + "/ws"
+    door, work = base.replace("http", "ws") + "/hello", base.replace("http", "ws") + "/ws"
 
-    def refused(*messages: Any) -> tuple[int | None, str]:
-        """How the worker closes a WebSocket that sends ``messages`` (run off this thread: Playwright's
-        loop runs on it)."""
-        result: tuple[int | None, str] = in_thread(lambda: asyncio.run(exchange(*messages)), "fuzz").result(60)
+    def refused(url: str, *messages: Any) -> tuple[int | None, str]:
+        """How the worker closes a WebSocket to ``url`` that sends ``messages`` (run off this thread:
+        Playwright's loop runs on it)."""
+        result: tuple[int | None, str] = in_thread(lambda: asyncio.run(exchange(url, *messages)), "fuzz").result(60)
         return result
 
-    async def exchange(*messages: Any) -> tuple[int | None, str]:
+    async def exchange(url: str, *messages: Any) -> tuple[int | None, str]:
         async with aiohttp.ClientSession() as session:
             async with session.ws_connect(url, max_msg_size=0) as socket:
                 try:
@@ -254,18 +254,45 @@ def test_malformed_and_oversized_messages_are_refused_without_harm(hub: WorkerPr
                 except ConnectionError:  # refused while still sending
                     return None, "dropped"
                 reply = await socket.receive(timeout=20)
-                while reply.type == aiohttp.WSMsgType.TEXT:  # the welcome of a tab that said hello
+                while reply.type == aiohttp.WSMsgType.TEXT:  # the welcome of a tab that joined
                     reply = await socket.receive(timeout=20)
                 assert reply.type == aiohttp.WSMsgType.CLOSE, reply
                 return reply.data, str(reply.extra or "")
 
-    hello = json.dumps({"type": "hello", "secret": secret, "name": "fuzz", "adapter": {}})
-    assert refused("not json")[0] == 4400
-    assert refused(json.dumps({"type": "hello", "secret": "nope"}))[0] == 4401
-    assert refused(b"\x00\x01binary first")[0] == 4400
-    code, _ = refused(hello, b"\xff\xff\xff\xff garbage answer")
+    def ticket() -> str:
+        async def prove() -> str:
+            async with aiohttp.ClientSession() as session:
+                async with session.ws_connect(door) as socket:
+                    await socket.send_str(json.dumps({"type": "hello", "secret": secret, "name": "fuzz",
+                                                      "adapter": {}}))
+                    answer = json.loads((await socket.receive(timeout=20)).data)
+                    assert answer["type"] == "ticket", answer
+                    return str(answer["ticket"])
+        proven: str = in_thread(lambda: asyncio.run(prove()), "prove").result(60)
+        return proven
+
+    def status_without(url: str) -> int:
+        async def opening() -> int:
+            async with aiohttp.ClientSession() as session:
+                try:
+                    async with session.ws_connect(url):
+                        return 101
+                except aiohttp.WSServerHandshakeError as exc:
+                    return exc.status
+        status: int = in_thread(lambda: asyncio.run(opening()), "open").result(60)
+        return status
+
+    assert refused(door, "not json")[0] == 4400
+    assert refused(door, json.dumps({"type": "hello", "secret": "nope"}))[0] == 4401
+    assert refused(door, b"\x00\x01binary first")[0] == 4400
+    code, _ = refused(door, "x" * (1 << 20))  # a stranger's hello is read up to 64 KiB, no further
+    assert code in (1009, None), code
+    assert status_without(work) == 403 and status_without(f"{work}?ticket=made-up") == 403
+    used = ticket()
+    code, _ = refused(f"{work}?ticket={used}", b"\xff\xff\xff\xff garbage answer")
     assert code == 4400
-    code, _ = refused(hello, b"\x00" * (40 * 10**6))
+    assert status_without(f"{work}?ticket={used}") == 403  # a ticket opens one socket
+    code, _ = refused(f"{work}?ticket={ticket()}", b"\x00" * (40 * 10**6))
     assert code in (1009, None), code  # message too big, said or the connection dropped while it was sent
     wait_for(lambda: re.search(r"browser tab 'fuzz[-\d]*' sent a message the worker refused", hub.log()), 10,
              "the refusal in the log")

@@ -6,7 +6,7 @@ A binary message is a little-endian u32 header length, the header as JSON, then 
 to (array data going up, values read back coming down), each at an 8-byte-aligned offset so the tab
 can view them as typed arrays without a copy. The bridge puts a u32 sequence number in front of each
 batch it relays to a tab, and the tab puts it back on its answer. Text messages are the page's
-control messages (``PAGE_SAYS``) and the server's welcome.
+control messages (``PAGE_SAYS``) and the server's (``SERVER_SAYS``).
 
 Everything a tab sends is checked here before anything reads it (``check_answer``, ``check_control``),
 as ``remote_magic/wire/schema.py`` checks what peers send the hub.
@@ -40,8 +40,9 @@ OPERATIONS: dict[str, int] = {"call": 5, "get": 4, "device": 2, "compile": 4, "r
 PAGE_SAYS = ("hello", "alive", "lost")
 """The page's control messages: its hello (the secret first), that it is alive (every second, with how many
 calls it has run: its progress), and that a device was lost."""
-SERVER_SAYS = ("welcome",)
-"""The server's one control message: the tab's worker name, once it is known and again once it joined."""
+SERVER_SAYS = ("ticket", "welcome")
+"""The server's control messages: on ``/hello``, the one-time ticket a proven hello gets; on ``/ws``, the tab's
+worker name, once it is known and again once it joined."""
 
 # Close codes the page reads: 44xx means "refused, don't retry".
 BACKGROUND = 4000

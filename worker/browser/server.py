@@ -2,7 +2,8 @@
 
 :class:`TabServer` runs aiohttp on a thread of its own. The link it prints carries a secret in
 its fragment (``#…``), which a browser never puts in a request, so it reaches no log; the tab
-proves it in its first WebSocket message. A tab that proves it joins: ``on_join`` makes it a
+proves it on a WebSocket of its own (``/hello``, one small message), whose one-time ticket opens the
+WebSocket its work goes over (``/ws``): docs/tab-protocol.md. A tab that proves it joins: ``on_join`` makes it a
 worker (in ``cli``), and ``on_leave`` takes that worker out once the tab is gone.
 """
 
@@ -55,8 +56,13 @@ MAX_NAME = 40
 MAX_TABS = 16
 """How many tabs a worker serves at once (each is a worker with its executors): one more is refused."""
 MAX_UNPROVEN = 4
-"""How many WebSockets may be proving the secret at once; more wait. Each may send a hello of up to a
-message's size before its secret is checked, so this bounds what strangers can make the server read."""
+"""How many WebSockets may be proving the secret at once; more wait."""
+MAX_HELLO_BYTES = 64 * 1024
+"""The secret is proven on a socket of its own (``/hello``) that takes no larger message: what a stranger
+can make the server read."""
+TICKET_S = 30.0
+"""How long the one-time ticket a proven hello gets opens the work's socket (``/ws?ticket=…``)."""
+MAX_TICKETS = 64
 WRONG_SECRET_DELAY_S = 1.0
 """A wrong secret is answered this long after it came, while the next stranger waits: guessing is slow."""
 
@@ -87,6 +93,7 @@ class TabServer:
         self._runner: web.AppRunner | None = None
         self._joins = ThreadPoolExecutor(thread_name_prefix="browser-tab-join")  # a worker starts in seconds
         self._unproven = asyncio.Semaphore(MAX_UNPROVEN)
+        self._tickets: dict[str, tuple[dict[str, Any], float]] = {}  # ticket -> its hello, and until when
         self._refusals = WarningThrottle(log)
         self._thread = threading.Thread(target=self._loop.run_forever, name="browser-tabs", daemon=True)
         self.public_url: str | None = None
@@ -114,6 +121,7 @@ class TabServer:
         app.router.add_get("/", _page_file("index.html", "text/html"))
         app.router.add_get("/tab.js", _page_file("tab.js", "text/javascript"))
         app.router.add_get("/favicon.ico", _page_file("", ""))
+        app.router.add_get("/hello", self._door)
         app.router.add_get("/ws", self._tab_socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -132,8 +140,10 @@ class TabServer:
         self._folder.cleanup()
 
     # -- one tab ---------------------------------------------------------------------------
-    async def _tab_socket(self, request: web.Request) -> web.WebSocketResponse:
-        socket = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES + 16)
+    async def _door(self, request: web.Request) -> web.WebSocketResponse:
+        """Where a tab proves the secret, on a socket that takes one small message: a proven hello gets a
+        one-time ticket to open the work's socket with."""
+        socket = web.WebSocketResponse(max_msg_size=MAX_HELLO_BYTES)
         await socket.prepare(request)
         async with self._unproven:  # strangers one handful at a time, wrong secrets slowly
             try:
@@ -147,6 +157,22 @@ class TabServer:
                 await socket.close(code=REFUSED_SECRET if wrong_secret else REFUSED_MESSAGE,
                                    message=str(exc).encode()[:120])
                 return socket
+        now = time.monotonic()
+        self._tickets = {ticket: held for ticket, held in self._tickets.items() if held[1] >= now}
+        while len(self._tickets) >= MAX_TICKETS:  # the oldest unused one goes
+            self._tickets.pop(next(iter(self._tickets)))
+        ticket = secrets.token_urlsafe(18)
+        self._tickets[ticket] = (hello, now + TICKET_S)
+        await socket.send_str(json.dumps({"type": "ticket", "ticket": ticket}))
+        await socket.close()
+        return socket
+
+    async def _tab_socket(self, request: web.Request) -> web.StreamResponse:
+        hello, until = self._tickets.pop(request.query.get("ticket", ""), ({}, 0.0))
+        if until < time.monotonic():  # nothing of a socket without a valid ticket is read
+            return web.Response(status=403, text="prove the secret at /hello first: its ticket opens this socket")
+        socket = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES + 16)
+        await socket.prepare(request)
         if len(self.tabs) >= MAX_TABS:
             await socket.close(code=TOO_MANY_TABS, message=f"this worker serves at most {MAX_TABS} tabs".encode())
             return socket

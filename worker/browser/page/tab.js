@@ -185,14 +185,31 @@ function send(message) {
   if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
 }
 
+// The secret is proven on a socket of its own, which takes only a small message; the one-time ticket it
+// answers with opens the socket the work goes over.
+function prove(scheme) {
+  return new Promise((resolve, reject) => {
+    const door = new WebSocket(`${scheme}://${location.host}/hello`);
+    door.onopen = () => door.send(JSON.stringify({ type: "hello", secret, name: params.get("name") || "",
+                                                   adapter: adapterInfo(), limits: limitsOf(adapter.limits) }));
+    door.onmessage = event => {
+      const message = JSON.parse(event.data);
+      if (message.type === "ticket") resolve(message.ticket);
+    };
+    door.onclose = reject;   // after the ticket came, this changes nothing
+  });
+}
+
+let alive = null;
 function connect() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
-  socket = new WebSocket(`${scheme}://${location.host}/ws`);
+  prove(scheme).then(ticket => open(scheme, ticket), closed);
+}
+
+function open(scheme, ticket) {
+  socket = new WebSocket(`${scheme}://${location.host}/ws?ticket=${encodeURIComponent(ticket)}`);
   socket.binaryType = "arraybuffer";
-  let alive = null;
   socket.onopen = () => {
-    socket.send(JSON.stringify({ type: "hello", secret, name: params.get("name") || "", adapter: adapterInfo(),
-                                 limits: limitsOf(adapter.limits) }));
     alive = setInterval(() => send({ type: "alive", done: callsDone }), ALIVE_INTERVAL_MS);
   };
   socket.onmessage = event => {
@@ -206,18 +223,20 @@ function connect() {
     }
     queue = queue.then(() => onBatch(event.data));
   };
-  socket.onclose = event => {
-    clearInterval(alive);
-    if (event.code >= 4400 && event.code < 4500) {   // refused: retrying won't help
-      refused = true;
-      state(`Not joined: ${event.reason}`, "failed");
-      return;
-    }
-    for (const id of objects.keys()) objects.delete(id);
-    if (backgrounded) { state("Paused while in the background; comes back when shown.", ""); return; }
-    state(`Disconnected (${event.reason || "the worker is gone"}); trying again…`, "failed");
-    setTimeout(connect, RECONNECT_DELAY_MS);
-  };
+  socket.onclose = closed;
+}
+
+function closed(event) {
+  clearInterval(alive);
+  if (event.code >= 4400 && event.code < 4500) {   // refused: retrying won't help
+    refused = true;
+    state(`Not joined: ${event.reason}`, "failed");
+    return;
+  }
+  for (const id of objects.keys()) objects.delete(id);
+  if (backgrounded) { state("Paused while in the background; comes back when shown.", ""); return; }
+  state(`Disconnected (${event.reason || "the worker is gone"}); trying again…`, "failed");
+  setTimeout(connect, RECONNECT_DELAY_MS);
 }
 
 // A tab being closed is hidden first, then its page hides: the background close waits a moment so the
