@@ -41,7 +41,7 @@ from netns import Link, linked_namespaces  # noqa: E402  (tests/netns.py: the li
 from report import write_section, zmq_peer_lines  # noqa: E402
 from test_outage import Notebook, ride_out  # noqa: E402
 
-from support import start_worker  # noqa: E402
+from support import raw_pyzmq_server, start_worker  # noqa: E402
 
 RTT_MS = 60
 RATE_MBIT = 40
@@ -83,17 +83,9 @@ else:
 def raw_pyzmq_recovery(link: Link, outage_s: float, tmp: Path) -> tuple[float, bool]:
     """Seconds from the network's return to raw pyzmq's first echo (of the message sent during the outage,
     or of a probe sent every 0.2 s after it), and whether the message sent during the outage was lost."""
-    import zmq
-
     assert link.relay is not None
     script = tmp / "raw_echo.py"
-    script.write_text(RAW_ECHO)
-    public, secret = (key.decode() for key in zmq.curve_keypair())
-    server = subprocess.Popen([*link.run(link.a), sys.executable, str(script), "server", link.a_ip, public, secret],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        address = f"{link.a_ip}:{int(server.stdout.readline())}"
+    with raw_pyzmq_server(link, script, RAW_ECHO) as (address, public):
         client = subprocess.Popen([*link.run(link.b), sys.executable, str(script), "client", address, public],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert client.stdin is not None and client.stdout is not None
@@ -107,9 +99,6 @@ def raw_pyzmq_recovery(link: Link, outage_s: float, tmp: Path) -> tuple[float, b
         out, _ = client.communicate(timeout=700)
         report = json.loads(out)
         return float(report["ended_at"]) - restored_at, bool(report["lost"])
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 def remote_magic_recovery(link: Link, outage_s: float, tmp: Path) -> float:

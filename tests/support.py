@@ -266,22 +266,31 @@ class RawTimes:
     wire: dict[str, int]
 
 
-def raw_pyzmq_over(link: Link, size: int, tmp: Path, directions: tuple[str, ...] = ("up", "down"),
-                   together: bool = False, timeout: float = 3600) -> RawTimes:
-    """Time raw pyzmq + CurveZMQ moving ``size`` random bytes over ``link``: up from namespace ``b`` to a
-    ROUTER in ``a``, and down (fetched by ``b``), one after the other (counting the sending end's bytes on
-    the wire) or, with ``together``, at once."""
+@contextmanager
+def raw_pyzmq_server(link: Link, script: Path, source: str) -> Iterator[tuple[str, str]]:
+    """Run ``source`` (a raw pyzmq script, as ``RAW_PYZMQ``) as ``script server`` in namespace ``a``, with a
+    fresh CurveZMQ key pair; yields the address it listens on and its public key, for its clients."""
     import zmq
 
-    script = tmp / "raw_pyzmq.py"
-    script.write_text(RAW_PYZMQ)
+    script.write_text(source)
     public, secret = (key.decode() for key in zmq.curve_keypair())
     server = subprocess.Popen([*link.run(link.a), sys.executable, str(script), "server", link.a_ip, public, secret],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
-        address = f"{link.a_ip}:{int(server.stdout.readline())}"
+        yield f"{link.a_ip}:{int(server.stdout.readline())}", public
+    finally:
+        server.terminate()
+        server.wait(30)
 
+
+def raw_pyzmq_over(link: Link, size: int, tmp: Path, directions: tuple[str, ...] = ("up", "down"),
+                   together: bool = False, timeout: float = 3600) -> RawTimes:
+    """Time raw pyzmq + CurveZMQ moving ``size`` random bytes over ``link``: up from namespace ``b`` to a
+    ROUTER in ``a``, and down (fetched by ``b``), one after the other (counting the sending end's bytes on
+    the wire) or, with ``together``, at once."""
+    script = tmp / "raw_pyzmq.py"
+    with raw_pyzmq_server(link, script, RAW_PYZMQ) as (address, public):
         def start(direction: str) -> subprocess.Popen[str]:
             return subprocess.Popen([*link.run(link.b), sys.executable, str(script), "client", address, public,
                                      direction, str(size)], stdout=subprocess.PIPE, text=True)
@@ -301,9 +310,6 @@ def raw_pyzmq_over(link: Link, size: int, tmp: Path, directions: tuple[str, ...]
                 wire[direction] = link.sent_bytes(sender) - before
         return RawTimes({d: a["seconds"] for d, a in answers.items()},
                         statistics.median(a["rtt_s"] for a in answers.values()), wire)
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 def in_thread(call: Callable[[], Any], name: str) -> "Future[Any]":
