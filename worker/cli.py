@@ -178,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                              f"{DEFAULT_ORPHAN_GRACE_S:g})")
     parser.add_argument("--outage-grace", type=float, default=DEFAULT_OUTAGE_GRACE_S, metavar="SECONDS",
                         help="how long a notebook or worker whose link went down (a dropped Wi-Fi, a tunnel "
-                             "restarting) is waited for, its jobs and session kept, before it is taken for gone "
-                             f"(default {DEFAULT_OUTAGE_GRACE_S:g})")
+                             "restarting) is waited for, its jobs and session kept, before it is taken for gone; "
+                             f"at least the 5 s it takes to notice (default {DEFAULT_OUTAGE_GRACE_S:g})")
     parser.add_argument("--heartbeat-interval", type=float, default=HEARTBEAT_INTERVAL_S, metavar="SECONDS",
                         help=argparse.SUPPRESS)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
