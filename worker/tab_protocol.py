@@ -113,11 +113,12 @@ def decode(message: bytes | memoryview) -> tuple[dict[str, Any], memoryview]:
 def check_answer(header: Mapping[str, Any], blobs: memoryview) -> None:
     """Refuse an answer whose header isn't what a tab sends, or whose reads lie outside its blobs."""
     _check("answer", _ANSWER, header)
-    for at, size in (pair for pair in header.get("reads", ()) if len(pair) == 2):
+    reads = header.get("reads", ())
+    if any(len(pair) != 2 for pair in reads):
+        raise ProtocolError("an answer's reads must each be [offset, size]")
+    for at, size in reads:
         if at + size > blobs.nbytes:
             raise ProtocolError(f"an answer reads {size} bytes at {at}, past its {blobs.nbytes} bytes of blobs")
-    if any(len(pair) != 2 for pair in header.get("reads", ())):
-        raise ProtocolError("an answer's reads must each be [offset, size]")
 
 
 def check_control(text: str) -> dict[str, Any]:

@@ -270,13 +270,13 @@ class TabServer:
             if not bridge.waiting:
                 continue
             if now - bridge.last_heard > self.silence_s:
-                why = f"stopped answering (nothing for {self.silence_s:g} s)"
+                said, why = "stopped answering", f"stopped answering (nothing for {self.silence_s:g} s)"
             elif now - bridge.progressed_at > STALL_S:
-                why = f"is stuck: it says it is alive, but ran nothing of its work for {STALL_S:g} s"
+                said, why = "is stuck", f"is stuck: it says it is alive, but ran nothing of its work for {STALL_S:g} s"
             else:
                 continue
             bridge.fail(f"the browser tab {bridge.name!r} {why}")
-            await socket.close(code=WSCloseCode.GOING_AWAY, message=why.split(" (")[0].split(":")[0].encode())
+            await socket.close(code=WSCloseCode.GOING_AWAY, message=said.encode())  # what the page shows
             return
 
     def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
