@@ -2,7 +2,7 @@
 
 The executor sends each flush at once (so what a job printed before it crashed has left its process);
 here, on the worker, consecutive STREAM messages of one stream travel as one when they come within
-``BATCH_S`` of the first: a job that prints and flushes 20,000 short lines sends a few hundred messages,
+``BATCH_S`` of the first: a job that prints and flushes 20,000 short lines sends a few dozen messages,
 not 20,000, each line still reaching the notebook within a few tens of milliseconds. Order is kept:
 anything else the job sends (a display, its end, the other stream) goes after what waits.
 """
