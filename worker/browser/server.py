@@ -73,17 +73,19 @@ class TabServer:
     """Serves the page and the tabs' WebSocket on ``host:port`` (0: any free port).
 
     ``on_join(bridge)`` runs (on a helper thread) for each tab that joins and returns what
-    ``on_leave(bridge, joined)`` gets when the tab is gone. ``tls`` serves HTTPS instead of HTTP.
+    ``on_leave(bridge, joined)`` gets when the tab is gone. ``tls`` serves HTTPS instead of HTTP. A tab that owes
+    an answer is failed after ``silence_s`` without a word, or ``stall_s`` without progress.
     """
 
     def __init__(self, host: str, port: int, on_join: Callable[[TabBridge], Any],
                  on_leave: Callable[[TabBridge, Any], None], *, tls: ssl.SSLContext | None = None,
-                 silence_s: float = SILENCE_S) -> None:
+                 silence_s: float = SILENCE_S, stall_s: float = STALL_S) -> None:
         self.host = host
         self.port = port
         self.secret = secrets.token_urlsafe(24)
         self.tls = tls
         self.silence_s = silence_s
+        self.stall_s = stall_s
         self._folder = tempfile.TemporaryDirectory(prefix="remote-magic-tabs-")  # the bridges' sockets, ours only
         self._on_join = on_join
         self._on_leave = on_leave
@@ -263,7 +265,7 @@ class TabServer:
 
     async def _watch(self, bridge: TabBridge, socket: web.WebSocketResponse) -> None:
         """Fail the tab's work when it owes an answer and has said nothing for ``silence_s``, or has said it
-        is alive but run nothing for ``STALL_S``: progress, not chatter, keeps a batch alive."""
+        is alive but run nothing for ``stall_s``: progress, not chatter, keeps a batch alive."""
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)  # a watchdog's period, not synchronisation
             now = time.monotonic()
@@ -271,8 +273,9 @@ class TabServer:
                 continue
             if now - bridge.last_heard > self.silence_s:
                 said, why = "stopped answering", f"stopped answering (nothing for {self.silence_s:g} s)"
-            elif now - bridge.progressed_at > STALL_S:
-                said, why = "is stuck", f"is stuck: it says it is alive, but ran nothing of its work for {STALL_S:g} s"
+            elif now - bridge.progressed_at > self.stall_s:
+                said = "is stuck"
+                why = f"is stuck: it says it is alive, but ran nothing of its work for {self.stall_s:g} s"
             else:
                 continue
             bridge.fail(f"the browser tab {bridge.name!r} {why}")
