@@ -10,6 +10,7 @@ missing=()
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)  # Mesa's lavapipe
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # network namespaces for the slow and lossy links
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # a real browser for the browser-tab workers' tests
+command -v clang >/dev/null 2>&1 || missing+=(clang)  # tinygrad's CPU device, which tinygrad's test_ops.py uses too
 if [ ${#missing[@]} -gt 0 ]; then
     echo "test: installing ${missing[*]}" >&2
     as_root apt-get update -q && as_root apt-get install -y -q "${missing[@]}"

@@ -131,7 +131,9 @@ def _create_gpu(mode: str, adapter: str | None, backend: str | None, gpu_memory:
     except ImportError as exc:
         log.warning("GPU support is unavailable (%s); cells run on the CPU", exc)
         return None, f"GPU support doesn't load on this worker ({exc}): install it with {install_command('worker')}"
-    return GpuRuntime.create(mode=mode, adapter=adapter, backend=backend, tab=tab, gpu_memory=gpu_memory), ""
+    runtime = GpuRuntime.create(mode=mode, adapter=adapter, backend=backend, tab=tab, gpu_memory=gpu_memory)
+    runtime.serve_tinygrad()
+    return runtime, ""
 
 
 def _exit_with_parent(parent: int) -> None:

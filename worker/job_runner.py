@@ -200,6 +200,7 @@ class JobRunner:
         code = str(header.get("code", ""))
         gpu_choice = header.get("gpu")
         if self.gpu is not None:
+            self.gpu.before_cell()
             self._register_kernels(header.get("kernels") or {})
         elif gpu_choice:
             raise GpuError(f"{self.no_gpu}, or drop the GPU option")
@@ -431,6 +432,9 @@ def _stays_on_worker(obj: Any) -> str | None:
     if library == "matplotlib":  # its figures come back as images, drawn there
         return (f"it holds a matplotlib {kind.__name__}: a pickled figure loads only under the same matplotlib, and "
                 "its pictures come back as images")
+    if library == "tinygrad" and kind.__name__ == "Tensor" and str(obj.device).startswith("WEBGPU"):
+        return ("it is a tinygrad Tensor on the worker's GPU: it stays there for later offloaded cells "
+                "(`.numpy()` in a cell brings its values back)")
     if library == "numpy" and kind.__name__ == "memmap":  # a copy here would cut it from its file
         return "it is a memory-mapped file on the worker: writes through it in offloaded cells reach that file there"
     return None

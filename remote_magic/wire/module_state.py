@@ -171,6 +171,13 @@ _STARTED_WITH = dict(os.environ)
 set since is what the cell set, so that is what is shared, not what the process inherited."""
 
 
+def set_at_start(variables: Mapping[str, str]) -> None:
+    """Set the environment variables this process gives itself as it starts, where they aren't set already
+    (tinygrad's ``DEV`` in a worker's executor), as what it started with: its own, not a cell's to share."""
+    for key, value in variables.items():
+        _STARTED_WITH[key] = os.environ.setdefault(key, value)
+
+
 def _environment_changes(os_module: Any) -> dict[str, str | None]:
     """The variables set, changed (their value) or removed (None) since remote-magic loaded here."""
     environ = os_module.environ

@@ -26,7 +26,7 @@ import numpy as np
 from remote_magic.errors import GpuError
 from remote_magic.wire.sizes import human_size
 
-from . import custom
+from . import custom, tinygrad_hook
 from .arrays import DeviceArray, leave_as_numpy
 from .context import DeviceContext
 from .device import GpuDevice, open_device
@@ -266,6 +266,17 @@ class GpuRuntime:
         values = dict(values)
         leave_as_numpy(values)
         return values
+
+    # -- tinygrad -----------------------------------------------------------------------------
+    def serve_tinygrad(self) -> None:
+        """Make tinygrad's ``WEBGPU`` device this runtime's GPU device (``tinygrad_device.py``), and tinygrad's
+        default device when kernels run on the GPU (:attr:`active`). Without a device, tinygrad keeps its own."""
+        if self._device is not None:
+            tinygrad_hook.install(lambda: self.dispatcher.ctx.device, default=self.active)
+
+    def before_cell(self) -> None:
+        """Before each cell: a tinygrad device on a lost GPU device is dropped (the next use opens one)."""
+        tinygrad_hook.forget_lost_device()
 
     # -- custom kernels --------------------------------------------------------------------
     def register_kernel(self, name: str, source: str) -> None:

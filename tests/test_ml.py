@@ -1,0 +1,143 @@
+"""tinygrad in offloaded cells: ``import tinygrad`` computes on the worker's GPU (its ``WEBGPU`` device is the
+worker's wgpu device, ``worker/gpu/tinygrad_device.py``), a model's weights stay there between cells, and a
+small model learns; through a real remote-worker on a real adapter (lavapipe without a GPU)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import remote_magic
+from browser_tabs import chromium, chromium_path, open_tab
+from remote_magic.wire.handles import RemoteValue
+from support import WorkerProcess, connected_shell, require_a_gpu, start_worker, wait_for
+
+pytestmark = pytest.mark.gpu
+
+MODEL = """
+from tinygrad import Tensor, nn, Context
+from tinygrad.nn.optim import Adam
+
+class MLP:
+    def __init__(self):
+        self.l1, self.l2 = nn.Linear(4, 16), nn.Linear(16, 1)
+    def __call__(self, x):
+        return self.l2(self.l1(x).relu())
+
+Tensor.manual_seed(0)
+model = MLP()
+opt = Adam(nn.state.get_parameters(model), lr=0.05)
+device = Tensor.zeros(1).device
+"""
+
+TRAIN = """
+X, Y = Tensor(features), Tensor(targets)
+losses = []
+with Context(TRAINING=1):
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((model(X) - Y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+predicted = model(X).numpy()
+"""
+
+
+@pytest.fixture(scope="module")
+def ml_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    w = start_worker(tmp_path_factory.mktemp("ml-worker"), "--listen", "127.0.0.1:0", "--gpu", "on", "--name", "ml")
+    require_a_gpu(w)
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def ip(ml_worker: WorkerProcess) -> Iterator[InteractiveShell]:
+    with connected_shell(ml_worker.token) as (shell, _):
+        yield shell
+
+
+def _run(ip: InteractiveShell, cell: str) -> str:
+    with capture_output() as out:
+        result = ip.run_cell(cell)
+    assert result.success, f"{result.error_in_exec}\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def test_a_model_trains_on_the_workers_gpu_and_its_weights_stay_there(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(1)
+    features = rng.standard_normal((64, 4)).astype(np.float32)
+    targets = (features @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32) + 0.25).astype(np.float32)
+    ip.user_ns.update(features=features, targets=targets, steps=30)
+    _run(ip, "%%offload\n" + MODEL)
+    assert ip.user_ns["device"] == "WEBGPU"  # tinygrad's default device there, with nothing set in the cell
+    model = ip.user_ns["model"]
+    assert isinstance(model, RemoteValue) and "tinygrad Tensor on the worker's GPU" in model.why
+
+    _run(ip, "%%offload\n" + TRAIN)
+    first = ip.user_ns["losses"]
+    _run(ip, "%%offload\n" + TRAIN)  # the same model, in place: it goes on learning where it stopped
+    second = ip.user_ns["losses"]
+    assert second[0] == pytest.approx(first[-1], rel=0.5)
+    assert second[-1] < first[0] / 20, (first, second)
+    predicted = ip.user_ns["predicted"]
+    assert isinstance(predicted, np.ndarray) and predicted.shape == (64, 1) and predicted.dtype == np.float32
+    assert float(np.mean((predicted - targets) ** 2)) == pytest.approx(second[-1], rel=0.5)
+
+
+def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(2)
+    x, w, target = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 5), (5, 3), (8, 3)))
+    ip.user_ns.update(x=x, w=w, target=target)
+    _run(ip, "%%offload\n"
+             "from tinygrad import Tensor, Context\nfrom tinygrad.nn.optim import Adam\n"
+             "weight = Tensor(w)\nopt = Adam([weight], lr=0.1)\n"
+             "with Context(TRAINING=1):\n"
+             "    opt.zero_grad()\n    ((Tensor(x) @ weight - Tensor(target)) ** 2).mean().backward()\n    opt.step()\n"
+             "stepped = weight.numpy()\ndel weight, opt")
+    gradient = 2 * x.T @ (x @ w - target) / target.size
+    m, v = 0.1 * gradient, 0.001 * gradient ** 2  # Adam's moments after one step (betas 0.9, 0.999)
+    expected = w - 0.1 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8)
+    np.testing.assert_allclose(ip.user_ns["stepped"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_float64_says_webgpu_has_none(ip: InteractiveShell) -> None:
+    ip.user_ns["x"] = np.array([1.5, 2.5])  # numpy's float64: a float64 Tensor
+    with capture_output():
+        result = ip.run_cell("%%offload\nfrom tinygrad import Tensor\n(Tensor(x) * 3).numpy()")
+    assert not result.success
+    assert "WebGPU has no float64" in str(result.error_in_exec) and ".float()" in str(result.error_in_exec)
+
+
+LINK = re.compile(r"(https?://127\.0\.0\.1:\d+)/#(\S+)")
+
+
+def test_a_model_trains_in_a_browser_tab(tmp_path: Path) -> None:
+    """The same training, on a tab's WebGPU (Chromium's; SwiftShader without a GPU) through the tab's worker."""
+    chromium_path()
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "machine",
+                       "--browser", "127.0.0.1:0")
+    try:
+        with chromium() as browser, remote_magic.connect(hub.token, timeout=10) as client:
+            found = wait_for(lambda: LINK.search(hub.log()), 10, "remote-worker to print the link")
+            page = open_tab(browser, f"{found.group(1)}/?name=tab#{found.group(2)}")  # type: ignore[attr-defined]
+            wait_for(lambda: "tab" in {w["name"] for w in client.workers()}, 30, "the tab in the fleet")
+            rng = np.random.default_rng(1)
+            features = rng.standard_normal((32, 4)).astype(np.float32)
+            targets = (features @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32)).astype(np.float32)
+            result = client.execute(MODEL + TRAIN, {"features": features, "targets": targets, "steps": 15},
+                                    worker="tab")
+            losses = result.values["losses"]
+            assert result.values["device"] == "WEBGPU"
+            assert losses[-1] < losses[0] / 4, losses
+            assert re.search(r"[1-9]\d* batches run", page.inner_text("#work")), "the work ran in the tab"
+            page.close()
+    finally:
+        hub.stop()
