@@ -1,13 +1,14 @@
-// Sorting each row of a contiguous float32 array, as numpy's stable sort and argsort do.
+// Sorting each row of a contiguous array of 32-bit values (float32, int32 or uint32: KEY), as
+// numpy's stable sort and argsort do.
 //
 // The host views the input as (rows, len). Each row is padded to `1 << shift` slots (a power of
 // two) and sorted by a bitonic network over (key, index) pairs, `total` = rows << shift slots in all:
 //
-// - the key is the value's bit pattern made monotone as an unsigned integer (negative values
-//   complemented, positive ones with the sign bit set), with -0.0 read as 0.0 and every NaN as
-//   0xffffffff, above +inf: numpy's order, NaN last;
+// - the key is the value's bit pattern made monotone as an unsigned integer (float32: negative
+//   values complemented, positive ones with the sign bit set, -0.0 read as 0.0 and every NaN as
+//   0xffffffff, above +inf: numpy's order, NaN last; int32: the sign bit flipped);
 // - the index (the value's place in its row) breaks ties, so equal values keep their order (stable),
-//   -0.0 and 0.0 among them. Padding slots are (0xffffffff, their own place): after every NaN.
+//   -0.0 and 0.0 among them. Padding slots are (0xffffffff, their own place): after every value.
 //
 // The result reads each value back from the input by its index, through u32 views of the buffers,
 // so values come out bit for bit as they went in (-0.0, NaN payloads, subnormals).
@@ -27,6 +28,7 @@
 // Workgroups are numbered linearly, folded by the host over x and y.
 
 override INDICES: u32 = 0u;
+override KEY: u32 = 0u;  // the values' type: 0 float32, 1 int32, 2 uint32 (see key_of)
 const WG: u32 = 256u;
 const BLOCK: u32 = 2048u;  // slots a `block` workgroup sorts: 16 KiB of workgroup memory, WebGPU's minimum limit
 const LAST: u32 = 0xffffffffu;
@@ -45,8 +47,15 @@ struct Params {
 var<workgroup> keys: array<u32, BLOCK>;
 var<workgroup> ids: array<u32, BLOCK>;
 
-// The sort key of a float32's bits: unsigned order is numpy's order, -0.0 = 0.0, NaN last.
+// The sort key of a value's bits: unsigned order is numpy's order. float32 (KEY 0): -0.0 = 0.0,
+// NaN last; int32 (KEY 1): the sign bit flipped; uint32 (KEY 2): the bits.
 fn key_of(bits: u32) -> u32 {
+    if (KEY == 1u) {
+        return bits ^ 0x80000000u;
+    }
+    if (KEY == 2u) {
+        return bits;
+    }
     if ((bits & 0x7fffffffu) > 0x7f800000u) {
         return LAST;  // any NaN
     }

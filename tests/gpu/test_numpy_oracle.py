@@ -129,6 +129,11 @@ change to this file."""
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
+    return backend_for(request)
+
+
+def backend_for(request: pytest.FixtureRequest) -> Backend:
+    """The :class:`Backend` of ``request.param`` (one of BACKENDS), its stats reset: what ``backend`` gives."""
     if request.param == "plain":
         return Backend("plain", None)
     runtime: GpuRuntime = request.getfixturevalue(f"{request.param}_runtime")

@@ -23,9 +23,10 @@ import numpy as np
 
 from .dispatch import Dispatcher
 from .numpy_api import array_function, array_ufunc, counted, with_kernel
+from .numpy_counting import argpartition, partition
 from .numpy_kernels import arg_extreme, plain, sort
 
-HOST_METHODS = ("argsort", "argpartition", "partition", "cumsum", "cumprod", "prod",
+HOST_METHODS = ("argsort", "cumsum", "cumprod", "prod",
                 "any", "all", "round", "clip", "diagonal", "trace", "nonzero", "searchsorted", "std", "var",
                 "repeat", "take", "choose", "compress")
 """ndarray methods counted in the cell's stats: numpy computes them (std and var through ufuncs,
@@ -74,6 +75,22 @@ class DeviceArray(np.ndarray):
         with_kernel(self._dispatcher, "sort", "ndarray.sort", on_gpu,
                     lambda: np.ndarray.sort(self, axis, kind, order, **({} if stable is None else {"stable": stable})),
                     self)  # (numpy 1.x has no stable=)
+
+    def partition(self, kth: Any, axis: Any = -1, kind: Any = "introselect", order: Any = None) -> None:
+        """numpy's partition, in place: the partition kernel (rows sorted) where it gives numpy's answer."""
+        def on_gpu(dispatcher: Dispatcher) -> None:
+            if axis is None:
+                raise TypeError("numpy's: an in-place partition needs an axis")
+            np.copyto(plain(self), plain(partition(dispatcher, self, kth, axis, kind, order)))
+
+        with_kernel(self._dispatcher, "partition", "ndarray.partition", on_gpu,
+                    lambda: np.ndarray.partition(self, kth, axis, kind, order), self)
+
+    def argpartition(self, kth: Any, axis: Any = -1, kind: Any = "introselect", order: Any = None) -> Any:
+        """numpy's argpartition: the partition kernel's indices where it gives numpy's answer."""
+        return with_kernel(self._dispatcher, "partition", "ndarray.argpartition",
+                           lambda d: argpartition(d, self, kth, axis, kind, order),
+                           lambda: np.ndarray.argpartition(self, kth, axis, kind, order), self)
 
     def dot(self, b: Any, out: Any = None) -> Any:
         """``np.dot(self, b)``: the matmul kernel for 1-D and 2-D operands, as ``np.dot`` has."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from remote_magic.errors import GpuError
 
-from . import arg_reduce, integer, launch, scan, select, sort
+from . import arg_reduce, counting, integer, launch, scan, select, sort, unique
 from .context import DeviceContext
 from .matmul import matmul as matmul_kernel
 from .memory import Allocation
@@ -189,14 +189,39 @@ class Dispatcher:
         alloc = arg_reduce.arg_reduce(ctx, name, self._upload(ctx, x), outer, length, inner)
         return ctx.download_indices(alloc, outer * inner).reshape(x.shape[:axis] + x.shape[axis + 1:])
 
-    def sort(self, x: np.ndarray, *, indices: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """A non-empty float32 array sorted along its last axis as numpy's stable sort, and with
-        ``indices`` the int64 indices that sort it."""
+    def _upload_bits(self, ctx: DeviceContext, values: np.ndarray) -> Allocation:
+        """32-bit values (float32, int32 or uint32) uploaded as they are, bit for bit."""
+        return ctx.upload(np.ascontiguousarray(values).view(np.float32))
+
+    def sort(self, x: np.ndarray, *, indices: bool, name: str = "sort") -> tuple[np.ndarray, np.ndarray | None]:
+        """A non-empty float32, int32 or uint32 array sorted along its last axis as numpy's stable sort (in
+        its dtype), and with ``indices`` the int64 indices that sort it. Dispatches count as ``name``."""
         ctx = self.ctx
         rows, length = math.prod(x.shape[:-1]), x.shape[-1]
-        values, order = sort.sort(ctx, self._upload(ctx, x), rows, length, indices=indices)
+        values, order = sort.sort(ctx, self._upload_bits(ctx, x), rows, length, indices=indices,
+                                  keys=x.dtype.name, name=name)
         sorted_indices = ctx.download_indices(order, x.size).reshape(x.shape) if order is not None else None
-        return self._download(ctx, values, x.shape), sorted_indices
+        return self._download(ctx, values, x.shape).view(x.dtype), sorted_indices
+
+    def unique(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct values of a float32, int32 or uint32 array (1 to ``unique.MAX_VALUES`` of them) in
+        ascending order, in its dtype, and where each first comes in the sorted values (int64)."""
+        ctx = self.ctx
+        values, starts = unique.unique(ctx, self._upload_bits(ctx, x), x.size, keys=x.dtype.name)
+        return values.view(x.dtype), starts
+
+    def scatter_add(self, name: str, start: np.ndarray | None, slots: int, index: np.ndarray,
+                    values: np.ndarray | int, *, adds: str) -> np.ndarray:
+        """``counting.scatter_add`` on host values: ``start`` (32-bit values; None: zeros) with ``values``
+        (32-bit, of ``index``'s length times a row of ``slots // rows`` slots, or one value's bits) added at
+        the int32 ``index``; the new values as uint32 bits."""
+        ctx = self.ctx
+        width = 1 if start is None or start.ndim < 2 else math.prod(start.shape[1:])
+        alloc = counting.scatter_add(
+            ctx, name, None if start is None else self._upload_bits(ctx, start), slots,
+            self._upload_bits(ctx, index), index.size,
+            values if isinstance(values, int) else self._upload_bits(ctx, values), width=width, adds=adds)
+        return self._download(ctx, alloc, (slots,)).view(np.uint32)
 
     def reduce(self, name: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
         """Reduction ``name`` (sum, max, min) of a non-empty float32 array over ``axes``."""

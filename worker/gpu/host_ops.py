@@ -63,10 +63,20 @@ INTEGER: dict[str, Callable[..., Any]] = {
 REDUCTIONS: dict[str, Callable[..., Any]] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min,
                                              "any": np.any, "all": np.all, "argmax": np.argmax, "argmin": np.argmin,
                                              "cumsum": np.cumsum, "cumprod": np.cumprod}
+def add_at(a: Any, indices: Any, values: Any) -> None:
+    """``np.add.at(a, indices, values)``: ``a[indices] += values``, in place, repeated indices adding each time."""
+    np.add.at(a, indices, values)
+
+
 OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose,
                                         "sort": np.sort}
+COUNTING: dict[str, Callable[..., Any]] = {
+    "bincount": np.bincount, "add_at": add_at, "partition": np.partition, "median": np.median,
+    "percentile": np.percentile, "quantile": np.quantile, "unique": np.unique}
+"""Counting and order statistics (argpartition runs ``partition``, as argsort runs ``sort``)."""
 
-HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **TERNARY, **INTEGER, **REDUCTIONS, **OTHER}
+HOST_OPS: dict[str, Callable[..., Any]] = {**UNARY, **BINARY, **TERNARY, **INTEGER, **REDUCTIONS, **OTHER,
+                                           **COUNTING}
 """Every built-in kernel name, mapped to its numpy implementation."""
 
 KERNEL_NAMES: tuple[str, ...] = tuple(HOST_OPS)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import integer, launch, numpy_kernels
+from . import integer, launch, numpy_counting, numpy_kernels
 from .convert import NotExact
 from .dispatch import Dispatcher
 from .numpy_kernels import Silently, merged, plain
@@ -67,6 +67,8 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
                 return numpy_kernels.reduce(dispatcher, ufunc, kernel, inputs[0], kwargs)
             if method == "accumulate":
                 return numpy_kernels.accumulate(dispatcher, ufunc, kernel, inputs[0], kwargs)
+            if method == "at":
+                return numpy_counting.add_at(dispatcher, inputs, kwargs)
             return numpy_kernels.elementwise(dispatcher, ufunc, kernel, inputs, kwargs)
         except NotExact as exc:
             why = str(exc)
@@ -170,6 +172,8 @@ def _kernel(ufunc: np.ufunc, method: str) -> str | None:
         return REDUCE_KERNELS.get(ufunc.__name__)
     if method == "accumulate":
         return ACCUMULATE_KERNELS.get(ufunc.__name__)
+    if method == "at":
+        return "add_at" if ufunc is np.add else None
     return None
 
 
@@ -181,7 +185,10 @@ def _enabled(dispatcher: Dispatcher, kernel: str, inputs: Sequence[Any]) -> bool
 FUNCTIONS: dict[Any, tuple[str, Callable[..., Any]]] = {
     np.dot: ("matmul", numpy_kernels.dot), np.where: ("where", numpy_kernels.where),
     np.sort: ("sort", numpy_kernels.sort), np.argsort: ("sort", numpy_kernels.argsort),
-    np.einsum: ("matmul", numpy_kernels.einsum)}
+    np.einsum: ("matmul", numpy_kernels.einsum), np.bincount: ("bincount", numpy_counting.bincount),
+    np.partition: ("partition", numpy_counting.partition), np.argpartition: ("partition", numpy_counting.argpartition),
+    np.median: ("median", numpy_counting.median), np.percentile: ("percentile", numpy_counting.percentile),
+    np.quantile: ("quantile", numpy_counting.quantile), np.unique: ("unique", numpy_counting.unique)}
 """numpy functions (not ufuncs) with a kernel of their own: its name, and what runs it."""
 
 

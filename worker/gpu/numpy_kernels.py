@@ -97,7 +97,7 @@ def _kernel_operands(values: Sequence[Any]) -> tuple[list[np.ndarray | float], b
     return operands, lossy
 
 
-def _result(dispatcher: Dispatcher, kernel: str, values32: np.ndarray, dtype: np.dtype[Any], lossy: bool,
+def result_of(dispatcher: Dispatcher, kernel: str, values32: np.ndarray, dtype: np.dtype[Any], lossy: bool,
             operands: Sequence[Any]) -> np.ndarray:
     """float32 kernel values as numpy's ``dtype``. Raises Silently, for numpy to compute it, when integers
     weren't exact, or a float result isn't finite: numpy's answer then (NaN, infinities, and the warning
@@ -111,7 +111,7 @@ def _result(dispatcher: Dispatcher, kernel: str, values32: np.ndarray, dtype: np
     return from_float32(values32, dtype)
 
 
-def _worth_a_kernel(dispatcher: Dispatcher, work: int, *operands: Any) -> None:
+def worth_a_kernel(dispatcher: Dispatcher, work: int, *operands: Any) -> None:
     """Raise Silently when the operation is too small to pay for a kernel (numpy computes it): fewer
     values to compute or read than the dispatcher's ``min_values``."""
     sizes = [work, *(v.size for v in operands if isinstance(v, np.ndarray))]
@@ -128,7 +128,7 @@ def _check_result_dtype(kernel: str, dtype: np.dtype[Any], lossy: bool) -> None:
         raise NotExact(f"with {dtype} results")
 
 
-def _deliver(dispatcher: Dispatcher, result: np.ndarray, out: tuple[Any, ...] | None, casting: str,
+def deliver(dispatcher: Dispatcher, result: np.ndarray, out: tuple[Any, ...] | None, casting: str,
              sources: Sequence[Any]) -> Any:
     """The result as numpy returns it: written into ``out`` (returned), else a device array (a
     numpy scalar when it has no dimensions)."""
@@ -166,14 +166,14 @@ def elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: Se
     scalars = sum(1 for v in values if not (isinstance(v, np.ndarray) and v.ndim))
     if 0 in shape or not shape or (scalars > 1 and kernel != "clip"):
         raise Silently  # empty, scalar, or two scalars (one place in the uniform): nothing worth a kernel
-    _worth_a_kernel(dispatcher, math.prod(shape), *values)
+    worth_a_kernel(dispatcher, math.prod(shape), *values)
     casting = kwargs.get("casting", "same_kind")
     integers = _as_int32(ufunc.__name__, values, dtype)
     if integers is not None:
         _check_out(kwargs.get("out"), shape, dtype, casting)
         name, int_operands, signed = integers
         int_values = dispatcher.integer(name, int_operands, shape, signed=signed)
-        return _deliver(dispatcher, int_values.astype(dtype), kwargs.get("out"), casting, inputs)
+        return deliver(dispatcher, int_values.astype(dtype), kwargs.get("out"), casting, inputs)
     if kernel not in launch.UNARY and kernel not in launch.BINARY and kernel != "clip":
         raise NotExact(f"with {', '.join(sorted({str(np.asarray(v).dtype) for v in values}))} values")
     operands, lossy = _kernel_operands(values)
@@ -184,8 +184,8 @@ def elementwise(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, inputs: Se
         values32 = _clip(dispatcher, operands, shape, lossy)
     else:
         values32 = dispatcher.elementwise(kernel, operands, shape)
-    result = _result(dispatcher, kernel, values32, dtype, lossy, values)
-    return _deliver(dispatcher, result, kwargs.get("out"), casting, inputs)
+    result = result_of(dispatcher, kernel, values32, dtype, lossy, values)
+    return deliver(dispatcher, result, kwargs.get("out"), casting, inputs)
 
 
 INT32 = (-(2 ** 31), 2 ** 31 - 1)
@@ -232,7 +232,7 @@ def _as_int32(name: str, values: Sequence[Any], dtype: np.dtype[Any],
         signed = np.dtype(np.int32) in native or not native
         ranges = None  # numpy's own 32-bit arithmetic: wrapping around is its answer
     else:
-        signed, ranges = True, [_range(v) for v in values]
+        signed, ranges = True, [value_range(v) for v in values]
         if any(low < INT32[0] or high > INT32[1] for low, high in ranges):
             return None
         bound = _BOUNDED.get(name)
@@ -250,7 +250,8 @@ def _as_int32(name: str, values: Sequence[Any], dtype: np.dtype[Any],
     return kernel, [_int_operand(v, signed) for v in values], signed
 
 
-def _range(value: Any) -> tuple[int, int]:
+def value_range(value: Any) -> tuple[int, int]:
+    """The smallest and largest of integer values, as Python ints ((0, 0) when empty)."""
     array = np.asarray(value)
     return (int(array.min()), int(array.max())) if array.size else (0, 0)
 
@@ -287,14 +288,14 @@ def where(dispatcher: Dispatcher, condition: Any, x: Any = None, y: Any = None) 
         raise Silently from None
     if 0 in shape or not shape:
         raise Silently
-    _worth_a_kernel(dispatcher, math.prod(shape), *values)
+    worth_a_kernel(dispatcher, math.prod(shape), *values)
     (cond32,), _ = _kernel_operands(values[:1])
     choices, lossy = _kernel_operands(values[1:])
     if lossy:
         raise Silently
     _check_result_dtype("where", dtype, lossy)
     values32 = dispatcher.select("where", [cond32, *choices], shape)
-    return _deliver(dispatcher, _result(dispatcher, "where", values32, dtype, lossy, values), None, "same_kind",
+    return deliver(dispatcher, result_of(dispatcher, "where", values32, dtype, lossy, values), None, "same_kind",
                     [condition, x, y])
 
 
@@ -304,7 +305,7 @@ def reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs:
     x = plain(x)
     if not isinstance(x, np.ndarray) or x.size == 0 or x.ndim == 0:
         raise Silently  # numpy's rules for empty reductions (0, or an error) are the answer
-    _worth_a_kernel(dispatcher, x.size)
+    worth_a_kernel(dispatcher, x.size)
     axis, keepdims = kwargs.get("axis", 0), bool(kwargs.get("keepdims", False))
     if kwargs.get("dtype") not in (None, x.dtype) or axis == ():
         raise Silently  # another dtype casts the values first; no axis reduces nothing: numpy's
@@ -324,8 +325,8 @@ def reduce(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs:
     if kernel in ("any", "all") and x.dtype != np.bool_:  # truth values first: NaN counts as true, as in numpy
         x32 = dispatcher.elementwise("not_equal", [x32, 0.0], x.shape)
     values32 = dispatcher.reduce(kernel, x32, axes, keepdims)
-    result = _result(dispatcher, kernel, values32, dtype, lossy, [x])
-    return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
+    result = result_of(dispatcher, kernel, values32, dtype, lossy, [x])
+    return deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
 
 
 def accumulate(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwargs: dict[str, Any]) -> Any:
@@ -337,7 +338,7 @@ def accumulate(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwa
     x = plain(x)
     if not isinstance(x, np.ndarray) or x.size == 0 or x.ndim == 0:
         raise Silently
-    _worth_a_kernel(dispatcher, x.size)
+    worth_a_kernel(dispatcher, x.size)
     wanted = kwargs.get("dtype")
     if wanted is not None and np.dtype(wanted) != x.dtype and not (
             x.dtype.kind in "biu" and np.dtype(wanted).kind in "iu" and np.can_cast(x.dtype, wanted, "safe")):
@@ -352,8 +353,8 @@ def accumulate(dispatcher: Dispatcher, ufunc: np.ufunc, kernel: str, x: Any, kwa
     _check_result_dtype(kernel, dtype, lossy)
     _check_out(kwargs.get("out"), x.shape, dtype, "same_kind")
     values32 = dispatcher.along(kernel, np.asarray(x32), axis)
-    result = _result(dispatcher, kernel, values32, dtype, lossy, [x])
-    return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
+    result = result_of(dispatcher, kernel, values32, dtype, lossy, [x])
+    return deliver(dispatcher, result, kwargs.get("out"), "same_kind", [x])
 
 
 def arg_extreme(dispatcher: Dispatcher, kernel: str, x: Any, axis: Any = None, out: Any = None, *,
@@ -364,7 +365,7 @@ def arg_extreme(dispatcher: Dispatcher, kernel: str, x: Any, axis: Any = None, o
     x = plain(x)
     if out is not None or not isinstance(x, np.ndarray) or x.size == 0 or x.ndim == 0:
         raise Silently
-    _worth_a_kernel(dispatcher, x.size)
+    worth_a_kernel(dispatcher, x.size)
     try:
         index = None if axis is None else normalize_axis_index(axis, x.ndim)
     except Exception:
@@ -376,7 +377,30 @@ def arg_extreme(dispatcher: Dispatcher, kernel: str, x: Any, axis: Any = None, o
     indices = dispatcher.along(kernel, values.reshape(-1) if index is None else values, 0 if index is None else index)
     if keepdims:
         indices = indices.reshape((1,) * x.ndim) if index is None else np.expand_dims(indices, index)
-    return _deliver(dispatcher, indices, None, "same_kind", [x])
+    return deliver(dispatcher, indices, None, "same_kind", [x])
+
+
+def sort_operand(a: np.ndarray) -> np.ndarray:
+    """``a``'s values as the sort kernel orders them: float32 as they are; booleans and integers natively,
+    as int32 or uint32, where every value fits one (checked for 64-bit integers). Raises Silently for
+    float64 (a float32 copy would lose digits and make ties: numpy's) and NotExact for other dtypes."""
+    kind, size = a.dtype.kind, a.dtype.itemsize
+    if a.dtype == np.float32:
+        return a
+    if is_lossy_float(a.dtype):
+        raise Silently
+    if kind == "b" or (kind == "u" and size <= 4):
+        return a.astype(np.uint32, copy=False)
+    if kind == "i" and size <= 4:
+        return a.astype(np.int32, copy=False)
+    if kind in "iu":
+        low, high = value_range(a)
+        if INT32[0] <= low and high <= INT32[1]:
+            return a.astype(np.int32)
+        if UINT32[0] <= low and high <= UINT32[1]:
+            return a.astype(np.uint32)
+        raise NotExact(f"with {a.dtype} values beyond 32 bits")
+    raise NotExact(f"with {a.dtype} values")
 
 
 def sort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
@@ -393,18 +417,15 @@ def sort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order
     flat = axis is None
     if not flat and normalize_axis_index(axis, a.ndim) != a.ndim - 1:
         raise Silently
-    _worth_a_kernel(dispatcher, a.size)
-    (a32,), lossy = _kernel_operands([a])
-    if lossy:
-        raise Silently
-    values32 = np.asarray(a32)
-    if not (kind == "stable" or stable is True) and values32.dtype.kind == "f" and (
-            np.signbit(values32) & (values32 == 0)).any():
+    worth_a_kernel(dispatcher, a.size)
+    values = sort_operand(a)
+    if not (kind == "stable" or stable is True) and values.dtype.kind == "f" and (
+            np.signbit(values) & (values == 0)).any():
         raise Silently  # numpy's default sort may put -0.0 after an equal 0.0; the stable one never does
-    values32, order_found = dispatcher.sort(values32.reshape(-1) if flat else values32, indices=indices)
+    ordered, order_found = dispatcher.sort(values.reshape(-1) if flat else values, indices=indices)
     if order_found is not None:
-        return _deliver(dispatcher, order_found, None, "same_kind", [a])
-    return _deliver(dispatcher, _result(dispatcher, "sort", values32, a.dtype, lossy, [a]), None, "same_kind", [a])
+        return deliver(dispatcher, order_found, None, "same_kind", [a])
+    return deliver(dispatcher, ordered.astype(a.dtype, copy=False), None, "same_kind", [a])
 
 
 def argsort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
@@ -433,12 +454,12 @@ def matmul(dispatcher: Dispatcher, inputs: Sequence[Any], kwargs: dict[str, Any]
     shape = batch + a2_shape[-2:-1] * (a.ndim > 1) + b2_shape[-1:] * (b.ndim > 1)
     if 0 in shape or a2_shape[-1] == 0:
         raise Silently
-    _worth_a_kernel(dispatcher, math.prod(shape) * a2_shape[-1], a, b)
+    worth_a_kernel(dispatcher, math.prod(shape) * a2_shape[-1], a, b)
     (a32, b32), lossy = _kernel_operands([a, b])
     _check_out(kwargs.get("out"), shape, dtype, "same_kind")
     values32 = dispatcher.matmul(np.asarray(a32), np.asarray(b32))
-    result = _result(dispatcher, "matmul", values32, dtype, lossy, [a, b])
-    return _deliver(dispatcher, result, kwargs.get("out"), "same_kind", inputs)
+    result = result_of(dispatcher, "matmul", values32, dtype, lossy, [a, b])
+    return deliver(dispatcher, result, kwargs.get("out"), "same_kind", inputs)
 
 
 def einsum(dispatcher: Dispatcher, subscripts: Any, *operands: Any, out: Any = None, optimize: Any = False,
@@ -499,7 +520,7 @@ def float_kernel(dispatcher: Dispatcher, kernel: str, x: Any, *args: Any) -> Any
             values32 = dispatcher.softmax(x32, normalize_axis_index(args[0] if args else -1, x.ndim))
         else:
             values32 = dispatcher.elementwise(kernel, [x32], x.shape)
-        return dispatcher.wrap(_result(dispatcher, kernel, values32, dtype, lossy, [x]))
+        return dispatcher.wrap(result_of(dispatcher, kernel, values32, dtype, lossy, [x]))
     except (NotExact, Silently, launch.Unsupported) as exc:
         dispatcher.with_numpy(f"gpu.{kernel}", str(exc) or None)
         return dispatcher.wrap(np.asarray(HOST_OPS[kernel](x, *args), dtype))

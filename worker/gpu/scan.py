@@ -31,9 +31,10 @@ FEW_LINES = 1024
 """Below this many lines, an axis longer than two chunks is scanned in three passes."""
 
 
-def scan(ctx: DeviceContext, name: str, alloc: Allocation, outer: int, length: int, inner: int) -> Allocation:
+def scan(ctx: DeviceContext, name: str, alloc: Allocation, outer: int, length: int, inner: int, *,
+         counted_as: str | None = None) -> Allocation:
     """The inclusive ``name`` (``"cumsum"`` or ``"cumprod"``) along the middle axis of an (outer, length,
-    inner) array: a new buffer of the same shape.
+    inner) array: a new buffer of the same shape. The dispatches count as ``counted_as`` (default ``name``).
 
     Sums and products are carried in float-float, so each prefix is its exact value rounded to float32,
     give or take about 2^-44 of the sum of its terms' magnitudes (sums) or of itself (products; a few
@@ -43,6 +44,7 @@ def scan(ctx: DeviceContext, name: str, alloc: Allocation, outer: int, length: i
     (inf or 0 where numpy's stays finite, or the reverse).
     """
     op = SCANS[name]
+    name = counted_as or name
     lines = outer * inner
     n = lines * length
     if n == 0:

@@ -228,11 +228,17 @@ INTEGER = UniformLayout("integer.wgsl Params", [
     ("shape", DIMS), ("a_strides", DIMS), ("b_strides", DIMS),
 ])
 
+COUNTING = UniformLayout("counting.wgsl Params", [
+    ("n", "u32"), ("m", "u32"), ("width", "u32"), ("rows", "u32"),
+    ("scalar", "u32"), ("value", "u32"), ("_pad1", "u32"), ("_pad2", "u32"),
+])
+
 LAYOUTS: Mapping[str, UniformLayout] = {
     "elementwise": ELEMENTWISE, "reduce": REDUCE, "softmax": SOFTMAX, "transpose": TRANSPOSE, "matmul": MATMUL,
     "sort": SORT,
     "select": SELECT,
     "arg_reduce": ARG_REDUCE, "scan": SCAN,
     "integer": INTEGER,
+    "counting": COUNTING,
 }
 """Built-in shader file (``shaders/NAME.wgsl``) -> the layout of its ``var<uniform>``."""

@@ -1,0 +1,292 @@
+"""numpy's counting and order functions as kernels: bincount, ``np.add.at``, partition, median and
+quantiles, unique; each gives numpy's answer or raises for numpy to give it (``numpy_kernels``' rules).
+
+* ``np.bincount`` adds 1 (or a float32 weight) into a slot per value with atomics (``counting.wgsl``).
+  Counts are exact. Weighted sums are float32 sums in whatever order the GPU adds them, where numpy
+  sums in float64: a float64 result holding float32 precision, said once like any float64 result
+  computed in float32. Weights of other dtypes are numpy's.
+* ``np.add.at(a, indices, values)`` adds into a copy of ``a``'s values with atomics, then writes them
+  into ``a``: 32-bit and smaller integers wrap around as numpy's; int64 only where every sum fits int32
+  (checked from the ranges); float32 within the rounding of another order. float64 is numpy's.
+* ``np.partition``, ``np.argpartition`` and their methods sort along the axis (``sort.wgsl``): a sorted
+  row is a partition for every ``kth``. numpy guarantees only the element at ``kth`` and the split (none
+  before it larger, none after it smaller); the order within each side is its implementation's, so it
+  may differ from numpy's.
+* ``np.median``, ``np.percentile`` and ``np.quantile`` (linear method) sort along the axis on the GPU;
+  numpy's own code then reads the sorted values (the middle one or two for the median; its selection
+  finds every value in place for the others), so NaN gives NaN and the interpolation is numpy's.
+* ``np.unique`` (and its counts) sorts, marks where runs of equal values start and compacts them
+  (``unique.wgsl``).
+
+Values are ordered natively: float32 bit for bit, booleans and integers as int32 or uint32 when every
+value fits (``numpy_kernels.sort_operand``). float64 is numpy's: a float32 copy would make ties.
+"""
+
+from __future__ import annotations
+
+import operator
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+from remote_magic.errors import GpuLimitError
+
+from .convert import NotExact
+from .dispatch import Dispatcher
+from .numpy_kernels import INT32, Silently, deliver, plain, result_of, sort_operand, value_range, worth_a_kernel
+from .unique import MAX_VALUES
+
+try:  # numpy >= 2
+    from numpy.lib.array_utils import normalize_axis_index
+except ImportError:  # numpy 1.x
+    from numpy.core.multiarray import normalize_axis_index  # type: ignore[no-redef]
+
+NATIVE = {"i": np.dtype(np.int32), "u": np.dtype(np.uint32)}
+"""How integers of at most 32 bits add on the GPU (wrapping around as their own width does)."""
+
+
+@contextmanager
+def within_bindings() -> Iterator[None]:
+    """A kernel's :class:`GpuLimitError` (more than one binding holds) as NotExact: numpy computes it."""
+    try:
+        yield
+    except GpuLimitError:
+        raise NotExact("with arrays larger than this GPU binds at once") from None
+
+
+def _array(value: Any) -> np.ndarray:
+    """A numpy call's array operand as the plain array numpy sees (lists too); Silently for anything else."""
+    value = plain(value)
+    if isinstance(value, (list, tuple)):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise Silently
+    return value
+
+
+# -- counting ----------------------------------------------------------------------------------
+def bincount(dispatcher: Dispatcher, x: Any, weights: Any = None, minlength: Any = 0) -> Any:
+    """``np.bincount(x, weights, minlength)`` of non-negative integers, without weights or with float32 ones."""
+    values = _array(x)
+    if values.ndim != 1 or values.size == 0 or values.dtype.kind not in "biu" \
+            or not np.can_cast(values.dtype, np.intp, "safe"):
+        raise Silently  # numpy's answer, or its error
+    try:
+        least = operator.index(minlength)
+    except TypeError:
+        raise Silently from None
+    worth_a_kernel(dispatcher, values.size)
+    low, high = value_range(values)
+    if low < 0 or least < 0:
+        raise Silently  # numpy's ValueError
+    slots = max(high + 1, least)
+    if 4 * slots > dispatcher.ctx.max_binding:
+        raise NotExact(f"with {slots:,} bins, more than this GPU binds at once")
+    index = values.astype(np.int32)
+    if weights is None:
+        with within_bindings():
+            counts = dispatcher.scatter_add("bincount", None, slots, index, 1, adds="integers")
+        return deliver(dispatcher, counts.astype(np.intp), None, "same_kind", [x])
+    w = _array(weights)
+    if w.shape != values.shape:
+        raise Silently
+    if w.dtype != np.float32:
+        raise NotExact(f"with {w.dtype} weights")
+    with within_bindings():
+        sums = dispatcher.scatter_add("bincount", None, slots, index, w, adds="float32").view(np.float32)
+    return deliver(dispatcher, result_of(dispatcher, "bincount", sums, np.dtype(np.float64), True, [w]), None,
+                   "same_kind", [x, weights])
+
+
+def add_at(dispatcher: Dispatcher, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """``np.add.at(a, indices, values)`` with one array of integer indices: in place, as numpy's."""
+    if kwargs or len(inputs) != 3:
+        raise Silently
+    a = plain(inputs[0])
+    if not isinstance(a, np.ndarray) or a.ndim == 0 or a.size == 0 or not a.flags.writeable:
+        raise Silently
+    index = plain(inputs[1])
+    if isinstance(index, list):
+        index = np.asarray(index)
+    if not isinstance(index, np.ndarray) or index.ndim != 1 or index.dtype.kind not in "iu":
+        raise NotExact("with an index other than one array of integers")
+    if index.size == 0:
+        raise Silently
+    worth_a_kernel(dispatcher, index.size, a)
+    low, high = value_range(index)
+    if low < -a.shape[0] or high >= a.shape[0]:
+        raise Silently  # numpy's IndexError
+    rows = (index.size,) + a.shape[1:]
+    values = _added_values(a, plain(inputs[2]), rows)
+    start, adds, native = _addends(a, values, index.size)
+    if not isinstance(values, (int, float)):
+        values = np.ascontiguousarray(np.broadcast_to(values, rows)).astype(native, copy=False)
+    elif adds == "float32":
+        values = int(np.float32(values).view(np.uint32))
+    else:
+        values = int(values) & 0xFFFFFFFF
+    with within_bindings():
+        bits = dispatcher.scatter_add("add_at", start, a.size, index.astype(np.int32), values, adds=adds)
+    result = bits.view(native).reshape(a.shape)
+    if adds == "float32" and not np.isfinite(result).all():
+        raise Silently  # NaN and infinities, and their warnings, are numpy's (``a`` is as it was)
+    np.copyto(a, result, casting="unsafe")  # integers wrap around to a's width, as numpy's sums do
+
+
+def _added_values(a: np.ndarray, values: Any, rows: tuple[int, ...]) -> np.ndarray | int | float:
+    """``np.add.at``'s values as one Python number (added to every place) or an array of a's dtype that
+    broadcasts to ``rows``; raises where numpy's loop would be another dtype's (or numpy raises)."""
+    if isinstance(values, (list, tuple)):
+        values = np.asarray(values)
+    if isinstance(values, np.ndarray) and values.ndim:
+        if values.dtype != a.dtype:
+            raise NotExact(f"with {values.dtype} values into {a.dtype}")
+        try:
+            if np.broadcast_shapes(values.shape, rows) != rows:
+                raise Silently
+        except ValueError:
+            raise Silently from None
+        return values.reshape(()).item() if values.size == 1 and values.ndim <= len(rows) else values
+    if isinstance(values, (bool, np.bool_)) or not isinstance(values, (int, float, np.generic, np.ndarray)):
+        raise Silently
+    if isinstance(values, (np.generic, np.ndarray)):
+        if values.dtype != a.dtype:
+            raise NotExact(f"with {values.dtype} values into {a.dtype}")
+        return values.item()  # type: ignore[no-any-return]
+    if np.result_type(a.dtype, values) != a.dtype:
+        raise NotExact(f"with {type(values).__name__} values into {a.dtype}")
+    if a.dtype.kind in "iu" and not np.iinfo(a.dtype).min <= values <= np.iinfo(a.dtype).max:
+        raise Silently  # numpy's OverflowError
+    return values
+
+
+def _addends(a: np.ndarray, values: np.ndarray | int | float, count: int) -> tuple[np.ndarray, str, np.dtype[Any]]:
+    """``a``'s values as the scatter-add starts from, how they add, and the dtype they add in: float32;
+    integers of at most 32 bits (their sums wrap around as numpy's, once cast back); 64-bit integers only
+    where ``a``'s values and every sum of ``count`` values fit int32."""
+    if a.dtype == np.float32:
+        return np.ascontiguousarray(a), "float32", a.dtype
+    if a.dtype.kind not in "iu":
+        raise NotExact(f"with {a.dtype} arrays")
+    native = NATIVE[a.dtype.kind]
+    if a.dtype.itemsize > 4:
+        (a_low, a_high), (v_low, v_high) = value_range(a), value_range(values)
+        if not (INT32[0] <= a_low + count * min(v_low, 0) and a_high + count * max(v_high, 0) <= INT32[1]):
+            raise NotExact(f"with {a.dtype} sums beyond 32 bits")
+        native = np.dtype(np.int32)
+    return a.astype(native), "integers", native
+
+
+# -- order -------------------------------------------------------------------------------------
+def _sorted_rows(dispatcher: Dispatcher, kernel: str, a: Any, axis: Any, *,
+                 indices: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int | None]:
+    """``a`` (plain), its values sorted along ``axis`` (flattened for None) moved to the last axis, with
+    ``indices`` the int64 indices that sort them, and the axis (None: flattened). Dispatches count as ``kernel``."""
+    a = plain(a)
+    if not isinstance(a, np.ndarray) or a.size == 0 or a.ndim == 0:
+        raise Silently
+    try:
+        where = None if axis is None else normalize_axis_index(operator.index(axis), a.ndim)
+    except Exception:
+        raise Silently from None
+    worth_a_kernel(dispatcher, a.size)
+    rows = a.reshape(-1) if where is None else np.moveaxis(a, where, -1)
+    values = np.ascontiguousarray(sort_operand(rows))
+    with within_bindings():
+        ordered, order = dispatcher.sort(values, indices=indices, name=kernel)
+    return a, ordered.astype(a.dtype, copy=False), order, where
+
+
+def _kth_within(kth: Any, length: int) -> None:
+    """Silently unless ``kth`` is integers each within ``length``'s range (numpy's error otherwise)."""
+    k = np.asarray(kth)
+    if k.dtype.kind not in "iu" or k.ndim > 1 or k.size == 0:
+        raise Silently
+    low, high = value_range(k)
+    if low < -length or high >= length:
+        raise Silently
+
+
+def partition(dispatcher: Dispatcher, a: Any, kth: Any, axis: Any = -1, kind: Any = "introselect",
+              order: Any = None, *, indices: bool = False) -> Any:
+    """``np.partition`` (with ``indices``, ``np.argpartition``): the rows sorted, which is a partition at every
+    ``kth``, numpy's at ``kth`` itself (see the module docstring)."""
+    if kind != "introselect" or order is not None:
+        raise Silently
+    a, ordered, order_found, where = _sorted_rows(dispatcher, "partition", a, axis, indices=indices)
+    _kth_within(kth, ordered.shape[-1])  # (numpy raises for the rest: rare enough to sort for nothing)
+    result = ordered if order_found is None else order_found
+    if where is not None:
+        result = np.ascontiguousarray(np.moveaxis(result.reshape(ordered.shape), -1, where))
+    return deliver(dispatcher, result, None, "same_kind", [a])
+
+
+def argpartition(dispatcher: Dispatcher, a: Any, kth: Any, axis: Any = -1, kind: Any = "introselect",
+                 order: Any = None) -> Any:
+    """``np.argpartition``: :func:`partition`'s indices."""
+    return partition(dispatcher, a, kth, axis, kind, order, indices=True)
+
+
+def median(dispatcher: Dispatcher, a: Any, axis: Any = None, out: Any = None, overwrite_input: bool = False,
+           keepdims: bool = False) -> Any:
+    """``np.median`` along one axis or of all values: numpy's median of the middle one or two sorted values
+    (NaN where a row's last sorted value is NaN, as numpy checks)."""
+    if out is not None or keepdims:
+        raise Silently
+    a, ordered, _, _ = _sorted_rows(dispatcher, "median", a, axis)
+    half = ordered.shape[-1] // 2
+    middle = ordered[..., half - 1:half + 1] if ordered.shape[-1] % 2 == 0 else ordered[..., half:half + 1]
+    if ordered.dtype.kind == "f":
+        last = ordered[..., -1:]
+        middle = np.where(np.isnan(last), last, middle)
+    return deliver(dispatcher, np.asarray(np.median(middle, axis=-1)), None, "same_kind", [a])
+
+
+def _quantile(dispatcher: Dispatcher, kernel: str, a: Any, q: Any, axis: Any, options: dict[str, Any]) -> Any:
+    """``np.percentile`` or ``np.quantile`` (``kernel``) with the linear method, along one axis or of all
+    values: numpy's own function on the rows sorted on the GPU."""
+    if any(options.get(name) is not None for name in ("out", "weights", "interpolation")) \
+            or options.get("method", "linear") != "linear" or options.get("keepdims", False) \
+            or set(options) - {"out", "overwrite_input", "method", "keepdims", "weights", "interpolation"}:
+        raise Silently
+    function = getattr(np, kernel)
+    q = plain(q)
+    try:
+        function(np.zeros(1, plain(a).dtype), q)  # numpy's errors for q, before any kernel
+    except Exception:
+        raise Silently from None
+    a, ordered, _, _ = _sorted_rows(dispatcher, kernel, a, axis)
+    result = function(ordered, q, axis=-1, overwrite_input=True)  # its own interpolation, on sorted values
+    return deliver(dispatcher, np.asarray(result), None, "same_kind", [a])
+
+
+def percentile(dispatcher: Dispatcher, a: Any, q: Any, axis: Any = None, **options: Any) -> Any:
+    """``np.percentile(a, q, axis)``, the linear method: see :func:`_quantile`."""
+    return _quantile(dispatcher, "percentile", a, q, axis, options)
+
+
+def quantile(dispatcher: Dispatcher, a: Any, q: Any, axis: Any = None, **options: Any) -> Any:
+    """``np.quantile(a, q, axis)``, the linear method: see :func:`_quantile`."""
+    return _quantile(dispatcher, "quantile", a, q, axis, options)
+
+
+def unique(dispatcher: Dispatcher, ar: Any, return_index: bool = False, return_inverse: bool = False,
+           return_counts: bool = False, axis: Any = None, *, equal_nan: bool = True, sorted: bool = True) -> Any:
+    """``np.unique`` of all values, and with ``return_counts`` how many times each comes: sorted on the GPU,
+    runs of equal values (-0.0 and 0.0; every NaN) found and compacted there."""
+    if return_index or return_inverse or axis is not None or equal_nan is not True or sorted is not True:
+        raise Silently
+    x = plain(ar)
+    if not isinstance(x, np.ndarray) or x.size == 0:
+        raise Silently
+    if x.size > MAX_VALUES:
+        raise NotExact(f"with more than {MAX_VALUES:,} values")
+    worth_a_kernel(dispatcher, x.size)
+    values = np.ascontiguousarray(sort_operand(x.reshape(-1)))
+    with within_bindings():
+        found, starts = dispatcher.unique(values)
+    result = deliver(dispatcher, found.astype(x.dtype, copy=False), None, "same_kind", [ar])
+    if not return_counts:
+        return result
+    return result, deliver(dispatcher, np.diff(starts, append=x.size), None, "same_kind", [ar])
