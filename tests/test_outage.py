@@ -127,13 +127,13 @@ def link() -> Iterator[Link]:
         yield made
 
 
-def join(hub: WorkerProcess, link: Link, tmp: Path, name: str) -> WorkerProcess:
-    """A worker across the link from ``hub`` that joined it as ``name``."""
+def join(hub: WorkerProcess, link: Link, tmp: Path, name: str, *args: str, namespace: str = "") -> WorkerProcess:
+    """A worker across the link from ``hub`` (or in ``namespace``) that joined it as ``name``, with ``args``."""
     worker_token = subprocess.run(["remote-worker", "token", "--worker"], capture_output=True, text=True, check=True,
                                   env={**os.environ, "REMOTE_MAGIC_HOME": str(hub.home)}).stdout.strip()
     worker_token = Token.decode(worker_token).with_address(Token.decode(hub.token).address).encode()
-    return start_worker(tmp, "--join", "--gpu", "off", "--name", name, "-v", token_file=False,
-                        env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token}, wrapper=link.run(link.b))
+    return start_worker(tmp, "--join", "--gpu", "off", "--name", name, "-v", *args, token_file=False,
+                        env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token}, wrapper=link.run(namespace or link.b))
 
 
 def ride_out(link: Link, notebook: Notebook, outage_s: float) -> tuple[dict[str, Any], float]:
@@ -178,3 +178,76 @@ def test_a_cell_rides_out_an_outage_and_ends_once_with_its_output_soon_after_the
         assert stderr.count("the link to the hub is back after") == 1, stderr
     gone = [line for line in log.splitlines() if " left: " in line and not line.endswith(" left: disconnected")]
     assert not gone, f"the hub took a peer for gone: {gone}"  # (the notebook's own goodbye aside)
+
+
+PLACER = r'''
+import json, sys, threading, time
+import remote_magic
+
+def run(client, ask):
+    try:
+        ran_on = client.execute("y = 1", worker=ask["worker"], require=ask["require"]).worker
+    except Exception as exc:
+        ran_on = f"{type(exc).__name__}: {exc}"
+    print(json.dumps({"ran_on": ran_on, "asked": ask, "ended_at": time.monotonic()}), flush=True)
+
+with remote_magic.connect(sys.argv[1], timeout=60) as client:
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        ask = json.loads(line)
+        if ask["worker"] == "?":
+            print(json.dumps({"reachable": {w["name"]: w["reachable"] for w in client.workers()}}), flush=True)
+        else:
+            threading.Thread(target=run, args=(client, ask)).start()
+'''
+
+
+def test_a_job_goes_to_a_worker_in_reach_not_to_one_whose_link_is_down_and_one_for_it_waits_till_it_is_back(
+        link: Link, tmp_path: Path) -> None:
+    """Before: the hub kept a worker whose link was down (for the outage grace) as idle, and handed it the next
+    job, which waited out the outage while a worker in reach was idle."""
+    assert link.relay is not None
+    hub = start_worker(tmp_path / "hub", "--listen", f"{link.a_ip}:0", "--gpu", "off", "--name", "hub", "-v",
+                       wrapper=link.run(link.a))
+    far = join(hub, link, tmp_path / "far", "far", "--label", "site=away")  # joined first: placement's first pick
+    near = join(hub, link, tmp_path / "near", "near", "--label", "site=away", namespace=link.a)
+    script = tmp_path / "placer.py"
+    script.write_text(PLACER)
+    notebook = subprocess.Popen([*link.run(link.a), sys.executable, str(script), hub.token], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    assert notebook.stdin is not None and notebook.stdout is not None
+    replies: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+    threading.Thread(target=lambda: [replies.put(json.loads(line)) for line in notebook.stdout], daemon=True).start()
+
+    def ask(worker: str | None) -> None:
+        assert notebook.stdin is not None
+        notebook.stdin.write(json.dumps({"worker": worker, "require": "site==away"}) + "\n")
+        notebook.stdin.flush()
+
+    def reachable() -> dict[str, bool]:
+        ask("?")
+        answer: dict[str, bool] = replies.get(timeout=30)["reachable"]
+        return answer
+
+    try:
+        assert replies.get(timeout=START_BOUND_S) == {"ready": True}
+        ask(None)
+        assert replies.get(timeout=60)["ran_on"] == "far"
+        link.relay.cut()
+        deadline = time.monotonic() + 30
+        while reachable().get("far", True):  # the hub takes it for out of reach 5 heartbeats after the cut
+            assert time.monotonic() < deadline, "the hub never took 'far' for out of reach"
+        assert reachable() == {"hub": True, "far": False, "near": True}
+        ask(None)  # far would be first: it is out of reach, so near takes it
+        placed = replies.get(timeout=30)
+        ask("far")  # waits for far to be back
+        link.relay.restore()
+        restored_at = time.monotonic()
+        waited = replies.get(timeout=START_BOUND_S)
+    finally:
+        notebook.stdin.close()
+        notebook.wait(30)
+        for worker in (near, far, hub):
+            worker.stop()
+    assert placed["ran_on"] == "near", placed
+    assert waited["ran_on"] == "far" and restored_at < waited["ended_at"] < restored_at + RECOVERY_BOUND_S, waited

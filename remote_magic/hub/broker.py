@@ -132,6 +132,7 @@ class Hub:
         self._socket: zmq.Socket[Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._assign_due = False  # a worker came back in reach: waiting jobs may go to it
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
@@ -277,6 +278,9 @@ class Hub:
                             log.exception("dropped a message the hub failed to handle")
                         if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                             break
+                if self._assign_due:
+                    self._assign_due = False
+                    self.scheduler.assign()
                 if time.monotonic() >= next_tick:
                     try:
                         self._tick()
@@ -397,6 +401,8 @@ class Hub:
         peer = self.fleet.peers.get(routing_id)
         if peer is not None:
             peer.last_seen = time.monotonic()
+            if peer.out_of_reach:
+                self._back_in_reach(peer)
         if msg.type is T.HELLO:
             try:
                 schema.check(msg)  # as every message, before anything reads a field
@@ -504,6 +510,10 @@ class Hub:
         now = time.monotonic()
         self.scheduler.check_timeouts(now)
         for peer in self.fleet.silent(now, self.expiry_s):
+            if not peer.out_of_reach:
+                peer.out_of_reach = True
+                log.info("%s %r is out of reach: it said nothing for %.1f s", peer.role.value, peer.name,
+                         now - peer.last_seen)
             if now - peer.last_seen > self.stall_s:
                 self._forget(peer, f"said nothing for {self.stall_s:.0f} s though its connection is up (hung?)")
             elif now - peer.last_seen > self.outage_grace and not self._connected(peer):
@@ -515,6 +525,13 @@ class Hub:
             peer.link.drop_stalled(self.stall_s)
         self.delivery.forget_acknowledged_ends()
         self.delivery.expire()
+
+    def _back_in_reach(self, peer: Peer) -> None:
+        """A peer out of reach was heard again: jobs waiting for it (or any worker) may go to it now."""
+        peer.out_of_reach = False
+        log.info("%s %r is back in reach", peer.role.value, peer.name)
+        if peer.role is Role.WORKER:
+            self._assign_due = True  # once what came with it is handled (a BYE must not be handed a job first)
 
     def _connected(self, peer: Peer) -> bool:
         """Is the peer's connection up? The socket has no route to a peer once libzmq closed it."""

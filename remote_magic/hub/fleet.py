@@ -77,9 +77,10 @@ class Fleet:
             self._queued[job.client] = (count - 1, held - _size(job))
 
     def next_assignments(self) -> list[tuple[Job, Peer]]:
-        """Match waiting jobs to idle workers that fit them (``placement``), oldest job first; marks them sent."""
+        """Match waiting jobs to idle workers that fit them (``placement``), oldest job first; marks them sent.
+        A worker out of reach takes none: a job waits for it to be back, or goes to another."""
         assigned = []
-        idle = [w for w in self.workers() if w.job is None]
+        idle = [w for w in self.workers() if w.job is None and not w.out_of_reach]
         for job in list(self.queue):
             if not idle:
                 break
@@ -136,6 +137,7 @@ def describe(worker: Peer) -> dict[str, Any]:
         "name": worker.name,
         "versions": worker.versions,
         "state": "busy" if worker.job else "idle",
+        "reachable": not worker.out_of_reach,
         "job": worker.job.id if worker.job else None,
         "jobs_done": worker.jobs_done,
         "stats": worker.stats,

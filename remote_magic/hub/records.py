@@ -59,6 +59,7 @@ class Peer:
     local: bool = False          # the hub's in-process worker (inproc, no CURVE keys)
     key: bytes = b""             # the public key it authenticated with: clients sharing it share their jobs
     last_seen: float = field(default_factory=time.monotonic)
+    out_of_reach: bool = False   # said nothing past the liveness expiry (its link down?): no job goes to it
     last_sent: float = 0.0
     link: Link = field(kw_only=True, repr=False)
     owes_ack: bool = False       # its link took something it hasn't acknowledged yet
