@@ -123,3 +123,25 @@ def test_a_repeated_gpu_cell_finds_its_unchanged_inputs_on_the_gpu(gpu_worker: W
     assert following.stats["bytes_uploaded"] == 0 and following.stats["resident_hits"] == 1, \
         "the result read back stays on the GPU for the next cell that sends it"
     assert following.values["s"] == pytest.approx(float(first.values["C"].astype(np.float64).sum()), rel=1e-4, abs=1e-2)
+
+
+def test_counting_and_order_kernels_in_a_cell(ip: InteractiveShell) -> None:
+    """np.bincount, np.add.at (in place, on an array the cell made), np.median and np.unique in a --gpu cell:
+    numpy's answers in the notebook, each run by its kernel."""
+    rng = np.random.default_rng()
+    labels = rng.integers(0, 10, 20_000)
+    scores = rng.standard_normal(20_000).astype(np.float32)
+    ip.user_ns.update(labels=labels, scores=scores, np=np)
+    code = ("counts = np.bincount(labels)\ntotals = np.zeros(10, np.float32)\nnp.add.at(totals, labels, 1.0)\n"
+            "middle = np.median(scores)\nkinds, seen = np.unique(labels, return_counts=True)")
+    with capture_output() as out:
+        result = ip.run_cell("%%offload --gpu --stats\n" + code)
+    assert result.success, result.error_in_exec
+    expected = np.bincount(labels)
+    np.testing.assert_array_equal(ip.user_ns["counts"], expected)
+    np.testing.assert_array_equal(ip.user_ns["totals"], expected.astype(np.float32))  # whole numbers: exact
+    assert ip.user_ns["middle"] == np.median(scores) and type(ip.user_ns["middle"]) is np.float32
+    np.testing.assert_array_equal(ip.user_ns["kinds"], np.arange(10))
+    np.testing.assert_array_equal(ip.user_ns["seen"], expected)
+    for kernel in ("bincount×1", "add_at×2", "median×", "unique×"):
+        assert kernel in out.stderr, out.stderr  # --stats
