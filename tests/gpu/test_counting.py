@@ -335,17 +335,21 @@ def test_large_arrays_take_several_passes(runtime: GpuRuntime, rng: np.random.Ge
     assert set(runtime.take_stats()["kernels"]) == {"unique", "bincount", "add", "median", "percentile"}
 
 
-def test_beyond_a_binding_numpy_answers(rng: np.random.Generator, capfd: Any) -> None:
-    """An array larger than a binding holds: numpy's answer, said once; nothing raises."""
+def test_what_numpy_orders_it_says_why(rng: np.random.Generator, capfd: Any) -> None:
+    """An array larger than a binding holds, and float64 values: numpy's answers, each said once with its
+    reason; nothing raises."""
     rt = make_runtime(max_binding_bytes=64 * 1024)
     try:
-        x = rng.integers(0, 100, 40_000)
-        cell = rt.to_device({"x": x})
+        x, f = rng.integers(0, 100, 40_000), rng.standard_normal(100)
+        cell = rt.to_device({"x": x, "f": f})
         rt.take_stats()
         np.testing.assert_array_equal(np.asarray(np.unique(cell["x"])), np.unique(x))
         np.testing.assert_array_equal(np.asarray(np.bincount(cell["x"])), np.bincount(x))
-        assert rt.take_stats()["numpy"] == {"np.unique": 1, "np.bincount": 1}
-        assert "np.unique has no GPU kernel; computed with numpy" in capfd.readouterr().err
+        np.testing.assert_array_equal(np.asarray(np.unique(cell["f"])), np.unique(f))
+        assert rt.take_stats()["numpy"] == {"np.unique": 2, "np.bincount": 1}
+        err = capfd.readouterr().err
+        assert "np.unique with arrays larger than this GPU binds at once; computed with numpy" in err, err
+        assert "np.unique with float64 values; computed with numpy" in err, err
     finally:
         rt.close()
 

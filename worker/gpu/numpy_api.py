@@ -38,6 +38,8 @@ METHOD_NAMES = {("add", "reduce"): "sum", ("maximum", "reduce"): "max", ("minimu
                 ("multiply", "reduce"): "prod", ("logical_or", "reduce"): "any", ("logical_and", "reduce"): "all",
                 ("add", "accumulate"): "cumsum", ("multiply", "accumulate"): "cumprod"}
 """A ufunc method as the numpy function it does, for counters and notices."""
+NO_KERNEL = "has no GPU kernel"
+"""What an operation computed with numpy says, unless its kernel said why not (``with float16 values``)."""
 QUIET_FUNCTIONS = frozenset({
     "shape", "ndim", "size", "result_type", "can_cast", "may_share_memory", "shares_memory", "reshape", "ravel",
     "transpose", "squeeze", "expand_dims", "swapaxes", "moveaxis", "broadcast_to", "broadcast_arrays",
@@ -58,7 +60,7 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
     kernel = _kernel(ufunc, method)
     why: str | None = None
     if kernel is None:
-        why = "has no GPU kernel"
+        why = NO_KERNEL
     elif dispatcher.active and _enabled(dispatcher, kernel, inputs):
         try:
             if kernel == "matmul":
@@ -109,36 +111,44 @@ def array_function(dispatcher: Dispatcher | None, func: Any, args: tuple[Any, ..
     if dispatcher is None or name in QUIET_FUNCTIONS:
         return numpy_implementation()
     kernel, handler = FUNCTIONS.get(func, ("", None))
+    why = NO_KERNEL
     if handler is not None and dispatcher.active and _enabled(dispatcher, kernel, args):
         try:
             return handler(dispatcher, *args, **kwargs)
-        except (NotExact, Silently, launch.Unsupported, TypeError):
+        except NotExact as exc:
+            why = str(exc)
+        except (Silently, launch.Unsupported, TypeError):
             pass  # numpy's implementation answers (and raises numpy's errors)
-    return wrapped(dispatcher, counted(dispatcher, _qualified(func), numpy_implementation), args)
+    return wrapped(dispatcher, counted(dispatcher, _qualified(func), numpy_implementation, why), args)
 
 
 def with_kernel(dispatcher: Dispatcher | None, kernel: str, label: str, on_gpu: Callable[[Dispatcher], Any],
                 with_numpy: Callable[[], Any], operand: Any) -> Any:
     """An operation numpy has no ufunc for but a kernel does (``x.argmax()``, ``x.sort()``): ``on_gpu`` gives
     numpy's answer with the kernel or raises; then ``with_numpy`` does, counted under ``label`` and said once."""
+    why = NO_KERNEL
     if dispatcher is not None and dispatcher.active and _enabled(dispatcher, kernel, (operand,)):
         try:
             return on_gpu(dispatcher)
-        except (NotExact, Silently, launch.Unsupported, TypeError):
+        except NotExact as exc:
+            why = str(exc)
+        except (Silently, launch.Unsupported, TypeError):
             pass
-    return counted(dispatcher, label, with_numpy)
+    return counted(dispatcher, label, with_numpy, why)
 
 
-def counted(dispatcher: Dispatcher | None, label: str, call: Callable[[], Any]) -> Any:
-    """numpy's code for an operation without a kernel of its own (``np.cumsum``, ``x.argmax()``): its
-    ufuncs may use kernels; when none ran, it counts as computed with numpy, said once."""
+def counted(dispatcher: Dispatcher | None, label: str, call: Callable[[], Any],
+            why: str = NO_KERNEL) -> Any:
+    """numpy's code for an operation without a kernel of its own (``np.cumsum``, ``x.argmax()``), or whose
+    kernel refused these values (``why``): its ufuncs may use kernels; when none ran, it counts as computed
+    with numpy, said once."""
     if dispatcher is None or dispatcher.nested:
         return call()
     kernels_before = sum(dispatcher.stats.kernels.values())
     with dispatcher.inside():
         result = call()
     if sum(dispatcher.stats.kernels.values()) == kernels_before:
-        dispatcher.with_numpy(label, "has no GPU kernel")
+        dispatcher.with_numpy(label, why)
     return result
 
 

@@ -382,13 +382,13 @@ def arg_extreme(dispatcher: Dispatcher, kernel: str, x: Any, axis: Any = None, o
 
 def sort_operand(a: np.ndarray) -> np.ndarray:
     """``a``'s values as the sort kernel orders them: float32 as they are; booleans and integers natively,
-    as int32 or uint32, where every value fits one (checked for 64-bit integers). Raises Silently for
-    float64 (a float32 copy would lose digits and make ties: numpy's) and NotExact for other dtypes."""
+    as int32 or uint32, where every value fits one (checked for 64-bit integers). Raises NotExact for the
+    rest: float64 among them (a float32 copy would lose digits and make ties), which numpy orders."""
     kind, size = a.dtype.kind, a.dtype.itemsize
     if a.dtype == np.float32:
         return a
     if is_lossy_float(a.dtype):
-        raise Silently
+        raise NotExact(f"with {a.dtype} values")
     if kind == "b" or (kind == "u" and size <= 4):
         return a.astype(np.uint32, copy=False)
     if kind == "i" and size <= 4:
