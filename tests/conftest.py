@@ -12,6 +12,8 @@ from IPython.core.interactiveshell import InteractiveShell
 import remote_magic
 from support import WorkerProcess, build_wheel, connected_shell, start_worker
 
+collect_ignore = ["tinygrad"]  # tinygrad's own tests: tests/test_tinygrad_ops.py runs them in a process of their own
+
 # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: the tests
 # that press Ctrl-C need Python's usual handler wherever the suite is started from.
 signal.signal(signal.SIGINT, signal.default_int_handler)

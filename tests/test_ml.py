@@ -91,6 +91,12 @@ def test_a_model_trains_on_the_workers_gpu_and_its_weights_stay_there(ip: Intera
     assert isinstance(predicted, np.ndarray) and predicted.shape == (64, 1) and predicted.dtype == np.float32
     assert float(np.mean((predicted - targets) ** 2)) == pytest.approx(second[-1], rel=0.5)
 
+    _run(ip, "%%offload\n"  # its weights saved in the worker's folder, and loaded into a new model
+             "nn.state.safe_save(nn.state.get_state_dict(model), 'mlp.safetensors')\n"
+             "loaded = MLP()\nnn.state.load_state_dict(loaded, nn.state.safe_load('mlp.safetensors'))\n"
+             "same = loaded(Tensor(features)).numpy()")
+    np.testing.assert_array_equal(ip.user_ns["same"], predicted)
+
 
 def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
     rng = np.random.default_rng(2)

@@ -1,0 +1,294 @@
+"""Training steps with tinygrad on the worker's GPU, beside PyTorch, tinygrad's CPU device and numpy (issue 31).
+
+    python benchmarks/bench_ml.py                       # the three models, results.md updated
+    python benchmarks/bench_ml.py --models mlp --no-write
+
+Three models, each a step a notebook would run in a loop:
+
+* **MLP**: 784-512-512-10, a batch of 128, cross-entropy, one Adam step.
+* **CNN**: two 3x3 convolutions (16 and 32 channels) with ReLU and 2x2 max pooling, then a linear layer, on
+  a batch of 32 28x28 images: cross-entropy, one Adam step.
+* **Transformer block**: GPT-2 small's (768 wide, 12 heads, a 3072-wide MLP, pre-LayerNorm, causal
+  attention) on 1 x 128 tokens, random weights: forward and backward.
+
+Columns (median seconds of a warm step, the steps interleaved round by round):
+
+* **tinygrad, worker's GPU**: tinygrad's ``WEBGPU`` device as an offloaded cell gets it
+  (``worker/gpu/tinygrad_device.py`` on the wgpu adapter remote-worker would choose), the step under
+  ``TinyJit``; its first step (code generation and compiles included) is reported apart.
+* **tinygrad, CPU**: tinygrad's own CPU device (clang), the same jitted step.
+* **PyTorch, CPU**: the same model in eager PyTorch on the host's cores.
+* **numpy**: the MLP's forward, backward and Adam written out in numpy (the other two have no numpy column).
+
+Both tinygrad columns start from the same weights (tinygrad's seeded generator), and their first losses are
+checked to agree; PyTorch's weights are its own, so its loss is only checked to be finite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("PARALLEL", "0")
+
+from report import code_version, interleaved_medians, machine, write_section  # noqa: E402
+
+from remote_magic.worker.gpu import tinygrad_hook  # noqa: E402
+from remote_magic.worker.gpu.device import open_device  # noqa: E402
+
+SECTION = "## ML training steps: tinygrad on the worker's GPU beside PyTorch (issue 31)"
+MODELS = ("mlp", "cnn", "block")
+TITLES = {"mlp": "MLP 784-512-512-10, batch 128, Adam step", "cnn": "CNN 2 conv + linear, batch 32, Adam step",
+          "block": "GPT-2 small block, 1x128 tokens, forward + backward"}
+WIDTH, HEADS, TOKENS = 768, 12, 128
+
+Step = Callable[[], float]
+"""Runs one step to completion; returns its loss."""
+
+
+# -- tinygrad ----------------------------------------------------------------------------------------
+def tinygrad_model(name: str) -> tuple[Any, Callable[[Any], Any], tuple[int, ...], int | None]:
+    """A tinygrad model of ``name``: (the model, its loss from its output and labels, the input's shape,
+    the classes of its labels, or None for a regression to zeros)."""
+    from tinygrad import Tensor, nn
+
+    if name == "mlp":
+        layers = [nn.Linear(784, 512), nn.Linear(512, 512), nn.Linear(512, 10)]
+        return layers, lambda x: layers[2](layers[1](layers[0](x).relu()).relu()), (128, 784), 10
+    if name == "cnn":
+        c1, c2, fc = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 32, 3), nn.Linear(32 * 5 * 5, 10)
+        return ([c1, c2, fc], lambda x: fc(c2(c1(x).relu().max_pool2d()).relu().max_pool2d().flatten(1)),
+                (32, 1, 28, 28), 10)
+
+    class Block:
+        def __init__(self) -> None:
+            self.ln1, self.ln2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+            self.qkv, self.proj = nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
+            self.up, self.down = nn.Linear(WIDTH, 4 * WIDTH), nn.Linear(4 * WIDTH, WIDTH)
+
+        def __call__(self, x: Tensor) -> Tensor:
+            b, t, _ = x.shape
+            q, k, v = [part.reshape(b, t, HEADS, WIDTH // HEADS).transpose(1, 2)
+                       for part in self.qkv(self.ln1(x)).chunk(3, dim=2)]
+            attended = q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2).reshape(b, t, WIDTH)
+            x = x + self.proj(attended)
+            return x + self.down(self.up(self.ln2(x)).gelu())
+
+    block = Block()
+    return block, block, (1, TOKENS, WIDTH), None
+
+
+def tinygrad_step(name: str, device: str) -> tuple[Step, float]:
+    """A jitted step of ``name`` on tinygrad's ``device``, and how long its first step took."""
+    from tinygrad import Context, Tensor, TinyJit, nn
+    from tinygrad.nn.optim import Adam
+
+    Tensor.manual_seed(0)
+    with Context(DEV=device):
+        model, forward, shape, classes = tinygrad_model(name)
+        params = nn.state.get_parameters(model)
+        x = Tensor.randn(*shape, device=device).realize()
+        labels = Tensor.randint(shape[0], high=classes, device=device).realize() if classes else None
+        opt = Adam(params, lr=1e-3) if classes else None
+
+    @TinyJit
+    def jitted() -> Tensor:
+        with Context(TRAINING=1):
+            out = forward(x)
+            if opt is None:
+                loss = out.square().mean()
+                loss.backward()
+                return loss.realize(*[p.grad for p in params if p.grad is not None])
+            opt.zero_grad()
+            loss = out.sparse_categorical_crossentropy(labels)
+            loss.backward()
+            opt.step()
+            return loss.realize()
+
+    def step() -> float:
+        loss = jitted()
+        value: float = loss.item()
+        return value
+
+    start = time.perf_counter()
+    step()
+    return step, time.perf_counter() - start
+
+
+# -- PyTorch -----------------------------------------------------------------------------------------
+def torch_step(name: str) -> Step:
+    """The same step in eager PyTorch on the CPU."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    classes: int | None = 10
+    if name == "mlp":
+        model: nn.Module = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                         nn.Linear(512, 10))
+        x = torch.randn(128, 784)
+    elif name == "cnn":
+        model = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3), nn.ReLU(),
+                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 5 * 5, 10))
+        x = torch.randn(32, 1, 28, 28)
+    else:
+        model, x, classes = torch_block(), torch.randn(1, TOKENS, WIDTH), None
+    labels = torch.randint(0, classes or 1, (x.shape[0],))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3) if classes else None
+
+    def step() -> float:
+        out = model(x)
+        if opt is None:
+            loss = out.square().mean()
+            loss.backward()
+            return float(loss.detach())
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(out, labels)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return step
+
+
+def torch_block() -> Any:
+    """GPT-2 small's block in PyTorch, as :func:`tinygrad_model` makes it in tinygrad."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+            self.qkv, self.proj = nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
+            self.up, self.down = nn.Linear(WIDTH, 4 * WIDTH), nn.Linear(4 * WIDTH, WIDTH)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, t, _ = x.shape
+            q, k, v = [part.reshape(b, t, HEADS, WIDTH // HEADS).transpose(1, 2)
+                       for part in self.qkv(self.ln1(x)).chunk(3, dim=2)]
+            attended = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(attended.transpose(1, 2).reshape(b, t, WIDTH))
+            return x + self.down(nn.functional.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+    return Block()
+
+
+# -- numpy -------------------------------------------------------------------------------------------
+def numpy_mlp_step() -> Step:
+    """The MLP's step written out in numpy (float32): forward, softmax cross-entropy, backward, Adam."""
+    rng = np.random.default_rng(0)
+    sizes = [(784, 512), (512, 512), (512, 10)]
+    params = [p for fan_in, fan_out in sizes
+              for p in (rng.uniform(-1, 1, (fan_in, fan_out)).astype(np.float32) / np.sqrt(fan_in),
+                        np.zeros(fan_out, np.float32))]
+    moments = [(np.zeros_like(p), np.zeros_like(p)) for p in params]
+    x = rng.standard_normal((128, 784), dtype=np.float32)
+    labels = rng.integers(0, 10, 128)
+    count = [0]
+
+    def step() -> float:
+        activations = [x]
+        for i in range(0, len(params), 2):
+            z = activations[-1] @ params[i] + params[i + 1]
+            activations.append(np.maximum(z, 0) if i < len(params) - 2 else z)
+        logits = activations[-1]
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        probs = np.exp(shifted)
+        probs /= probs.sum(axis=1, keepdims=True)
+        loss = float(-np.log(probs[np.arange(len(labels)), labels]).mean())
+        delta = probs
+        delta[np.arange(len(labels)), labels] -= 1
+        delta /= len(labels)
+        grads: list[np.ndarray] = []
+        for i in range(len(params) - 2, -1, -2):
+            grads[:0] = [activations[i // 2].T @ delta, delta.sum(axis=0)]
+            if i:
+                delta = (delta @ params[i].T) * (activations[i // 2] > 0)
+        count[0] += 1
+        t = count[0]
+        for p, g, (m, v) in zip(params, grads, moments):
+            m *= 0.9
+            m += 0.1 * g
+            v *= 0.999
+            v += 0.001 * g * g
+            p -= 1e-3 * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+        return loss
+
+    return step
+
+
+# -- the table ---------------------------------------------------------------------------------------
+def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Warm medians by column, and first-step seconds of the tinygrad columns."""
+    gpu_step, gpu_first = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
+    cpu_step, cpu_first = tinygrad_step(name, "CPU")
+    gpu_loss, cpu_loss = gpu_step(), cpu_step()
+    assert abs(gpu_loss - cpu_loss) <= 1e-3 * max(1.0, abs(cpu_loss)), (name, gpu_loss, cpu_loss)
+    steps = {"tinygrad, worker's GPU": gpu_step, "tinygrad, CPU": cpu_step, "PyTorch, CPU": torch_step(name)}
+    if name == "mlp":
+        steps["numpy"] = numpy_mlp_step()
+    for step in steps.values():
+        assert np.isfinite(step())
+
+    def timed(step: Step) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            step()
+            return time.perf_counter() - start
+        return run
+
+    medians = interleaved_medians({column: timed(step) for column, step in steps.items()}, repeat, budget_s)
+    return medians, {"tinygrad, worker's GPU": gpu_first, "tinygrad, CPU": cpu_first}
+
+
+def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapter: str, args: Any) -> str:
+    from importlib.metadata import version
+
+    import torch
+
+    columns = ["tinygrad, worker's GPU", "tinygrad, CPU", "PyTorch, CPU", "numpy"]
+    lines = [f"Measured by `python benchmarks/bench_ml.py --repeat {args.repeat}`.", "",
+             f"- Machine: {machine()}; PyTorch uses {torch.get_num_threads()} threads",
+             f"- Adapter of the worker's GPU column: {adapter}",
+             f"- Python {sys.version.split()[0]}; tinygrad {version('tinygrad')}, torch {torch.__version__}, numpy {np.__version__}; {code_version()}", "",
+             "| warm step, ms | " + " | ".join(columns) + " | worker's GPU ÷ PyTorch |",
+             "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |"]
+    for name, (medians, _) in results.items():
+        cells = [f"{medians[c] * 1000:.1f}" if c in medians else "—" for c in columns]
+        ratio = medians["tinygrad, worker's GPU"] / medians["PyTorch, CPU"]
+        lines.append(f"| {TITLES[name]} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+    lines += ["", "| first step (code generation and compiles), s | tinygrad, worker's GPU | tinygrad, CPU |",
+              "| --- | ---: | ---: |"]
+    for name, (_, first) in results.items():
+        lines.append(f"| {TITLES[name]} | {first[columns[0]]:.1f} | {first[columns[1]]:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--repeat", type=int, default=7, help="rounds at most (default 7)")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds per model after which no round starts")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave results.md as it is")
+    args = parser.parse_args()
+    device = open_device()
+    tinygrad_hook.install(lambda: device, default=False)
+    adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
+    results = {name: measure(name, args.repeat, args.budget) for name in args.models.split(",")}
+    body = render(results, adapter, args)
+    print(body)
+    if not args.no_write:
+        write_section(SECTION, body)
+
+
+if __name__ == "__main__":
+    main()
