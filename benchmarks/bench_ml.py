@@ -259,7 +259,8 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
     lines = [f"Measured by `python benchmarks/bench_ml.py --repeat {args.repeat}`.", "",
              f"- Machine: {machine()}; PyTorch uses {torch.get_num_threads()} threads",
              f"- Adapter of the worker's GPU column: {adapter}",
-             f"- Python {sys.version.split()[0]}; tinygrad {version('tinygrad')}, torch {torch.__version__}, numpy {np.__version__}; {code_version()}", "",
+             f"- Python {sys.version.split()[0]}; tinygrad {version('tinygrad')}, torch {torch.__version__}, "
+             f"numpy {np.__version__}; {code_version()}", "",
              "| warm step, ms | " + " | ".join(columns) + " | worker's GPU ÷ PyTorch |",
              "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |"]
     for name, (medians, _) in results.items():

@@ -10,11 +10,11 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from browser_tabs import chromium, chromium_path, open_tab
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import remote_magic
-from browser_tabs import chromium, chromium_path, open_tab
 from remote_magic.wire.handles import RemoteValue
 from support import WorkerProcess, connected_shell, require_a_gpu, start_worker, wait_for
 
