@@ -8,13 +8,15 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+import nbformat
 import numpy as np
 import pytest
 from browser_tabs import chromium, chromium_path, open_tab
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
+from nbclient import NotebookClient
+from test_notebook import _text
 
-import remote_magic
 from remote_magic.wire.handles import RemoteValue
 from support import WorkerProcess, connected_shell, require_a_gpu, start_worker, wait_for
 
@@ -123,27 +125,29 @@ def test_float64_says_webgpu_has_none(ip: InteractiveShell) -> None:
 
 
 LINK = re.compile(r"(https?://127\.0\.0\.1:\d+)/#(\S+)")
+NOTEBOOK = Path(__file__).parent.parent / "examples" / "train_on_a_tab.ipynb"
 
 
-def test_a_model_trains_in_a_browser_tab(tmp_path: Path) -> None:
-    """The same training, on a tab's WebGPU (Chromium's; SwiftShader without a GPU) through the tab's worker."""
+def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/train_on_a_tab.ipynb in a real Jupyter kernel, its model learning on a tab's WebGPU (Chromium's;
+    SwiftShader without a GPU) through a worker started with --browser."""
     chromium_path()
-    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "machine",
+    hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "machine",
                        "--browser", "127.0.0.1:0")
     try:
-        with chromium() as browser, remote_magic.connect(hub.token, timeout=10) as client:
+        with chromium() as browser:
             found = wait_for(lambda: LINK.search(hub.log()), 10, "remote-worker to print the link")
-            page = open_tab(browser, f"{found.group(1)}/?name=tab#{found.group(2)}")  # type: ignore[attr-defined]
-            wait_for(lambda: "tab" in {w["name"] for w in client.workers()}, 30, "the tab in the fleet")
-            rng = np.random.default_rng(1)
-            features = rng.standard_normal((32, 4)).astype(np.float32)
-            targets = (features @ np.array([[1.0], [-2.0], [0.5], [3.0]], np.float32)).astype(np.float32)
-            result = client.execute(MODEL + TRAIN, {"features": features, "targets": targets, "steps": 15},
-                                    worker="tab")
-            losses = result.values["losses"]
-            assert result.values["device"] == "WEBGPU"
-            assert losses[-1] < losses[0] / 4, losses
-            assert re.search(r"[1-9]\d* batches run", page.inner_text("#work")), "the work ran in the tab"
-            page.close()
+            page = open_tab(browser, f"{found.group(1)}/?name=phone#{found.group(2)}")  # type: ignore[attr-defined]
+            monkeypatch.setenv("REMOTE_MAGIC_TOKEN", hub.token)
+            nb = nbformat.read(NOTEBOOK, as_version=4)
+            NotebookClient(nb, kernel_name="python3", timeout=300,
+                           resources={"metadata": {"path": str(tmp_path)}}).execute()
+            _, fleet, _, model, train, check = [c for c in nb.cells if c.cell_type == "code"]
+            assert "tabs in the fleet: phone" in _text(fleet)
+            assert "tinygrad computes on WEBGPU" in _text(model)
+            first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", _text(train)).groups())  # type: ignore[union-attr]
+            assert last < first / 100, _text(train)
+            assert "close to the true weights: True" in _text(check)
+            assert re.search(r"[1-9]\d* batches run", page.inner_text("#work")), "the kernels ran in the tab"
     finally:
         hub.stop()
