@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import nbformat
 import numpy as np
@@ -17,8 +17,10 @@ from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
 from test_notebook import _text
 
+import remote_magic
+from remote_magic.errors import RemoteMagicError
 from remote_magic.wire.handles import RemoteValue
-from support import WorkerProcess, connected_shell, require_a_gpu, start_worker, wait_for
+from support import WorkerProcess, connected_shell, in_thread, require_a_gpu, start_worker, wait_for
 
 pytestmark = pytest.mark.gpu
 
@@ -54,7 +56,8 @@ predicted = model(X).numpy()
 
 @pytest.fixture(scope="module")
 def ml_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
-    w = start_worker(tmp_path_factory.mktemp("ml-worker"), "--listen", "127.0.0.1:0", "--gpu", "on", "--name", "ml")
+    w = start_worker(tmp_path_factory.mktemp("ml-worker"), "--listen", "127.0.0.1:0", "--gpu", "on", "--name", "ml",
+                     cwd=tmp_path_factory.mktemp("ml-cwd"))  # where the cells' files go
     require_a_gpu(w)
     yield w
     w.stop()
@@ -124,6 +127,21 @@ def test_float64_says_webgpu_has_none(ip: InteractiveShell) -> None:
     assert "WebGPU has no float64" in str(result.error_in_exec) and ".float()" in str(result.error_in_exec)
 
 
+ENDLESS = """
+from tinygrad import Tensor
+x = Tensor.ones(32, 32).contiguous().realize()
+while True:
+    x = (x @ x * 0.03).realize()
+    x.numpy()
+"""
+
+
+def batches_run(page: Any) -> int:
+    """How many batches of GPU work the tab says it ran."""
+    found = re.search(r"(\d+) batches run", page.inner_text("#work"))
+    return int(found.group(1)) if found else 0
+
+
 LINK = re.compile(r"(https?://127\.0\.0\.1:\d+)/#(\S+)")
 NOTEBOOK = Path(__file__).parent.parent / "examples" / "train_on_a_tab.ipynb"
 
@@ -133,7 +151,7 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
     SwiftShader without a GPU) through a worker started with --browser."""
     chromium_path()
     hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "machine",
-                       "--browser", "127.0.0.1:0")
+                       "--browser", "127.0.0.1:0", cwd=tmp_path)
     try:
         with chromium() as browser:
             found = wait_for(lambda: LINK.search(hub.log()), 10, "remote-worker to print the link")
@@ -148,6 +166,18 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
             first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", _text(train)).groups())  # type: ignore[union-attr]
             assert last < first / 100, _text(train)
             assert "close to the true weights: True" in _text(check)
-            assert re.search(r"[1-9]\d* batches run", page.inner_text("#work")), "the kernels ran in the tab"
+            assert batches_run(page) > 0, "the kernels ran in the tab"
+
+            # The tab's device lost mid-training: the cell fails saying so, and the next gets a new device.
+            with remote_magic.connect(hub.token, timeout=10) as client:
+                job = in_thread(lambda: client.execute(ENDLESS, worker="phone"), "an endless tinygrad loop")
+                before = batches_run(page)
+                wait_for(lambda: batches_run(page) > before + 5, 60, "the loop's kernels to reach the tab")
+                page.evaluate("() => { for (const o of objects.values()) if (o instanceof GPUDevice) o.destroy(); }")
+                with pytest.raises(RemoteMagicError, match="lost"):
+                    job.result(timeout=60)
+                again = client.execute("from tinygrad import Tensor\nv = (Tensor([1.0, 2.0]) + 1).numpy()",
+                                       worker="phone")
+                np.testing.assert_array_equal(again.values["v"], [2.0, 3.0])
     finally:
         hub.stop()
