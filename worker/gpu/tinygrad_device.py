@@ -11,7 +11,7 @@ float64).
 ``tinygrad.runtime.ops_webgpu`` (an import hook: tinygrad itself is not patched, and not imported until
 a cell does) and makes ``WEBGPU`` tinygrad's default device.
 
-Kernels are recorded into one command encoder and submitted together when the host needs a value
+Kernels are recorded into one compute pass and submitted together when the host needs a value
 (a read, a write, a free, a synchronize), as a browser tab batches every call: one submission per
 stretch of tinygrad work instead of one per kernel.
 """
@@ -34,8 +34,8 @@ from .device import GpuDevice
 from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE
 from .tinygrad_hook import executor_gpu_device
 
-MAX_BUFFERS = 8
-"""tinygrad's WebGPU rule: kernels bind at most this many buffers (WebGPU's default storage-buffer limit)."""
+MAX_UNIFORMS = 1024
+"""Uniform buffers of kernels' variables kept for reuse, by value."""
 
 
 class WebGpuWGSLRenderer(WGSLRenderer):
@@ -127,12 +127,10 @@ class WebGpuProgram(Program["WebGpuDevice"]):
             group = dev.gpu.handle.create_bind_group(layout=layout, entries=[
                 {"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
                 for n, buffer in enumerate(resources)])
-            compute = dev.encoder().begin_compute_pass()
+            compute = dev.compute_pass()
             compute.set_pipeline(pipeline)
             compute.set_bind_group(0, group)
             compute.dispatch_workgroups(*global_size)
-            compute.end()
-            dev.pending += 1
             if not wait:
                 return None
             start = time.perf_counter()
@@ -145,27 +143,38 @@ class WebGpuDevice(Compiled):
 
     def __init__(self, device: str) -> None:
         self.gpu: GpuDevice = executor_gpu_device()
-        self.pending = 0
-        """Kernels recorded since the last submission."""
         self._encoder: Any = None
+        self._pass: Any = None
         self._uniforms: dict[int, Any] = {}
         with self.gpu.guard("opening tinygrad's WEBGPU device"):
             self.infinity = self._uniform_bytes(np.float32(np.inf).tobytes())
         super().__init__(device, WebGpuAllocator(self), [WebGpuWGSLRenderer], WebGpuProgram)
 
     def encoder(self) -> Any:
-        """The command encoder kernels are recorded into until the next :meth:`submit`."""
+        """The command encoder recording until the next :meth:`submit`, for a copy (its compute pass ended)."""
+        if self._pass is not None:
+            self._pass.end()
+            self._pass = None
         if self._encoder is None:
             self._encoder = self.gpu.handle.create_command_encoder()
         return self._encoder
 
+    def compute_pass(self) -> Any:
+        """The compute pass kernels are recorded into: one for every kernel until a copy or :meth:`submit`
+        (WebGPU makes each dispatch's writes visible to the next in the same pass)."""
+        if self._pass is None:
+            self._pass = self.encoder().begin_compute_pass()
+        return self._pass
+
     def submit(self) -> None:
         """Send what was recorded to the GPU's queue (one command buffer for all of it)."""
-        encoder, self._encoder = self._encoder, None
-        if encoder is not None and not self.gpu.lost:
+        if self._encoder is None:
+            return
+        encoder = self.encoder()  # (its pass ended)
+        self._encoder = None
+        if not self.gpu.lost:
             with self.gpu.guard("running tinygrad's kernels"):
                 self.gpu.handle.queue.submit([encoder.finish()])
-        self.pending = 0
 
     def synchronize(self) -> None:
         """Submit what was recorded and wait for the GPU to finish it."""
@@ -175,6 +184,8 @@ class WebGpuDevice(Compiled):
     def uniform(self, value: int) -> Any:
         """A uniform buffer holding the 32-bit integer ``value`` (a kernel's variable), kept for reuse."""
         if value not in self._uniforms:
+            if len(self._uniforms) >= MAX_UNIFORMS:  # (commands recorded with them keep them alive)
+                self._uniforms.clear()
             self._uniforms[value] = self._uniform_bytes(int(value).to_bytes(4, "little", signed=value < 0))
         return self._uniforms[value]
 
