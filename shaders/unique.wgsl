@@ -7,9 +7,15 @@
 // as float32 into `out`; scan.wgsl's cumsum of those is each value's run number + 1 (`ranks`, exact
 // up to 2^24 values). `compact` then writes run r's first value to out[r] and its first place to
 // out_idx[r], and the number of runs to found[0].
+//
+// With the sort's `order` (sorted place -> place in the input, stable), `firsts` writes where each
+// run's first value was in the input (numpy's return_index), and `inverse` each input value's run
+// (numpy's return_inverse), into `places`.
 
 @group(0) @binding(5) var<storage, read> ranks: array<f32>;
 @group(0) @binding(6) var<storage, read_write> found: array<u32>;
+@group(0) @binding(7) var<storage, read> order: array<u32>;
+@group(0) @binding(8) var<storage, read_write> places: array<u32>;
 
 const ONE_BITS: u32 = 0x3f800000u;  // 1.0
 
@@ -40,5 +46,23 @@ fn compact(@builtin(global_invocation_id) gid: vec3<u32>,
     }
     if (i == p.len - 1u) {
         found[0] = rank;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn firsts(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i < p.len && starts_run(i)) {
+        places[u32(ranks[i]) - 1u] = order[i];
+    }
+}
+
+@compute @workgroup_size(WG)
+fn inverse(@builtin(global_invocation_id) gid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i < p.len) {
+        places[order[i]] = u32(ranks[i]) - 1u;
     }
 }

@@ -296,15 +296,16 @@ def unique_cases(draw: Any) -> Case:
     shape = draw(shapes(max_dims=2, max_side=8))
     style = draw(st.sampled_from(["small", "small", "wide"]))
     x = draw(arrs(dtype, shape, style=style))
-    counts = draw(st.booleans())
+    flags = {name: draw(st.booleans()) for name in ("return_index", "return_inverse", "return_counts")}
     gpu = "yes" if x.size and native(x.dtype) else None
-    return Case(f"np.unique(x0, return_counts={counts})", lambda x0: np.unique(x0, return_counts=counts), [x],
-                gpu=gpu)
+    code = ", ".join(f"{name}={value}" for name, value in flags.items())
+    return Case(f"np.unique(x0, {code})", lambda x0: np.unique(x0, **flags), [x], gpu=gpu)
 
 
 def test_unique(backend: Backend) -> None:
-    """np.unique of all values, with their counts or not: numpy's values and counts exactly (-0.0 equal to 0.0,
-    all NaNs one value), many duplicates, views, empty arrays."""
+    """np.unique of all values, with where each first comes, each value's place among them and their counts
+    or not: numpy's answers exactly (-0.0 equal to 0.0, all NaNs one value), many duplicates, views, empty
+    arrays."""
     run_property(backend, unique_cases(), 40)
 
 

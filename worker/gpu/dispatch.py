@@ -203,12 +203,15 @@ class Dispatcher:
         sorted_indices = ctx.download_indices(order, x.size).reshape(x.shape) if order is not None else None
         return self._download(ctx, values, x.shape).view(x.dtype), sorted_indices
 
-    def unique(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The distinct values of a float32, int32 or uint32 array (1 to ``unique.MAX_VALUES`` of them) in
-        ascending order, in its dtype, and where each first comes in the sorted values (int64)."""
+    def unique(self, x: np.ndarray, *, firsts: bool = False, inverse: bool = False) -> unique.Runs:
+        """``unique.unique`` of a float32, int32 or uint32 array (1 to ``unique.MAX_VALUES`` values, flattened):
+        its distinct values in its dtype, where their runs start, and if asked where each first comes and
+        each value's run."""
         ctx = self.ctx
-        values, starts = unique.unique(ctx, self._upload_bits(ctx, x), x.size, keys=x.dtype.name)
-        return values.view(x.dtype), starts
+        runs = unique.unique(ctx, self._upload_bits(ctx, x), x.size, keys=x.dtype.name, firsts=firsts,
+                             inverse=inverse)
+        runs.values = runs.values.view(x.dtype)
+        return runs
 
     def scatter_add(self, name: str, start: np.ndarray | None, slots: int, index: np.ndarray,
                     values: np.ndarray | int, *, adds: str) -> np.ndarray:

@@ -15,8 +15,8 @@ quantiles, unique; each gives numpy's answer or raises for numpy to give it (``n
 * ``np.median``, ``np.percentile`` and ``np.quantile`` (linear method) sort along the axis on the GPU;
   numpy's own code then reads the sorted values (the middle one or two for the median; its selection
   finds every value in place for the others), so NaN gives NaN and the interpolation is numpy's.
-* ``np.unique`` (and its counts) sorts, marks where runs of equal values start and compacts them
-  (``unique.wgsl``).
+* ``np.unique`` (with its counts, indices and inverse) sorts, marks where runs of equal values start
+  and compacts them (``unique.wgsl``).
 
 Values are ordered natively: float32 bit for bit, booleans and integers as int32 or uint32 when every
 value fits (``numpy_kernels.sort_operand``). float64 is numpy's: a float32 copy would make ties.
@@ -34,7 +34,7 @@ from remote_magic.errors import GpuLimitError
 
 from .convert import NotExact
 from .dispatch import Dispatcher
-from .numpy_kernels import INT32, Silently, deliver, plain, result_of, sort_operand, value_range, worth_a_kernel
+from .numpy_kernels import INT32, Silently, deliver, merged, plain, result_of, sort_operand, value_range, worth_a_kernel
 from .unique import MAX_VALUES
 
 try:  # numpy >= 2
@@ -273,9 +273,10 @@ def quantile(dispatcher: Dispatcher, a: Any, q: Any, axis: Any = None, **options
 
 def unique(dispatcher: Dispatcher, ar: Any, return_index: bool = False, return_inverse: bool = False,
            return_counts: bool = False, axis: Any = None, *, equal_nan: bool = True, sorted: bool = True) -> Any:
-    """``np.unique`` of all values, and with ``return_counts`` how many times each comes: sorted on the GPU,
-    runs of equal values (-0.0 and 0.0; every NaN) found and compacted there."""
-    if return_index or return_inverse or axis is not None or equal_nan is not True or sorted is not True:
+    """``np.unique`` of all values, with where each first comes, each value's place among them and how many
+    times each comes, as asked: sorted on the GPU, runs of equal values (-0.0 and 0.0; every NaN) found and
+    compacted there."""
+    if axis is not None or equal_nan is not True or sorted is not True:
         raise Silently
     x = plain(ar)
     if not isinstance(x, np.ndarray) or x.size == 0:
@@ -285,8 +286,14 @@ def unique(dispatcher: Dispatcher, ar: Any, return_index: bool = False, return_i
     worth_a_kernel(dispatcher, x.size)
     values = np.ascontiguousarray(sort_operand(x.reshape(-1)))
     with within_bindings():
-        found, starts = dispatcher.unique(values)
-    result = deliver(dispatcher, found.astype(x.dtype, copy=False), None, "same_kind", [ar])
-    if not return_counts:
-        return result
-    return result, deliver(dispatcher, np.diff(starts, append=x.size), None, "same_kind", [ar])
+        runs = dispatcher.unique(values, firsts=bool(return_index), inverse=bool(return_inverse))
+    results = [runs.values.astype(x.dtype, copy=False)]
+    if runs.firsts is not None:
+        results.append(runs.firsts)
+    if runs.inverse is not None:  # numpy 2 gives it the input's shape, numpy 1 flat: as its own answer for one value
+        inverse_ndim = np.unique(np.zeros((1,) * x.ndim, x.dtype), return_inverse=True)[1].ndim
+        results.append(runs.inverse.reshape(x.shape if inverse_ndim == x.ndim else (-1,)))
+    if return_counts:
+        results.append(np.diff(runs.starts, append=x.size))
+    arrays = [dispatcher.wrap(result, merged(dispatcher, [ar])) for result in results]  # arrays, 0-d too
+    return arrays[0] if len(arrays) == 1 else tuple(arrays)

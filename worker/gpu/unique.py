@@ -8,6 +8,7 @@ numpy's API.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,16 +24,29 @@ MAX_VALUES = EXACT_INTEGER
 """Most values :func:`unique` takes: runs are numbered by a float32 cumsum, exact up to 2**24."""
 
 
-def unique(ctx: DeviceContext, alloc: Allocation, n: int, *, keys: str = "float32",
-           name: str = "unique") -> tuple[np.ndarray, np.ndarray]:
+@dataclass
+class Runs:
+    """What :func:`unique` found, as host arrays: the distinct values (uint32 bits), where each run of them
+    starts among the sorted values, and (when asked) where each first comes in the input and each input
+    value's run (int64)."""
+
+    values: np.ndarray
+    starts: np.ndarray
+    firsts: np.ndarray | None = None
+    inverse: np.ndarray | None = None
+
+
+def unique(ctx: DeviceContext, alloc: Allocation, n: int, *, keys: str = "float32", firsts: bool = False,
+           inverse: bool = False, name: str = "unique") -> Runs:
     """The distinct values among the ``n`` 32-bit ``keys`` values (float32, int32 or uint32) in ``alloc``, in
     ascending order, as ``np.unique`` gives them (-0.0 equal to 0.0, one NaN for all NaNs), and where each
-    first comes in the sorted values (so run r has ``starts[r + 1] - starts[r]`` values): host arrays, the
-    values as uint32 bits, the places as int64. ``n`` is 1 to :data:`MAX_VALUES`. Dispatches count as ``name``.
+    run starts in the sorted values (so run r has ``starts[r + 1] - starts[r]`` values); with ``firsts``,
+    numpy's ``return_index``, and with ``inverse``, its ``return_inverse`` (flat). ``n`` is 1 to
+    :data:`MAX_VALUES`. Dispatches count as ``name``.
     """
     if not 0 < n <= MAX_VALUES:
         raise ValueError(f"unique takes 1 to {MAX_VALUES:,} values, not {n:,}")
-    ordered, _ = sort.sort(ctx, alloc, 1, n, indices=False, keys=keys, name=name)
+    ordered, order = sort.sort(ctx, alloc, 1, n, indices=firsts or inverse, keys=keys, name=name)
     params = SORT.pack(rows=1, len=n, shift=0, total=n, k=0, j=0, steps=0, flags=0)
     key = {"KEY": sort.KEYS[keys]}
     groups = math.ceil(n / WG)
@@ -42,5 +56,18 @@ def unique(ctx: DeviceContext, alloc: Allocation, n: int, *, keys: str = "float3
     values, starts, found = ctx.empty(4 * n), ctx.empty(4 * n), ctx.empty(4)
     bindings = {0: ordered, 3: values, 4: starts, 5: ranks, 6: found}
     ctx.dispatch(name, ctx.pipelines.get("unique", "compact", key), bindings, params, 2, groups)
+    places: dict[str, Allocation] = {}
+    for entry in ("firsts", "inverse"):
+        if order is not None and (firsts if entry == "firsts" else inverse):
+            places[entry] = ctx.empty(4 * n)
+            entry_bindings = {0: ordered, 5: ranks, 7: order, 8: places[entry]} if entry == "firsts" else \
+                {5: ranks, 7: order, 8: places[entry]}
+            ctx.dispatch(name, ctx.pipelines.get("unique", entry, key if entry == "firsts" else None),
+                         entry_bindings, params, 2, groups)
     count = int(ctx.download(found, 1).view(np.uint32)[0])  # submits the work; the rest is read once done
-    return ctx.download(values, count).view(np.uint32), ctx.download_indices(starts, count)
+    runs = Runs(ctx.download(values, count).view(np.uint32), ctx.download_indices(starts, count))
+    if "firsts" in places:
+        runs.firsts = ctx.download_indices(places["firsts"], count)
+    if "inverse" in places:
+        runs.inverse = ctx.download_indices(places["inverse"], n)
+    return runs
