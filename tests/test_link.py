@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from remote_magic.wire.chunks import CHUNK_BYTES
-from remote_magic.wire.link import ACK_EVERY_S, Link
+from remote_magic.wire.link import ACK_EVERY_S, LINK_VERSION, Link
 from remote_magic.wire.protocol import Message, MessageType as T, decode, encode
 
 
@@ -22,12 +22,14 @@ class Clock:
 class Wire:
     """Two link ends and what each has put on the wire towards the other, not yet delivered."""
 
-    def __init__(self) -> None:
+    def __init__(self, versions: dict[str, str] | None = None) -> None:
         self.clock = Clock()
         self.to_b: list[list[Any]] = []
         self.to_a: list[list[Any]] = []
         self.a = Link(self._sender(self.to_b), clock=self.clock)
         self.b = Link(self._sender(self.to_a), clock=self.clock)
+        for link in (self.a, self.b):  # what each learns of the other from the hello and welcome
+            link.far_side(versions if versions is not None else {"link": LINK_VERSION})
         self.got_a: list[Message] = []
         self.got_b: list[Message] = []
 
@@ -176,3 +178,49 @@ def test_a_large_message_that_arrived_after_a_gap_is_sent_again_after_what_was_l
     wire.a.reconnected()
     wire.flow()
     assert [m.type for m in wire.got_b] == [T.STREAM, T.RESULT] and bytes(wire.got_b[1].buffers[0]) == payload
+
+
+def jobs_in_order(messages: list[Message]) -> list[str]:
+    return [f"{m.header.get('job')}:{m.type.value}" for m in messages]
+
+
+def a_large_result_then_small_messages(wire: Wire) -> None:
+    """A large result of job ``big`` leaves in chunks; behind it come another job's result and ``big``'s own."""
+    wire.a.put(encode(T.RESULT, {"job": "big"}, [os.urandom(20 * CHUNK_BYTES)]))
+    wire.a.put(encode(T.RESULT, {"job": "small"}))
+    wire.a.put(encode(T.STREAM, {"job": "big", "text": "after"}))
+
+
+def test_a_small_message_of_another_job_passes_a_large_one_and_a_jobs_own_do_not() -> None:
+    """Before: a short job's result waited behind every chunk of another job's large result on the same link."""
+    wire = Wire()
+    a_large_result_then_small_messages(wire)
+    assert any(decode(frames).type is T.RESULT for frames in wire.to_b)  # it left with the first chunks
+    wire.flow()
+    assert jobs_in_order(wire.got_b) == ["small:result", "big:result", "big:stream"]
+    assert not wire.a.outbox and wire.a.outbox.acked_seq == 3
+
+
+def test_what_passed_a_large_message_arrives_once_across_a_reconnect() -> None:
+    wire = Wire()
+    a_large_result_then_small_messages(wire)
+    while wire.to_b:  # the passing result and the first chunks arrive; the acknowledgements are lost
+        wire.got_b += [m for m in [wire.b.receive(decode(wire.to_b.pop(0)))] if m is not None]
+    wire.lose_in_flight()
+    wire.a.reconnected()
+    wire.flow()
+    assert jobs_in_order(wire.got_b) == ["small:result", "big:result", "big:stream"]
+
+
+def test_nothing_passes_on_a_link_whose_far_side_does_not_take_it_nor_with_what_another_link_passed() -> None:
+    wire = Wire(versions={})  # an older peer: its link would drop a message ahead of its number
+    a_large_result_then_small_messages(wire)
+    wire.flow()
+    assert jobs_in_order(wire.got_b) == ["big:result", "small:result", "big:stream"]
+    forwarded = Wire()
+    forwarded.a.put(encode(T.STREAM, {"job": "x", "text": "1"}))
+    forwarded.to_b.clear()  # lost: the receiver sees a gap
+    # Forwarded as it came, with the number it passed on the link it came by: here it passes nothing.
+    forwarded.a.put(encode(T.STREAM, {"job": "x", "text": "2", "seq": 7, "passes": 1}))
+    forwarded.flow()
+    assert texts(forwarded.got_b) == ["1", "2"]

@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 from netns import Link, linked_namespaces
 
-from support import start_worker
+from support import start_worker, worker_token
 
 RATE_MBIT = 16
 SECONDS_OF_LINK = 7  # each way: past the 5 s heartbeat bound
@@ -174,3 +174,58 @@ def test_ctrl_c_during_a_transfer_raises_at_once_stops_it_and_the_next_cell_runs
     assert report["next"] == {"z": 2} and report["next_s"] < 4.0, report
     assert report["after"] - report["at_raise"] < size / 4, report
     assert not marker.exists()  # the interrupted cell never ran (up), or never wrote it (down)
+
+
+PASSING_NOTEBOOK = r'''
+import json, sys, threading, time
+import remote_magic
+
+token, size = sys.argv[1], int(sys.argv[2])
+report = {}
+with remote_magic.connect(token) as client:
+    for worker in ("machine", "near"):
+        client.run("pass", outputs=[], worker=worker)
+    before = client.bytes_received
+
+    def large():
+        client.run(f"import os\ny = os.urandom({size})", outputs=["y"], worker="machine", timeout=300)
+
+    thread = threading.Thread(target=large)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while client.bytes_received - before < (2 << 20) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling the counter, bounded by the deadline
+    report["large_left"] = size - (client.bytes_received - before)  # when the small job was sent
+    start = time.monotonic()
+    report["small"] = client.run("z = 2", outputs=["z"], worker="near")
+    report["small_s"] = time.monotonic() - start
+    report["large_left_then"] = size - (client.bytes_received - before)
+    thread.join(300)
+print(json.dumps(report), flush=True)
+'''
+
+
+def test_a_small_job_ends_while_another_jobs_large_result_still_comes_down_the_same_link(
+        slow_link: Link, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: the small job's result waited behind every chunk of the large one (85-101 s on a poor link)."""
+    home, notebook = slow_link.a, slow_link.b
+    hub = start_worker(tmp_path / "hub", "--listen", f"{slow_link.a_ip}:0", "--gpu", "off", "--name", "machine",
+                       wrapper=slow_link.run(home))
+    near = start_worker(tmp_path / "near", "--join", "--gpu", "off", "--name", "near", token_file=False,
+                        env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token(hub)}, wrapper=slow_link.run(home))
+    size = 8 * RATE_MBIT * 10**6 // 8  # 8 s of the link
+    script = tmp_path / "passing.py"
+    script.write_text(PASSING_NOTEBOOK)
+    try:
+        done = subprocess.run([*slow_link.run(notebook), sys.executable, str(script), hub.token, str(size)],
+                              capture_output=True, text=True, timeout=240)
+    finally:
+        near.stop()
+        hub.stop()
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    with capsys.disabled():
+        print(f"\n  a small job during a {size / 1e6:g} MB result at {RATE_MBIT} Mbit/s: {report['small_s']:.2f} s, "
+              f"{report['large_left_then'] / 1e6:.1f} MB of the large one still to come when it ended")
+    assert report["small"] == {"z": 2} and report["large_left"] > size / 2, report
+    assert report["large_left_then"] > size / 4, report  # it passed the large result, which came on after it

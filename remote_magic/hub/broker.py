@@ -477,6 +477,7 @@ class Hub:
         peer = Peer(routing_id, role, name, {k: str(v) for k, v in versions.items()},
                     caps if isinstance(caps, dict) else {}, local=local, key=key,
                     link=self._new_link(routing_id, local))
+        peer.link.far_side(versions)
         if old is not None:  # a reconnect: keep what it was doing
             old.link.close()
             peer.job, peer.jobs_done, peer.usage, peer.cache = old.job, old.jobs_done, old.usage, old.cache

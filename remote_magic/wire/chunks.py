@@ -7,8 +7,10 @@ CHUNK messages, each naming its transfer, its byte offset and the whole message'
 receiver copies each into place and answers CHUNK_ACK with how many bytes it holds in order. The sender
 keeps about ``PACE_S`` seconds of what the link drained lately (acknowledged bytes over time)
 unacknowledged, in chunks of at most a quarter of that, so whatever is queued behind waits about that
-long, whatever the size and the loss. Messages keep their order: one
-that follows a large message leaves once its last chunk is acknowledged.
+long, whatever the size and the loss. Messages keep their order, but for one: while a large message waits
+for acknowledgements, a small numbered one of another job queued right behind it may leave between its
+chunks (``passes`` in its header names the number it passes), when the far side's link takes such
+messages (``Outbox.overtaking``, wire/link.py). A job's own messages never pass each other.
 
 Nothing is sent again on a timer: on a live connection TCP loses nothing, however slowly it delivers.
 What a broken connection had in flight is sent again when the link says so (``rewind``, wire/link.py):
@@ -46,6 +48,9 @@ MIN_CHUNK_BYTES = 16 << 10
 
 CHUNKED_OVER = 1 << 20
 """Messages larger than this travel in chunks; smaller ones whole."""
+
+PASSING_BYTES = 64 << 10
+"""A message of at most this many bytes may pass a large message of another job (its output, a small result)."""
 
 PACE_S = 1.0
 """How many seconds of the link's measured rate may be unacknowledged at once."""
@@ -106,13 +111,13 @@ def _flat(frame: Any) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
-def numbered(frames: list[Any], seq: int) -> list[Any]:
-    """The message with ``seq`` last in its header: spliced in, not parsed again. A message forwarded as
-    it came carries its sender's number too, earlier in the header; JSON's last key wins."""
+def numbered(frames: list[Any], seq: int, key: bytes = b"seq") -> list[Any]:
+    """The message with ``seq`` last in its header (as ``key``): spliced in, not parsed again. A message
+    forwarded as it came carries its sender's number too, earlier in the header; JSON's last key wins."""
     header = _flat(frames[2]).tobytes().rstrip()
     if header[:1] != b"{" or header[-1:] != b"}":
         raise ValueError("a header is a JSON object")
-    spliced = b'%s%s"seq":%d}' % (header[:-1], b"" if header[1:-1].strip() == b"" else b",", seq)
+    spliced = b'%s%s"%s":%d}' % (header[:-1], b"" if header[1:-1].strip() == b"" else b",", key, seq)
     return [frames[0], frames[1], spliced, *frames[3:]]
 
 
@@ -123,6 +128,7 @@ class _Whole:
     frames: list[Any]
     size: int
     seq: int | None = None
+    passes: int | None = None  # the large message it passed (its number), once it did
 
     @property
     def job(self) -> str | None:
@@ -226,6 +232,8 @@ class Outbox:
         self.acked_seq = 0  # the far side holds every numbered message up to this one
         self.pending_bytes = 0
         self.waiting_for_room = False  # True: the socket is full; False with items queued: acknowledgements
+        self.overtaking = False
+        """May a small message of another job pass a large one (the far side's link delivers it ahead)?"""
         self._rate: float | None = None  # wire bytes/s the far side acknowledged lately
         self._drain = _Drain()
         self._min_rtt: float | None = None  # the link's round trip without queueing, at least
@@ -241,6 +249,8 @@ class Outbox:
         if _flat(frames[1]).tobytes() not in _UNNUMBERED_WIRE:
             seq, self._next_seq = self._next_seq, self._next_seq + 1
             frames = numbered(frames, seq)
+            if b'"passes"' in frames[2]:  # forwarded as it came: what it passed on its last link, none here
+                frames = numbered(frames, 0, b"passes")
         views = [_flat(f) for f in frames]
         size = sum(v.nbytes for v in views)
         if self._chunked and size > min(CHUNKED_OVER, self.window()):
@@ -269,7 +279,7 @@ class Outbox:
         """The connection broke: send again, in order, what left but wasn't acknowledged, and a large
         message from its last acknowledged byte. (One whose chunks all arrived goes again from its start:
         the far side may have dropped it, after a gap; if it took it, it says so at the first chunk.)"""
-        for item in reversed(self._unacked):
+        for item in sorted(self._unacked, key=_number, reverse=True):  # in order, those that passed one too
             if isinstance(item, _ChunkedMessage):
                 item.acked = 0
                 item.rewind()
@@ -319,9 +329,13 @@ class Outbox:
             head = self._queue[0]
             if isinstance(head, _ChunkedMessage):
                 if not self._pump_chunks(head, now):
+                    if self.overtaking and not self.waiting_for_room:
+                        self._pass(head)
                     return
                 if head.seq is not None and head.seq > self.acked_seq:
                     self._unacked.append(head)
+                    if len(self._unacked) > 1 and _number(self._unacked[-2]) > _number(head):
+                        self._unacked = deque(sorted(self._unacked, key=_number))  # behind those that passed it
             elif self._send(head.frames):
                 self.pending_bytes -= head.size
                 if head.seq is not None:
@@ -330,6 +344,23 @@ class Outbox:
                 self.waiting_for_room = True
                 return
             self._queue.popleft()
+
+    def _pass(self, head: _ChunkedMessage) -> None:
+        """While ``head`` waits for acknowledgements, send the small numbered messages of other jobs right behind
+        it, each saying which number it passes (the far side delivers it ahead of that one)."""
+        while len(self._queue) > 1 and head.seq is not None:
+            item = self._queue[1]
+            if not isinstance(item, _Whole) or item.seq is None or item.size > PASSING_BYTES \
+                    or item.job in (None, head.job):
+                return
+            if item.passes is None:
+                item.frames, item.passes = numbered(item.frames, head.seq, b"passes"), head.seq
+            if not self._send(item.frames):
+                self.waiting_for_room = True
+                return
+            del self._queue[1]
+            self.pending_bytes -= item.size
+            self._unacked.append(item)
 
     def window(self) -> int:
         """How many bytes may be unacknowledged: ``PACE_S`` of the measured rate (or two round trips,
@@ -410,6 +441,10 @@ class Outbox:
         if head.acked >= head.total:
             self.pending_bytes -= head.size
         self.pump()
+
+
+def _number(item: _Whole | _ChunkedMessage) -> int:
+    return item.seq or 0
 
 
 FRAME_ALIGNMENT = 64

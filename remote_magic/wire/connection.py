@@ -218,6 +218,7 @@ class Connection:
         # send() blocks: backpressure to the caller instead of loss.
         inproc = sock.getsockopt_string(zmq.LAST_ENDPOINT).startswith("inproc://")
         self._link = Link(self._try_send, chunked=not inproc, on_progress=on_progress)
+        self._link.far_side(welcome.header.get("versions") or {})
         # Calls other threads make on the I/O thread at once, even while queued data waits (an abort).
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._calls_endpoint = f"inproc://remote-magic-calls-{id(self)}"
@@ -508,5 +509,6 @@ class Connection:
         if msg.type is T.WELCOME:
             self._forgotten = self._hub_stopped = False
             self._link.restart_receiving()
+            self._link.far_side(msg.header.get("versions") or {})
             self._welcomed.set()
         self._guarded(self._on_message, msg)

@@ -14,6 +14,11 @@ The receiver delivers each number once, in order, and drops repeats and what fol
 gap is filled (go-back-N). So a job's SUBMIT, its output and its RESULT cross each link exactly once,
 whatever the connection did meanwhile. Numbering starts again at 1 with each hello: the hub's memory of
 the peer starts there.
+
+One exception to the order: a small message of another job that says it ``passes`` the large message
+still arriving (the number expected next) is delivered ahead of it (wire/chunks.py), so a short job's
+result doesn't wait for another's large one; a job's own messages never pass each other. Both ends say
+that they take such messages with ``LINK_VERSION`` in the versions of their hello and welcome.
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ from .protocol import Message, MessageType as T, decode, encode
 
 ACK_EVERY_S = 0.05
 """How often a receiver that got something new says so."""
+
+LINK_VERSION = "2"
+"""What this end's link takes, announced as ``versions["link"]``: 2 delivers a message that passes a large
+one ahead of it."""
+
+MAX_AHEAD = 10_000
+"""How many messages one link delivers ahead of the large message they passed."""
 
 
 class Link:
@@ -44,6 +56,7 @@ class Link:
         self.outbox = Outbox(send, chunked=chunked, on_progress=on_progress, clock=clock)
         self._inbox = Inbox(max_bytes=max_bytes, on_progress=on_progress, clock=clock, held=held)
         self.expected = 1   # the next number to deliver
+        self._ahead = 0     # the numbers after it delivered already (they passed it)
         self._acked = 0     # the last number this end acknowledged
         self._ack_at = 0.0
         self._repeat = False  # something came again: our acknowledgement may have been lost
@@ -51,6 +64,10 @@ class Link:
         self._ask_resend = False
 
     # -- sending ---------------------------------------------------------------------------
+
+    def far_side(self, versions: dict[str, Any]) -> None:
+        """The far side's versions (its hello, or the hub's welcome): may a small message pass a large one?"""
+        self.outbox.overtaking = versions.get("link") == LINK_VERSION
 
     def put(self, frames: list[Any]) -> int | None:
         """Queue a message behind what is queued; its ``seq`` (None for the kinds a link doesn't number)."""
@@ -69,7 +86,7 @@ class Link:
 
     def restart_receiving(self) -> None:
         """Welcomed again: the far side numbers from 1 again."""
-        self.expected, self._acked, self._repeat = 1, 0, False
+        self.expected, self._ahead, self._acked, self._repeat = 1, 0, 0, False
         self._resend_asked_at, self._ask_resend = None, False
 
     # -- receiving -------------------------------------------------------------------------
@@ -99,9 +116,10 @@ class Link:
                 self.outbox.rewind()
             return None
         seq = msg.header.pop("seq", None)  # this link's: whoever forwards the message numbers it anew
+        passes = msg.header.pop("passes", None)
         if seq is not None:
             ahead = type(seq) is int and seq > self.expected
-            if not self._accept(seq):
+            if not self._accept(seq, passes):
                 if ahead and transfer is not None:  # dropped after a gap: take it whole when it comes again
                     self._inbox.abandon(transfer)
                 return None
@@ -109,14 +127,18 @@ class Link:
             self._inbox.abandon(abandoned)  # the sender stopped a large message midway (Ctrl-C)
         return msg
 
-    def _accept(self, seq: object) -> bool:
+    def _accept(self, seq: object, passes: object = None) -> bool:
         if type(seq) is not int or seq < 1:
             raise ProtocolError("seq must be a message number (an integer, 1 or more)")
-        if seq == self.expected:
-            self.expected += 1
+        if seq == self.expected:  # and those that passed it were delivered already
+            self.expected, self._ahead = self.expected + 1 + self._ahead, 0
             return True
-        if seq < self.expected:
+        if seq <= self.expected + self._ahead:
             self._repeat = True
+        elif type(passes) is int and passes == self.expected and seq == self.expected + self._ahead + 1 \
+                and self._ahead < MAX_AHEAD:
+            self._ahead += 1
+            return True
         elif self._resend_asked_at != self.expected:  # a gap: what came before it was lost; ask once
             self._resend_asked_at, self._ask_resend = self.expected, True
         return False

@@ -313,8 +313,9 @@ _RESULT: dict[str, Field] = {
 
 _BATTERY = Maybe(Record({"percent": Number(low=0.0), "plugged_in": Maybe(Flag())}))
 
-COMMON: dict[str, Field] = {"seq": Integer(1)}
-"""What any message may carry: its number on the link it crosses (wire/link.py)."""
+COMMON: dict[str, Field] = {"seq": Integer(1), "passes": Integer(0)}
+"""What any message may carry: its number on the link it crosses, and the number of the large message it
+passed there (wire/link.py)."""
 
 
 def _header(fields: Mapping[str, Field], *required: str) -> Record:

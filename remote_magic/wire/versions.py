@@ -28,9 +28,10 @@ def local_versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def _local_versions() -> dict[str, str]:
+    from .link import LINK_VERSION
     from .protocol import PROTOCOL_VERSION
 
-    versions = {"protocol": PROTOCOL_VERSION.decode(), "remote_magic": __version__,
+    versions = {"protocol": PROTOCOL_VERSION.decode(), "link": LINK_VERSION, "remote_magic": __version__,
                 "python": platform.python_version()}
     for name in WATCHED_LIBRARIES:
         version = installed_version(name)
