@@ -19,8 +19,11 @@ Per link, the worker in one namespace and the notebook (a child process) in the 
   wire (the sending end's counter: TCP/IP, CurveZMQ, resends included) beside the data's size; the
   array sent once more (the hub holds it, so its digest crosses);
 - without loss, also: an empty job's round trip (median of 10) beside a tiny raw message's; a 95%-zeros
-  array sent (it crosses compressed); and a job's result after a 10 s outage, collected with
-  ``attach`` (the notebook dials the hub through a stream relay that is cut and restored).
+  array sent (it crosses compressed); a job's result after a 10 s outage, collected with
+  ``attach`` (the notebook dials the hub through a stream relay that is cut and restored); and Ctrl-C
+  once a tenth of a 20 MB result has come down: how long until the cell raises, and until the next
+  cell's result, beside raw pyzmq interrupted in its receive of as many bytes (its next answer comes
+  after the rest of the reply on the same socket; on a new socket, after a new handshake).
 
 And on loopback (no namespaces): a 100 MB array there and back through remote-magic beside raw pyzmq +
 CurveZMQ echoing it, to show chunking costs nothing where the link is fast.
@@ -33,6 +36,7 @@ Needs root (network namespaces). Run from the repository root::
 
     sudo python benchmarks/bench_links.py           # every profile, about half an hour
     sudo python benchmarks/bench_links.py --profiles poor --losses 1 --lossy-size-mb 2 --no-loopback --no-write
+    sudo python benchmarks/bench_links.py --losses 0 --ctrl-c-only --no-loopback --no-write  # minutes
 """
 
 from __future__ import annotations
@@ -58,12 +62,14 @@ from relays import StreamRelay  # noqa: E402
 from report import write_section, zmq_peer_lines  # noqa: E402
 
 from remote_magic.wire.tokens import Token  # noqa: E402
-from support import raw_pyzmq_over  # noqa: E402
+from support import RAW_PYZMQ, raw_pyzmq_over, raw_pyzmq_server  # noqa: E402
 
 SECTION_TITLE = "## Slow links (issue 11)"  # its loss rows are issue 23's; the title stays, so the section is replaced
 PROFILES = {"home": (40, 60), "poor": (5, 200)}  # name: Mbit/s, round trip in ms
 LOSSES = (0.0, 0.1, 1.0)  # percent of packets, each way
 OUTAGE_S = 10.0
+CTRL_C_MB = 20.0
+CTRL_C_AFTER = 0.1  # of the download: when Ctrl-C is pressed
 SPEED_GOAL = 0.9  # of raw pyzmq's speed
 WIRE_GOAL = 1.05  # bytes on the wire per byte of data
 
@@ -154,6 +160,78 @@ print(json.dumps(out), flush=True)
 '''
 
 
+CTRL_C = r'''
+import json, os, signal, sys, threading, time
+import remote_magic
+
+token, size, after = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+out, pressed = {}, []
+with remote_magic.connect(token, timeout=60) as client:
+    client.run("pass", outputs=[])
+    before = client.bytes_received
+    def press():
+        deadline = time.monotonic() + 3600
+        while client.bytes_received - before < after * size and time.monotonic() < deadline:
+            time.sleep(0.005)  # polling the counter, bounded by the deadline
+        pressed.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=press, daemon=True).start()
+    try:
+        client.run(f"import os\ny = os.urandom({size})", outputs=["y"], timeout=3600)
+        out["error"] = "the download ended before Ctrl-C"
+    except KeyboardInterrupt:
+        out["raise_s"] = time.perf_counter() - pressed[0]
+    assert client.run("z = 2", outputs=["z"])["z"] == 2
+    out["next_s"] = time.perf_counter() - pressed[0]
+print(json.dumps(out), flush=True)
+'''
+
+RAW_CTRL_C = r'''
+import json, os, signal, sys, threading, time, zmq
+
+address, server_key, size, after = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3]), float(sys.argv[4])
+context = zmq.Context()
+def dealer():
+    sock = context.socket(zmq.DEALER)
+    public, secret = zmq.curve_keypair()
+    sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = server_key, public, secret
+    sock.linger = 0
+    sock.connect(f"tcp://{address}")
+    return sock
+def received():  # what this namespace's devices took in: a raw message shows nothing until it is whole
+    lines = open("/proc/net/dev").read().splitlines()[2:]
+    return sum(int(line.split(":")[1].split()[0]) for line in lines if line.split(":")[0].strip() != "lo")
+out = {}
+for fresh in (False, True):
+    sock = dealer()
+    sock.send(b"x")
+    sock.recv()
+    before, pressed = received(), []
+    def press():
+        deadline = time.monotonic() + 3600
+        while received() - before < after * size and time.monotonic() < deadline:
+            time.sleep(0.005)  # polling the counter, bounded by the deadline
+        pressed.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=press, daemon=True).start()
+    try:
+        sock.send(f"get:{size}".encode())
+        sock.recv(copy=False)
+        out["error"] = "the download ended before Ctrl-C"
+    except KeyboardInterrupt:  # the slower of the two presses
+        out["raise_s"] = max(out.get("raise_s", 0.0), time.perf_counter() - pressed[0])
+    if fresh:  # what a user who knows the rest would come first does: a new socket
+        sock.close()
+        sock = dealer()
+    sock.send(b"x")
+    while sock.recv(copy=False).bytes != b"1":  # on the same socket, the rest of the reply comes first
+        pass
+    out["new_socket_s" if fresh else "same_socket_s"] = time.perf_counter() - pressed[0]
+    sock.close()
+print(json.dumps(out), flush=True)
+'''
+
+
 @dataclass
 class Measured:
     """One link's figures: what the notebook script reported, and the bytes each end sent in each step."""
@@ -227,6 +305,32 @@ def notebook_steps(link: Link, source: str, token: Token, size: int, tmp: Path,
         notebook.wait(30)
 
 
+def ctrl_c_rows(name: str, link: Link, token: Token, tmp: Path, rtt: str) -> list[str]:
+    """Ctrl-C during a download: remote-magic's cell, and raw pyzmq interrupted in its receive."""
+    size = int(CTRL_C_MB * 1e6)
+    ours = _python(link, link.b, CTRL_C, tmp, token.encode(), str(size), str(CTRL_C_AFTER), stdout=subprocess.PIPE)
+    assert ours.stdout is not None
+    report = json.loads(ours.stdout.readline() or '{"error": "the notebook script failed"}')
+    ours.wait(60)
+    with raw_pyzmq_server(link, tmp / "raw-server.py", RAW_PYZMQ) as (address, key):
+        raw_client = _python(link, link.b, RAW_CTRL_C, tmp, address, key, str(size), str(CTRL_C_AFTER),
+                             stdout=subprocess.PIPE)
+        assert raw_client.stdout is not None
+        raw = json.loads(raw_client.stdout.readline() or '{"error": "the raw script failed"}')
+        raw_client.wait(60)
+    print(f"{name} Ctrl-C: {json.dumps(report)} raw {json.dumps(raw)}", file=sys.stderr)
+    what = f"Ctrl-C {CTRL_C_AFTER:.0%} into a {CTRL_C_MB:g} MB result: the cell raises, the next cell's result"
+    if "error" in report or "error" in raw:
+        return [_row(name, what, report.get("error", ""), raw.get("error", ""), "raises at once; next < 1 s",
+                     "no (failed)")]
+    met = report["raise_s"] <= 0.1 and report["next_s"] - report["raise_s"] <= 1.0
+    return [_row(name, what, f"raised in {report['raise_s'] * 1e3:.0f} ms, next result {report['next_s']:.2f} s "
+                             "after the press",
+                 f"raised in {raw['raise_s'] * 1e3:.0f} ms; next answer {raw['same_socket_s']:.2f} s (same socket: "
+                 f"the rest of the reply first), {raw['new_socket_s']:.2f} s (a new socket); RTT {rtt}",
+                 "raises at once; next cell < 1 s later", "yes" if met else "no")]
+
+
 def loopback(size: int) -> tuple[float, float]:
     """Seconds for ``size`` bytes there and back: remote-magic, and raw pyzmq + CurveZMQ (bench_roundtrip's)."""
     import numpy as np
@@ -266,13 +370,17 @@ def _send_row(name: str, what: str, sends: Measured, step: str, wire: int, size:
                 f"{met} ({speed:.0%}, {overhead:.3f}×)")
 
 
-def link_rows(name: str, rate: int, rtt_ms: int, loss: float, size: int, congestion: str) -> list[str]:
-    """The table's rows for one emulated link."""
+def link_rows(name: str, rate: int, rtt_ms: int, loss: float, size: int, congestion: str,
+              ctrl_c_only: bool = False) -> list[str]:
+    """The table's rows for one emulated link (``ctrl_c_only``: the Ctrl-C row alone)."""
     label = f"{name} ({rtt_ms} ms, {rate} Mbit/s, {loss:g}% loss)"
     with tempfile.TemporaryDirectory() as folder, linked_namespaces(
             "the link benchmark", rate_mbit=rate, rtt_ms=rtt_ms, loss_percent=loss,
             congestion_control=congestion) as link:
         tmp = Path(folder)
+        if ctrl_c_only:
+            with worker_on(link, tmp) as token:
+                return ctrl_c_rows(label, link, token, tmp, f"{rtt_ms} ms (the link's)")
         with worker_on(link, tmp) as token:
             sends = notebook_steps(link, SENDS, token, size, tmp)
             lossless = None
@@ -281,6 +389,7 @@ def link_rows(name: str, rate: int, rtt_ms: int, loss: float, size: int, congest
                         as relay:
                     relayed = token.with_address(f"tcp://{link.b_ip}:{relay.port}")
                     lossless = notebook_steps(link, LOSSLESS, relayed, size, tmp, relay)
+                ctrl_c = ctrl_c_rows(name, link, token, tmp, f"{rtt_ms} ms (the link's)")
         raw = raw_pyzmq_over(link, size, tmp)
         lost = link.relay_stats()
     print(f"{label}: {json.dumps(sends.__dict__)} {json.dumps(lossless.__dict__ if lossless else None)} "
@@ -315,6 +424,7 @@ def link_rows(name: str, rate: int, rtt_ms: int, loss: float, size: int, congest
                  f"{ours['outage_result_s']:.2f} s after the link's return, all its output", f"RTT {rtt}",
                  "within 1 RTT of the return", "yes" if ours["outage_result_s"] <= raw.rtt_s
                  else f"no ({ours['outage_result_s'] / raw.rtt_s:.0f}×)"),
+            *ctrl_c,
         ]
     return rows
 
@@ -325,7 +435,7 @@ def run(args: argparse.Namespace) -> str:
         rate, rtt_ms = PROFILES[name]
         for loss in args.losses:
             size = int((args.lossy_size_mb if loss else args.size_mb) * 1e6)
-            rows += link_rows(name, rate, rtt_ms, loss, size, args.congestion)
+            rows += link_rows(name, rate, rtt_ms, loss, size, args.congestion, args.ctrl_c_only)
     if args.loopback_mb:
         ours_s, raw_s = loopback(int(args.loopback_mb * 1e6))
 
@@ -354,7 +464,9 @@ NOTES = ("Each link joins two network namespaces through a user-space packet rel
          " fraction of a second). Every array is checked on arrival. The outage: the notebook dials the hub through a"
          " stream relay, which stops 1 s into a 4 s job and starts again 10 s later; the notebook's call fails after "
          "the 5 s heartbeat bound (ConnectionFailed), the job runs on, and the time runs from the link's return until"
-         " `Client.attach` has the result and the job's whole output.")
+         " `Client.attach` has the result and the job's whole output. Ctrl-C: pressed (SIGINT) once a tenth of a 20 MB"
+         " random result has come down (the notebook's received-bytes counter; for raw pyzmq, whose message shows"
+         " nothing until whole, the namespace's received bytes); times run from the press.")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -368,6 +480,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loopback-mb", type=float, default=100.0, help="array size on loopback (default 100)")
     parser.add_argument("--no-loopback", dest="loopback_mb", action="store_const", const=0.0,
                         help="leave the loopback row out")
+    parser.add_argument("--ctrl-c-only", action="store_true", help="only the Ctrl-C rows: minutes, not half an hour")
     parser.add_argument("--congestion", default="reno", help="TCP congestion control in the namespaces (default reno)")
     parser.add_argument("--no-write", action="store_true", help="print the table only; leave results.md alone")
     args = parser.parse_args(argv)
