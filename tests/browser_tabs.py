@@ -58,6 +58,20 @@ def open_tab(browser: Any, link: str, *, joined: bool = True) -> Any:
     return page
 
 
+async def send_all(socket: Any, messages: Any) -> bool:
+    """Send ``messages`` (``str`` as text, ``bytes`` as binary) on an aiohttp WebSocket; False when the server
+    dropped the connection while they were sent (it refused one)."""
+    try:
+        for message in messages:
+            if isinstance(message, bytes):
+                await socket.send_bytes(message)
+            else:
+                await socket.send_str(message)
+    except ConnectionError:
+        return False
+    return True
+
+
 @contextmanager
 def tab_on_its_own_thread(link: str) -> Iterator[None]:
     """A tab that opened ``link`` and joined, in a Chromium driven from a thread of its own, until the block

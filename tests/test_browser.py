@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from browser_tabs import chromium, chromium_path, open_tab
+from browser_tabs import chromium, chromium_path, open_tab, send_all
 
 import remote_magic
 from remote_magic.errors import RemoteMagicError, ShaderError
@@ -245,13 +245,7 @@ def test_malformed_and_oversized_messages_are_refused_without_harm(hub: WorkerPr
     async def exchange(url: str, *messages: Any) -> tuple[int | None, str]:
         async with aiohttp.ClientSession() as session:
             async with session.ws_connect(url, max_msg_size=0) as socket:
-                try:
-                    for message in messages:
-                        if isinstance(message, bytes):
-                            await socket.send_bytes(message)
-                        else:
-                            await socket.send_str(message)
-                except ConnectionError:  # refused while still sending
+                if not await send_all(socket, messages):  # refused while still sending
                     return None, "dropped"
                 reply = await socket.receive(timeout=20)
                 while reply.type == aiohttp.WSMsgType.TEXT:  # the welcome of a tab that joined

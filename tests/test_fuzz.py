@@ -26,15 +26,24 @@ answer, the hub's resident memory stayed under ``MAX_HUB_RSS_BYTES``, and the sa
 client's job on each worker. Sends never wait for replies (replies are drained with non-blocking
 receives), examples are derandomized so a run repeats exactly, and a case counts only once its
 message (or connection) left the test's socket.
+
+The browser-tab server of ``remote-worker --browser`` (docs/tab-protocol.md) is fuzzed the same way, as
+strangers at its door (``/hello``: every control message the page says, malformed, of wrong types,
+oversized, binary) and as tabs that proved the secret (``/ws``: control messages and answers, well
+formed or not): each refusal is a close with the protocol's code and words naming what was wrong, the
+process's memory stays under ``MAX_TAB_SERVER_RSS_BYTES``, its log holds no traceback and a bounded
+number of warnings, and a tab that proves the secret afterwards is welcomed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
 import os
 import pickle
+import re
 import socket
 import subprocess
 import threading
@@ -48,6 +57,7 @@ import psutil
 import pytest
 import zmq
 import zstandard
+from browser_tabs import send_all
 from hypothesis import HealthCheck, Phase, assume, given, settings, strategies as st
 
 import remote_magic
@@ -166,6 +176,7 @@ _FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "prefer": st.sampled_from(["fastest", "slowest"]),
     "session": _IDS,
     "seq": st.integers(min_value=-1, max_value=5) | st.sampled_from([True, float("inf")]),
+    "passes": st.integers(min_value=-1, max_value=5) | st.sampled_from([True, float("inf")]),
     # chunks, and delivery across reconnects
     "transfer": _IDS,
     "offset": _COUNT,
@@ -889,3 +900,126 @@ def test_malformed_submits_cost_their_job_not_the_executor_or_its_state(
         context.destroy(linger=0)
     output = capfd.readouterr()
     assert "Traceback" not in output.err + output.out, (output.err + output.out)[-3000:]
+
+
+# -- the browser-tab server --------------------------------------------------------------------
+
+MAX_TAB_SERVER_RSS_BYTES = 200 << 20
+"""A `remote-worker --browser` process (with its own worker's supervisor and the tabs' workers, not their
+executors) stays under this, however its page is fuzzed (before: 8 hellos of 36 MB took it to 515 MB)."""
+
+TAB_LINK = re.compile(r"http://(127\.0\.0\.1:\d+)/#(\S+)")
+
+
+def _control(kind: str, secret: str) -> st.SearchStrategy[str | bytes]:
+    """A control message of ``kind`` (one the page says: tab_protocol.PAGE_SAYS), its fields plausible or not,
+    as text, or not JSON, or oversized, or binary."""
+    field = _json | st.text(max_size=200) | st.integers(min_value=-5, max_value=2 ** 70)
+    fields = {"hello": {"name": field, "adapter": field, "limits": field}, "alive": {"done": field},
+              "lost": {"reason": field}}[kind]
+    proven = {"secret": st.just(secret)} if kind == "hello" else {}  # a wrong one is answered a second later
+    message = st.fixed_dictionaries({"type": st.just(kind), **proven}, optional=fields)
+    as_text = message.map(json.dumps) | message.map(lambda m: json.dumps(m)[:-1])  # cut short: not JSON
+    return (as_text | st.just(json.dumps([kind])) | st.binary(max_size=64)
+            | st.sampled_from([b"x" * (100 << 10), "y" * (100 << 10)]))  # over the door's 64 KiB
+
+
+class TabDoor:
+    """A `remote-worker --browser` page's two WebSockets, spoken to as raw WebSocket clients."""
+
+    def __init__(self, hub: WorkerProcess) -> None:
+        found = wait_for(lambda: TAB_LINK.search(hub.log()), 20, "remote-worker to print the tab link")
+        address, self.secret = found.groups()  # type: ignore[attr-defined]
+        self.door, self.work = f"ws://{address}/hello", f"ws://{address}/ws"
+
+    def exchange(self, url: str, messages: list[str | bytes]) -> tuple[int | None, str, list[str]]:
+        """Send ``messages`` on a new WebSocket to ``url``; how the server closed it (None: it didn't, or it
+        dropped the connection), its words, and the text messages it sent before."""
+        import aiohttp
+
+        async def run() -> tuple[int | None, str, list[str]]:
+            said: list[str] = []
+            async with aiohttp.ClientSession() as session, session.ws_connect(url, max_msg_size=0) as socket:
+                if not await send_all(socket, messages):
+                    return None, "dropped", said
+                # A tab that is still joined half a second after what it sent was fine: it answers no batch.
+                deadline = time.monotonic() + (0.5 if url.startswith(self.work) else 20)
+                while True:
+                    try:
+                        reply = await socket.receive(timeout=max(0.01, deadline - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        await socket.close(code=4001)
+                        return None, "open", said
+                    if reply.type == aiohttp.WSMsgType.TEXT:
+                        said.append(reply.data)
+                    elif reply.type == aiohttp.WSMsgType.CLOSE:
+                        return reply.data, str(reply.extra or ""), said
+                    elif reply.type != aiohttp.WSMsgType.BINARY:  # a batch for the tab's worker: not answered
+                        return None, str(reply.type), said
+
+        result: tuple[int | None, str, list[str]] = asyncio.run(run())
+        return result
+
+    def ticket(self, hello: dict[str, Any]) -> str | None:
+        code, why, said = self.exchange(self.door, [json.dumps(hello)])
+        tickets = [json.loads(text)["ticket"] for text in said if json.loads(text).get("type") == "ticket"]
+        return tickets[0] if tickets else None
+
+
+@pytest.fixture(scope="module")
+def tab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    worker = start_worker(tmp_path_factory.mktemp("fuzz-tabs"), "--listen", "127.0.0.1:0", "--gpu", "off",
+                          "--name", "machine", "--browser", "127.0.0.1:0")
+    yield worker
+    worker.stop()
+
+
+def test_fuzzed_tab_server_answers_each_refusal_by_name_and_keeps_serving(tab_server: WorkerProcess) -> None:
+    from remote_magic.worker import tab_protocol as tab
+
+    door = TabDoor(tab_server)
+    outcomes: dict[str, int] = {}
+    refusals = (tab.REFUSED_MESSAGE, tab.REFUSED_SECRET, 1009)  # 1009: over the socket's size
+
+    def count(code: int | None, why: str) -> None:
+        key = "ticket" if why == "" and code == 1000 else f"{code} {why.split(':')[0][:40]}"
+        outcomes[key] = outcomes.get(key, 0) + 1
+
+    @_fuzz(300)
+    @given(st.sampled_from(tab.PAGE_SAYS).flatmap(lambda kind: _control(kind, door.secret)))
+    def at_the_door(message: str | bytes) -> None:
+        code, why, said = door.exchange(door.door, [message])
+        count(code, why)
+        if said:  # a proven hello: its one-time ticket, and a plain close
+            assert code == 1000 and json.loads(said[0])["type"] == "ticket", (code, why, said)
+        else:
+            assert code in refusals or why == "dropped", (code, why, message[:200])
+            assert code != tab.REFUSED_MESSAGE or why, "a refusal names what was wrong"
+
+    @_fuzz(8)
+    @given(st.lists(st.sampled_from(["alive", "lost", "hello"]).flatmap(lambda kind: _control(kind, door.secret))
+                    | st.binary(max_size=64), min_size=1, max_size=12))
+    def as_a_tab(messages: list[str | bytes]) -> None:
+        ticket = door.ticket({"type": "hello", "secret": door.secret, "name": "fuzz"})
+        assert ticket is not None
+        code, why, said = door.exchange(f"{door.work}?ticket={ticket}", messages)
+        count(code, why)
+        assert json.loads(said[0])["type"] == "welcome", said
+        assert code in (*refusals, None), (code, why)
+        assert code != tab.REFUSED_MESSAGE or why, "a refusal names what was wrong"
+
+    started = time.monotonic()
+    with PeakMemory(tab_server.process.pid) as memory:
+        at_the_door()
+        as_a_tab()
+    minutes = (time.monotonic() - started) / 60
+    print(f"tab fuzz: {outcomes}; the server's peak RSS {memory.peak / 2**20:.0f} MiB")
+    assert memory.peak < MAX_TAB_SERVER_RSS_BYTES, f"the server's RSS reached {memory.peak / 2**20:.0f} MiB"
+    assert tab_server.process.poll() is None, tab_server.log()[-3000:]
+    log = tab_server.log()
+    assert "Traceback" not in log, log[log.find("Traceback") - 400:][:4000]
+    assert log.count("was refused") <= 5 * (minutes + 1), log[-3000:]  # 5 a minute (WarningThrottle)
+    # The server still welcomes a tab that proves the secret.
+    code, why, said = door.exchange(door.work + "?ticket=" + str(door.ticket(
+        {"type": "hello", "secret": door.secret, "name": "after-fuzz"})), [json.dumps({"type": "alive", "done": 0})])
+    assert code is None and json.loads(said[0]) == {"type": "welcome", "name": "after-fuzz", "joined": False}, said
