@@ -118,26 +118,33 @@ def add_at_cases(draw: Any) -> Case:
     out_of_range = draw(st.integers(0, 15)) == 0  # numpy's IndexError
     idx = draw(integer_arrs(np.dtype(np.int64), m, -rows, rows if out_of_range else rows - 1))
     operands: list[Any] = [a, idx]
+    pairs = len(shape) == 2 and draw(st.booleans())  # (rows, columns) of a 2-D a: one element each
+    if pairs:
+        operands.append(draw(integer_arrs(np.dtype(np.int32), m, -shape[1], shape[1] - 1)))
+        shape = (rows,)  # the values' shape: one a pair
     if draw(st.booleans()):
         value: Any = draw(st.integers(-5, 5) if dtype.kind != "f" else normal_floats(-10, 10))
         slack = m * abs(value)
         operands.append(value)
-        code = f"np.add.at(x0, x1, {value!r})"
+        code = f"np.add.at(x0, {'(x1, x2)' if pairs else 'x1'}, {value!r})"
     else:
         vshape = (m,) + shape[1:] if draw(st.integers(0, 3)) else shape[1:]  # broadcast along the indices
         vals = draw(arrs(dtype, vshape, style="small" if dtype.kind != "f" else "moderate",
                          specials=dtype.kind == "f" and draw(st.integers(0, 5)) == 0))
-        slack = float(m * np.sum(np.abs(vals.base.astype(np.float64)))) if vals.base.size else 0.0
+        finite = vals.base[np.isfinite(vals.base)] if dtype.kind == "f" else vals.base
+        slack = m * float(np.sum(np.abs(finite.astype(np.float64))))
         operands.append(vals)
-        code = "np.add.at(x0, x1, x2)"
+        code = f"np.add.at(x0, {'(x1, x2)' if pairs else 'x1'}, x{len(operands) - 1})"
     gpu = "yes" if m and not out_of_range and (dtype == F32 or dtype.itemsize <= 4) else None
-    return Case(code + "  # in place", add_at, operands, gpu=gpu, base_slack=(slack + 1) * (m + 1))
+    fn = (lambda a, i, j, v: add_at(a, (i, j), v)) if pairs else add_at
+    return Case(code + "  # in place", fn, operands, gpu=gpu, base_slack=(slack + 1) * (m + 1))
 
 
 def test_add_at(backend: Backend) -> None:
-    """np.add.at with one array of indices (negative ones, repeats, out of range), a value or an array of
-    values (broadcast along the indices), into rows of 1-D and 2-D arrays and views, in place: int32, uint32
-    and int8 wrapping as numpy's, float32 within another order's rounding, int64 and float64 as numpy's."""
+    """np.add.at with one array of indices (negative ones, repeats, out of range) or a (rows, columns) pair of
+    them, a value or an array of values (broadcast along the indices), into rows of 1-D and 2-D arrays and
+    views, in place: int32, uint32 and int8 wrapping as numpy's, float32 within another order's rounding,
+    int64 where its sums fit 32 bits, float64 as numpy's."""
     run_property(backend, add_at_cases(), 40)
 
 

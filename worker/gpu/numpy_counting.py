@@ -5,9 +5,10 @@ quantiles, unique; each gives numpy's answer or raises for numpy to give it (``n
   Counts are exact. Weighted sums are float32 sums in whatever order the GPU adds them, where numpy
   sums in float64: a float64 result holding float32 precision, said once like any float64 result
   computed in float32. Weights of other dtypes are numpy's.
-* ``np.add.at(a, indices, values)`` adds into a copy of ``a``'s values with atomics, then writes them
-  into ``a``: 32-bit and smaller integers wrap around as numpy's; int64 only where every sum fits int32
-  (checked from the ranges); float32 within the rounding of another order. float64 is numpy's.
+* ``np.add.at(a, indices, values)`` (an array of indices, or a tuple of them for the leading dimensions)
+  adds into a copy of ``a``'s values with atomics, then writes them into ``a``: 32-bit and smaller
+  integers wrap around as numpy's; int64 only where every sum fits int32 (checked from the ranges);
+  float32 within the rounding of another order. float64 is numpy's.
 * ``np.partition``, ``np.argpartition`` and their methods sort along the axis (``sort.wgsl``): a sorted
   row is a partition for every ``kth``. numpy guarantees only the element at ``kth`` and the split (none
   before it larger, none after it smaller); the order within each side is its implementation's, so it
@@ -100,24 +101,18 @@ def bincount(dispatcher: Dispatcher, x: Any, weights: Any = None, minlength: Any
 
 
 def add_at(dispatcher: Dispatcher, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """``np.add.at(a, indices, values)`` with one array of integer indices: in place, as numpy's."""
+    """``np.add.at(a, indices, values)`` with integer index arrays (one, or a tuple of them for a's leading
+    dimensions): in place, as numpy's."""
     if kwargs or len(inputs) != 3:
         raise Silently
     a = plain(inputs[0])
     if not isinstance(a, np.ndarray) or a.ndim == 0 or a.size == 0 or not a.flags.writeable:
         raise Silently
-    index = plain(inputs[1])
-    if isinstance(index, list):
-        index = np.asarray(index)
-    if not isinstance(index, np.ndarray) or index.ndim != 1 or index.dtype.kind not in "iu":
-        raise NotExact("with an index other than one array of integers")
+    index, leading = _flat_index(a, plain(inputs[1]))
     if index.size == 0:
         raise Silently
     worth_a_kernel(dispatcher, index.size, a)
-    low, high = value_range(index)
-    if low < -a.shape[0] or high >= a.shape[0]:
-        raise Silently  # numpy's IndexError
-    rows = (index.size,) + a.shape[1:]
+    rows = (index.size,) + a.shape[leading:]
     values = _added_values(a, plain(inputs[2]), rows)
     start, adds, native = _addends(a, values, index.size)
     if not isinstance(values, (int, float)):
@@ -126,12 +121,34 @@ def add_at(dispatcher: Dispatcher, inputs: tuple[Any, ...], kwargs: dict[str, An
         values = int(np.float32(values).view(np.uint32))
     else:
         values = int(values) & 0xFFFFFFFF
+    start = start.reshape((-1,) + a.shape[leading:])  # rows of the leading dimensions flattened
     with within_bindings():
-        bits = dispatcher.scatter_add("add_at", start, a.size, index.astype(np.int32), values, adds=adds)
+        bits = dispatcher.scatter_add("add_at", start, a.size, index, values, adds=adds)
     result = bits.view(native).reshape(a.shape)
     if adds == "float32" and not np.isfinite(result).all():
         raise Silently  # NaN and infinities, and their warnings, are numpy's (``a`` is as it was)
     np.copyto(a, result, casting="unsafe")  # integers wrap around to a's width, as numpy's sums do
+
+
+def _flat_index(a: np.ndarray, index: Any) -> tuple[np.ndarray, int]:
+    """``np.add.at``'s indices as one int32 index into a's first k dimensions flattened, and k: one array (or
+    list) of integers, or a tuple of such arrays of one length, one a leading dimension. Negative indices
+    count from the end (of a one-array index, in the kernel). Raises for the rest, numpy's."""
+    parts = index if isinstance(index, tuple) else (index,)
+    arrays = [np.asarray(plain(part)) for part in parts]
+    if not 0 < len(arrays) <= a.ndim or any(p.ndim != 1 or p.dtype.kind not in "iu" for p in arrays) \
+            or len({p.size for p in arrays}) != 1:
+        raise NotExact("with indices other than integer arrays, one a leading dimension")
+    for part, extent in zip(arrays, a.shape):
+        low, high = value_range(part)
+        if low < -extent or high >= extent:
+            raise Silently  # numpy's IndexError
+    if len(arrays) == 1:
+        return arrays[0].astype(np.int32), 1
+    flat = np.zeros(arrays[0].size, np.int64)
+    for part, extent in zip(arrays, a.shape):
+        flat = flat * extent + np.where(part < 0, part + extent, part)
+    return flat.astype(np.int32), len(arrays)
 
 
 def _added_values(a: np.ndarray, values: Any, rows: tuple[int, ...]) -> np.ndarray | int | float:
