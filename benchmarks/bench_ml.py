@@ -250,7 +250,8 @@ def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], 
     return medians, {"tinygrad, worker's GPU": gpu_first, "tinygrad, CPU": cpu_first}
 
 
-def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapter: str, args: Any) -> str:
+def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapter: str, args: Any,
+           load: tuple[float, float]) -> str:
     from importlib.metadata import version
 
     import torch
@@ -260,7 +261,8 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
              f"- Machine: {machine()}; PyTorch uses {torch.get_num_threads()} threads",
              f"- Adapter of the worker's GPU column: {adapter}",
              f"- Python {sys.version.split()[0]}; tinygrad {version('tinygrad')}, torch {torch.__version__}, "
-             f"numpy {np.__version__}; {code_version()}", "",
+             f"numpy {np.__version__}; {code_version()}",
+             f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}", "",
              "| warm step, ms | " + " | ".join(columns) + " | worker's GPU ÷ PyTorch |",
              "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |"]
     for name, (medians, _) in results.items():
@@ -281,11 +283,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per model after which no round starts")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results.md as it is")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     device = open_device()
     tinygrad_hook.install(lambda: device, default=False)
     adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
     results = {name: measure(name, args.repeat, args.budget) for name in args.models.split(",")}
-    body = render(results, adapter, args)
+    body = render(results, adapter, args, (load_before, os.getloadavg()[0]))
     print(body)
     if not args.no_write:
         write_section(SECTION, body)

@@ -1,7 +1,8 @@
 """tinygrad's own ``test_ops.py`` (``tests/tinygrad/``, unchanged) on the worker's GPU device, PyTorch on the CPU as
 its reference: every op tinygrad has, forward and backward, through ``worker/gpu/tinygrad_device.py`` on the real
 adapter (lavapipe without a GPU). In a process of its own, whose tinygrad device is the one an offloaded cell gets
-(``tests/tinygrad/on_worker_gpu.py``)."""
+(``tests/tinygrad/on_worker_gpu.py``). The default suite runs 306 of its 422 tests, every operation included (the
+plugin's ``LEFT_OUT`` says which it leaves out); ``REMOTE_MAGIC_TINYGRAD_ALL_OPS=1`` runs them all (about 7 minutes)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ TINYGRAD_TESTS = Path(__file__).parent / "tinygrad"
 TIMEOUT_S = 900
 
 
+@pytest.mark.timeout(TIMEOUT_S)
 def test_tinygrad_test_ops_pass_on_the_workers_gpu_device() -> None:
     try:
         from remote_magic.worker.gpu.device import open_device
@@ -32,8 +34,8 @@ def test_tinygrad_test_ops_pass_on_the_workers_gpu_device() -> None:
                "-p", "no:cacheprovider", "-o", "addopts=", "--timeout", "300", "--rootdir", str(TINYGRAD_TESTS)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TINYGRAD_TESTS), os.environ.get("PYTHONPATH", "")])}
     env.pop("DEV", None)
-    run = subprocess.run(command, cwd=TINYGRAD_TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    run = subprocess.run(command, cwd=TINYGRAD_TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S - 30)
     tail = (run.stdout + run.stderr)[-6000:]
     assert run.returncode == 0, tail
     passed = re.search(r"(\d+) passed", run.stdout)
-    assert passed and int(passed.group(1)) >= 400, tail
+    assert passed and int(passed.group(1)) >= 290, tail  # (of 306 selected; tinygrad skips some on WebGPU)
