@@ -127,6 +127,28 @@ def test_float64_says_webgpu_has_none(ip: InteractiveShell) -> None:
     assert "WebGPU has no float64" in str(result.error_in_exec) and ".float()" in str(result.error_in_exec)
 
 
+OPS_IN_A_TAB = """
+from tinygrad import Tensor
+import numpy as np
+
+rng = np.random.default_rng(0)
+a, w = rng.standard_normal((4, 3, 10, 10), dtype=np.float32), rng.standard_normal((5, 3, 3, 3), dtype=np.float32)
+m = rng.standard_normal((16, 24), dtype=np.float32)
+order = np.argsort(m, axis=1)[:, :5].astype(np.int32)
+
+def ops(device):
+    A, W, M = Tensor(a, device=device), Tensor(w, device=device), Tensor(m, device=device)
+    G = Tensor(m, device=device)
+    ((G.relu() * G.exp()).sum()).backward()
+    return {"conv2d": A.conv2d(W, padding=1), "max_pool2d": A.max_pool2d(), "matmul": M @ M.T,
+            "softmax": M.softmax(axis=1), "layernorm": M.layernorm(), "cumsum": M.cumsum(axis=1),
+            "sort": M.sort(dim=1)[0], "topk": M.topk(3, dim=1)[0], "argmax": M.argmax(axis=1),
+            "gather": M.gather(1, Tensor(order, device=device)), "gradient": G.grad}
+
+tab, cpu = ops("WEBGPU"), ops("CPU")
+differences = {name: float(np.max(np.abs(tab[name].numpy() - cpu[name].numpy()))) for name in tab}
+"""
+
 ENDLESS = """
 from tinygrad import Tensor
 x = Tensor.ones(32, 32).contiguous().realize()
@@ -167,6 +189,11 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
             assert last < first / 100, _text(train)
             assert "close to the true weights: True" in _text(check)
             assert batches_run(page) > 0, "the kernels ran in the tab"
+
+            # tinygrad's ops in the tab against tinygrad's CPU device on the worker's machine
+            with remote_magic.connect(hub.token, timeout=10) as client:
+                differences = client.execute(OPS_IN_A_TAB, worker="phone").values["differences"]
+            assert len(differences) == 11 and all(d <= 1e-4 for d in differences.values()), differences
 
             # The tab's device lost mid-training: the cell fails saying so, and the next gets a new device.
             with remote_magic.connect(hub.token, timeout=10) as client:
