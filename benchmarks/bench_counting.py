@@ -19,9 +19,7 @@ replaces its section of ``benchmarks/results.md``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,7 +30,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from report import MIN_ROUNDS, code_version, interleaved_medians, machine, write_section  # noqa: E402
+from report import MIN_ROUNDS, gpu_lines, interleaved_medians, write_section  # noqa: E402
 
 from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
 
@@ -100,23 +98,13 @@ def columns(rt: GpuRuntime, n: int, rng: np.random.Generator) -> dict[str, Calla
 
 def render(seconds: dict[str, float], n: int, caps: dict[str, Any], args: argparse.Namespace,
            load: tuple[float, float]) -> str:
-    import wgpu
-
-    software = " — lavapipe, Mesa's software Vulkan on the CPU, not a GPU" if caps.get("adapter_type") == "software" \
-        else ""
     lines = [f"| {n:,} values ({n * 4 / MI:.0f} MiB float32, {n * 8 / MI:.0f} MiB int64 labels) | GPU cell ms | "
              "numpy ms | GPU / numpy |", "| --- | ---: | ---: | ---: |"]
     for name in CALLS:
         gpu, host = seconds[f"gpu {name}"], seconds[f"numpy {name}"]
         lines.append(f"| `{name}` | {gpu * 1e3:.1f} | {host * 1e3:.1f} | {gpu / host:.1f} |")
     return "\n".join([
-        f"Measured by `python benchmarks/bench_counting.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`.",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {machine()}",
-        f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}){software}",
-        f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; {code_version()}",
-        f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
+        *gpu_lines("bench_counting.py", caps, load),
         "",
         *lines,
         "",

@@ -27,9 +27,7 @@ section of ``benchmarks/results.md``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -40,7 +38,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from report import MIN_ROUNDS, code_version, interleaved_medians, machine, write_section  # noqa: E402
+from report import MIN_ROUNDS, gpu_lines, interleaved_medians, write_section  # noqa: E402
 
 from remote_magic.worker.gpu import GpuRuntime, launch  # noqa: E402
 from remote_magic.worker.gpu.context import DeviceContext  # noqa: E402
@@ -130,21 +128,11 @@ LABELS = {"cell": "GPU cell (DeviceArrays; each result read back, x resident)",
 
 def render(seconds: dict[str, float], mib: int, caps: dict[str, Any], err: float, stats: dict[str, Any],
            args: argparse.Namespace, load: tuple[float, float]) -> str:
-    import wgpu
-
     kernel_time = seconds["one_submission"]
-    software = " — lavapipe, Mesa's software Vulkan on the CPU, not a GPU" if caps.get("adapter_type") == "software" \
-        else ""
     lines = [f"| {mib} MB float32, 10 operations | ms | × kernels alone |", "| --- | ---: | ---: |"]
     lines += [f"| {LABELS[name]} | {seconds[name] * 1e3:.1f} | {seconds[name] / kernel_time:.2f} |" for name in LABELS]
     return "\n".join([
-        f"Measured by `python benchmarks/bench_gpu_chain.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`.",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {machine()}",
-        f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}){software}",
-        f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; {code_version()}",
-        f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
+        *gpu_lines("bench_gpu_chain.py", caps, load),
         "",
         *lines,
         "",

@@ -29,11 +29,9 @@ replaces its section of ``benchmarks/results.md``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import logging
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -44,7 +42,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from report import MIN_ROUNDS, RESULTS_PATH, code_version, interleaved_medians, machine, write_section  # noqa: E402
+from report import MIN_ROUNDS, RESULTS_PATH, gpu_lines, interleaved_medians, write_section  # noqa: E402
 
 from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
 from remote_magic.worker.gpu.matmul import TILE_128, TILE_SUBGROUPS, choose_tiling, matmul, naive_tiling  # noqa: E402
@@ -155,21 +153,11 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
 def render(rows: Sequence[dict[str, Any]], caps: dict[str, Any], timestamps: bool, args: argparse.Namespace,
            load: tuple[float, float]) -> str:
     """The results section's body: machine, table, how it was measured."""
-    import wgpu
-
-    software = (" — lavapipe, Mesa's software Vulkan on the CPU, not a GPU" if caps.get("adapter_type") == "software"
-                else "")
     method = ("timestamp queries around the compute pass" if timestamps
               else "wall time of the launch and a wait for the device (no timestamp queries on this adapter)")
     slower = [r for r in rows if r["chosen"] < r["naive"]]
     return "\n".join([
-        f"Measured by `python benchmarks/bench_matmul_tiles.py{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`.",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {machine()}",
-        f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}){software}",
-        f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; {code_version()}",
-        f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
+        *gpu_lines("bench_matmul_tiles.py", caps, load),
         "",
         "GFLOP/s (2·M·N·K flops per product, float32, inputs already on the device; higher is better):",
         "",

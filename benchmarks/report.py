@@ -9,9 +9,10 @@ import platform
 import random
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_PATH = REPO / "benchmarks" / "results.md"
@@ -68,6 +69,26 @@ def zmq_peer_lines(load_before: tuple[float, float, float], *versions: str) -> l
         f"- Machine: {machine()}",
         f"- Python {platform.python_version()}; {', '.join(found)}; {code_version()}",
         f"- Load average (1 min) before / after the run: {load_before[0]:.2f} / {load_after[0]:.2f}",
+    ]
+
+
+def gpu_lines(script: str, caps: dict[str, Any], load: tuple[float, float]) -> list[str]:
+    """The lines a GPU benchmark's section starts with: how it was run (``script``'s command line), date,
+    machine, adapter (``GpuRuntime.capabilities()``; lavapipe said to be no GPU), versions, commit, and the
+    1-minute load average before and after the run (``load``)."""
+    import numpy as np
+    import wgpu
+
+    software = " — lavapipe, Mesa's software Vulkan on the CPU, not a GPU" if caps.get("adapter_type") == "software" \
+        else ""
+    return [
+        f"Measured by `python benchmarks/{script}{' ' + ' '.join(sys.argv[1:]) if sys.argv[1:] else ''}`.",
+        "",
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {machine()}",
+        f"- Adapter: {caps.get('adapter')} ({caps.get('adapter_type')}, {caps.get('backend')}){software}",
+        f"- Python {platform.python_version()}; numpy {np.__version__}, wgpu {wgpu.__version__}; {code_version()}",
+        f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}",
     ]
 
 
