@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("matmul", "select", "integer", "unique"),  # kernels built on launch (unique: on sort and scan)
     ("dispatch",),  # running kernels on host values; counting what ran with numpy
     ("numpy_kernels",),  # numpy operations as kernels, with numpy's answers
-    ("numpy_counting",),  # bincount, add.at, partition, quantiles, unique: on numpy_kernels' rules
+    ("numpy_counting",),  # bincount, add.at, sort, partition, quantiles, unique: on numpy_kernels' rules
     ("numpy_api",),  # __array_ufunc__ / __array_function__: what goes to a kernel
     ("arrays",),  # DeviceArray
     ("namespace",),  # the cell's `gpu`; knows the runtime through a Protocol

@@ -23,8 +23,8 @@ import numpy as np
 
 from .dispatch import Dispatcher
 from .numpy_api import array_function, array_ufunc, counted, with_kernel
-from .numpy_counting import argpartition, partition
-from .numpy_kernels import arg_extreme, plain, sort
+from .numpy_counting import argpartition, partition, sort
+from .numpy_kernels import arg_extreme, plain
 
 HOST_METHODS = ("argsort", "cumsum", "cumprod", "prod",
                 "any", "all", "round", "clip", "diagonal", "trace", "nonzero", "searchsorted", "std", "var",

@@ -194,7 +194,7 @@ def _enabled(dispatcher: Dispatcher, kernel: str, inputs: Sequence[Any]) -> bool
 
 FUNCTIONS: dict[Any, tuple[str, Callable[..., Any]]] = {
     np.dot: ("matmul", numpy_kernels.dot), np.where: ("where", numpy_kernels.where),
-    np.sort: ("sort", numpy_kernels.sort), np.argsort: ("sort", numpy_kernels.argsort),
+    np.sort: ("sort", numpy_counting.sort), np.argsort: ("sort", numpy_counting.argsort),
     np.einsum: ("matmul", numpy_kernels.einsum), np.bincount: ("bincount", numpy_counting.bincount),
     np.partition: ("partition", numpy_counting.partition), np.argpartition: ("partition", numpy_counting.argpartition),
     np.median: ("median", numpy_counting.median), np.percentile: ("percentile", numpy_counting.percentile),

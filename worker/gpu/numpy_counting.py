@@ -1,4 +1,4 @@
-"""numpy's counting and order functions as kernels: bincount, ``np.add.at``, partition, median and
+"""numpy's counting and order functions as kernels: bincount, ``np.add.at``, sort, partition, median and
 quantiles, unique; each gives numpy's answer or raises for numpy to give it (``numpy_kernels``' rules).
 
 * ``np.bincount`` adds 1 (or a float32 weight) into a slot per value with atomics (``counting.wgsl``).
@@ -19,8 +19,10 @@ quantiles, unique; each gives numpy's answer or raises for numpy to give it (``n
 * ``np.unique`` (with its counts, indices and inverse) sorts, marks where runs of equal values start
   and compacts them (``unique.wgsl``).
 
+* ``np.sort``, ``x.sort()`` and stable ``np.argsort`` along the last axis or flattened: the same sort.
+
 Values are ordered natively: float32 bit for bit, booleans and integers as int32 or uint32 when every
-value fits (``numpy_kernels.sort_operand``). float64 is numpy's: a float32 copy would make ties.
+value fits (:func:`sort_operand`). float64 is numpy's: a float32 copy would make ties.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ import numpy as np
 
 from remote_magic.errors import GpuLimitError
 
-from .convert import NotExact
+from .convert import NotExact, is_lossy_float
 from .dispatch import Dispatcher
-from .numpy_kernels import INT32, Silently, deliver, merged, plain, result_of, sort_operand, value_range, worth_a_kernel
+from .numpy_kernels import INT32, UINT32, Silently, deliver, merged, plain, result_of, value_range, worth_a_kernel
 from .unique import MAX_VALUES
 
 try:  # numpy >= 2
@@ -196,6 +198,60 @@ def _addends(a: np.ndarray, values: np.ndarray | int | float, count: int) -> tup
 
 
 # -- order -------------------------------------------------------------------------------------
+def sort_operand(a: np.ndarray) -> np.ndarray:
+    """``a``'s values as the sort kernel orders them: float32 as they are; booleans and integers natively,
+    as int32 or uint32, where every value fits one (checked for 64-bit integers). Raises NotExact for the
+    rest: float64 among them (a float32 copy would lose digits and make ties), which numpy orders."""
+    kind, size = a.dtype.kind, a.dtype.itemsize
+    if a.dtype == np.float32:
+        return a
+    if is_lossy_float(a.dtype):
+        raise NotExact(f"with {a.dtype} values")
+    if kind == "b" or (kind == "u" and size <= 4):
+        return a.astype(np.uint32, copy=False)
+    if kind == "i" and size <= 4:
+        return a.astype(np.int32, copy=False)
+    if kind in "iu":
+        low, high = value_range(a)
+        if INT32[0] <= low and high <= INT32[1]:
+            return a.astype(np.int32)
+        if UINT32[0] <= low and high <= UINT32[1]:
+            return a.astype(np.uint32)
+        raise NotExact(f"with {a.dtype} values beyond 32 bits")
+    raise NotExact(f"with {a.dtype} values")
+
+
+def sort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
+         stable: Any = None, indices: bool = False) -> Any:
+    """``np.sort`` (and with ``indices``, ``np.argsort``) along the last axis or of the flattened array:
+    the sort kernel, whose order is numpy's stable sort. So argsort runs it only when asked for a
+    stable one (``kind="stable"``): numpy's default may order equal values otherwise. float64 is numpy's
+    (a float32 copy would lose digits and make ties)."""
+    a = plain(a)
+    if order is not None or not isinstance(a, np.ndarray) or a.size == 0 or a.ndim == 0:
+        raise Silently
+    if indices and not (kind == "stable" or stable is True):
+        raise Silently
+    flat = axis is None
+    if not flat and normalize_axis_index(axis, a.ndim) != a.ndim - 1:
+        raise Silently
+    worth_a_kernel(dispatcher, a.size)
+    values = sort_operand(a)
+    if not (kind == "stable" or stable is True) and values.dtype.kind == "f" and (
+            np.signbit(values) & (values == 0)).any():
+        raise Silently  # numpy's default sort may put -0.0 after an equal 0.0; the stable one never does
+    ordered, order_found = dispatcher.sort(values.reshape(-1) if flat else values, indices=indices)
+    if order_found is not None:
+        return deliver(dispatcher, order_found, None, "same_kind", [a])
+    return deliver(dispatcher, ordered.astype(a.dtype, copy=False), None, "same_kind", [a])
+
+
+def argsort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
+            stable: Any = None) -> Any:
+    """``np.argsort(a, kind="stable")``: :func:`sort`'s indices."""
+    return sort(dispatcher, a, axis, kind, order, stable=stable, indices=True)
+
+
 def _sorted_rows(dispatcher: Dispatcher, kernel: str, a: Any, axis: Any, *,
                  indices: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int | None]:
     """``a`` (plain), its values sorted along ``axis`` (flattened for None) moved to the last axis, with

@@ -35,8 +35,7 @@ except ImportError:  # numpy 1.x
 
 INTEGER_EXACT = frozenset({
     "add", "subtract", "multiply", "negative", "abs", "maximum", "minimum", "fmax", "fmin", "square",
-    "sign", "floor", "ceil", "trunc", "rint", "fabs", "sum", "max", "min", "where", "clip", "cumsum", "cumprod",
-    "sort"})
+    "sign", "floor", "ceil", "trunc", "rint", "fabs", "sum", "max", "min", "where", "clip", "cumsum", "cumprod"})
 """Kernels whose float32 result is the exact integer result whenever it lies within ±2**24."""
 
 UFUNC_OPTIONS = frozenset({"out", "casting", "subok", "dtype", "where", "order"})
@@ -378,60 +377,6 @@ def arg_extreme(dispatcher: Dispatcher, kernel: str, x: Any, axis: Any = None, o
     if keepdims:
         indices = indices.reshape((1,) * x.ndim) if index is None else np.expand_dims(indices, index)
     return deliver(dispatcher, indices, None, "same_kind", [x])
-
-
-def sort_operand(a: np.ndarray) -> np.ndarray:
-    """``a``'s values as the sort kernel orders them: float32 as they are; booleans and integers natively,
-    as int32 or uint32, where every value fits one (checked for 64-bit integers). Raises NotExact for the
-    rest: float64 among them (a float32 copy would lose digits and make ties), which numpy orders."""
-    kind, size = a.dtype.kind, a.dtype.itemsize
-    if a.dtype == np.float32:
-        return a
-    if is_lossy_float(a.dtype):
-        raise NotExact(f"with {a.dtype} values")
-    if kind == "b" or (kind == "u" and size <= 4):
-        return a.astype(np.uint32, copy=False)
-    if kind == "i" and size <= 4:
-        return a.astype(np.int32, copy=False)
-    if kind in "iu":
-        low, high = value_range(a)
-        if INT32[0] <= low and high <= INT32[1]:
-            return a.astype(np.int32)
-        if UINT32[0] <= low and high <= UINT32[1]:
-            return a.astype(np.uint32)
-        raise NotExact(f"with {a.dtype} values beyond 32 bits")
-    raise NotExact(f"with {a.dtype} values")
-
-
-def sort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
-         stable: Any = None, indices: bool = False) -> Any:
-    """``np.sort`` (and with ``indices``, ``np.argsort``) along the last axis or of the flattened array:
-    the sort kernel, whose order is numpy's stable sort. So argsort runs it only when asked for a
-    stable one (``kind="stable"``): numpy's default may order equal values otherwise. float64 is numpy's
-    (a float32 copy would lose digits and make ties)."""
-    a = plain(a)
-    if order is not None or not isinstance(a, np.ndarray) or a.size == 0 or a.ndim == 0:
-        raise Silently
-    if indices and not (kind == "stable" or stable is True):
-        raise Silently
-    flat = axis is None
-    if not flat and normalize_axis_index(axis, a.ndim) != a.ndim - 1:
-        raise Silently
-    worth_a_kernel(dispatcher, a.size)
-    values = sort_operand(a)
-    if not (kind == "stable" or stable is True) and values.dtype.kind == "f" and (
-            np.signbit(values) & (values == 0)).any():
-        raise Silently  # numpy's default sort may put -0.0 after an equal 0.0; the stable one never does
-    ordered, order_found = dispatcher.sort(values.reshape(-1) if flat else values, indices=indices)
-    if order_found is not None:
-        return deliver(dispatcher, order_found, None, "same_kind", [a])
-    return deliver(dispatcher, ordered.astype(a.dtype, copy=False), None, "same_kind", [a])
-
-
-def argsort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
-            stable: Any = None) -> Any:
-    """``np.argsort(a, kind="stable")``: :func:`sort`'s indices."""
-    return sort(dispatcher, a, axis, kind, order, stable=stable, indices=True)
 
 
 def matmul(dispatcher: Dispatcher, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:
