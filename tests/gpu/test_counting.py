@@ -281,16 +281,21 @@ def quantile_cases(draw: Any) -> Case:
     valid_axis = axis is None or -ndim <= axis < ndim
     gpu = "yes" if x.size and valid_axis and native(x.dtype) and not (name != "median" and x.dtype == np.bool_) \
         and (name == "median" or q != top * 1.5) else None
+    options: dict[str, Any] = {"axis": axis, "keepdims": draw(st.booleans())}
+    if name != "median" and draw(st.booleans()):
+        options["method"] = draw(st.sampled_from(["lower", "higher", "nearest", "midpoint", "inverted_cdf",
+                                                  "median_unbiased", "weibull"]))
+    code = ", ".join(f"{key}={value!r}" for key, value in options.items())
     if name == "median":
-        return Case(f"np.median(x0, axis={axis!r})", lambda x0: np.median(x0, axis=axis), [x], gpu=gpu)
+        return Case(f"np.median(x0, {code})", lambda x0: np.median(x0, **options), [x], gpu=gpu)
     fn = getattr(np, name)
-    return Case(f"np.{name}(x0, {q!r}, axis={axis!r})", lambda x0: fn(x0, q, axis=axis), [x], gpu=gpu)
+    return Case(f"np.{name}(x0, {q!r}, {code})", lambda x0: fn(x0, q, **options), [x], gpu=gpu)
 
 
 def test_median_and_quantiles(backend: Backend) -> None:
-    """np.median, np.percentile and np.quantile (one q or several) of all values or along an axis: numpy's
-    answers exactly, NaN giving NaN, scalars as numpy's scalar types; numpy's errors (axis, q out of range,
-    percentiles of booleans) and empty arrays (NaN and a warning) as numpy's."""
+    """np.median, np.percentile and np.quantile (one q or several, numpy's methods, keepdims) of all values or
+    along an axis: numpy's answers exactly, NaN giving NaN, scalars as numpy's scalar types; numpy's errors
+    (axis, q out of range, percentiles of booleans) and empty arrays (NaN and a warning) as numpy's."""
     run_property(backend, quantile_cases(), 50)
 
 

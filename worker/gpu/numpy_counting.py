@@ -13,7 +13,7 @@ quantiles, unique; each gives numpy's answer or raises for numpy to give it (``n
   row is a partition for every ``kth``. numpy guarantees only the element at ``kth`` and the split (none
   before it larger, none after it smaller); the order within each side is its implementation's, so it
   may differ from numpy's.
-* ``np.median``, ``np.percentile`` and ``np.quantile`` (linear method) sort along the axis on the GPU;
+* ``np.median``, ``np.percentile`` and ``np.quantile`` (any method) sort along the axis on the GPU;
   numpy's own code then reads the sorted values (the middle one or two for the median; its selection
   finds every value in place for the others), so NaN gives NaN and the interpolation is numpy's.
 * ``np.unique`` (with its counts, indices and inverse) sorts, marks where runs of equal values start
@@ -305,42 +305,51 @@ def median(dispatcher: Dispatcher, a: Any, axis: Any = None, out: Any = None, ov
            keepdims: bool = False) -> Any:
     """``np.median`` along one axis or of all values: numpy's median of the middle one or two sorted values
     (NaN where a row's last sorted value is NaN, as numpy checks)."""
-    if out is not None or keepdims:
+    if out is not None:
         raise Silently
-    a, ordered, _, _ = _sorted_rows(dispatcher, "median", a, axis)
+    a, ordered, _, where = _sorted_rows(dispatcher, "median", a, axis)
     half = ordered.shape[-1] // 2
     middle = ordered[..., half - 1:half + 1] if ordered.shape[-1] % 2 == 0 else ordered[..., half:half + 1]
     if ordered.dtype.kind == "f":
         last = ordered[..., -1:]
         middle = np.where(np.isnan(last), last, middle)
-    return deliver(dispatcher, np.asarray(np.median(middle, axis=-1)), None, "same_kind", [a])
+    result = np.asarray(np.median(middle, axis=-1))
+    return deliver(dispatcher, _kept(result, a.ndim, where) if keepdims else result, None, "same_kind", [a])
+
+
+def _kept(result: np.ndarray, ndim: int, where: int | None) -> np.ndarray:
+    """A median's or quantiles' ``result`` (q's dimensions first, then the other axes) as numpy's with
+    keepdims: the reduced axis (all axes, for None) kept with length 1."""
+    if where is None:
+        return result.reshape(result.shape + (1,) * ndim)
+    return np.expand_dims(result, result.ndim - (ndim - 1) + where)
 
 
 def _quantile(dispatcher: Dispatcher, kernel: str, a: Any, q: Any, axis: Any, options: dict[str, Any]) -> Any:
-    """``np.percentile`` or ``np.quantile`` (``kernel``) with the linear method, along one axis or of all
-    values: numpy's own function on the rows sorted on the GPU."""
+    """``np.percentile`` or ``np.quantile`` (``kernel``), any method, along one axis or of all values: numpy's
+    own function on the rows sorted on the GPU. ``out=``, weights and the old ``interpolation=`` are numpy's."""
     if any(options.get(name) is not None for name in ("out", "weights", "interpolation")) \
-            or options.get("method", "linear") != "linear" or options.get("keepdims", False) \
             or set(options) - {"out", "overwrite_input", "method", "keepdims", "weights", "interpolation"}:
         raise Silently
-    function = getattr(np, kernel)
+    function, method = getattr(np, kernel), options.get("method", "linear")
     q = plain(q)
     try:
-        function(np.zeros(1, plain(a).dtype), q)  # numpy's errors for q, before any kernel
+        function(np.zeros(1, plain(a).dtype), q, method=method)  # numpy's errors for q and method, before a kernel
     except Exception:
         raise Silently from None
-    a, ordered, _, _ = _sorted_rows(dispatcher, kernel, a, axis)
-    result = function(ordered, q, axis=-1, overwrite_input=True)  # its own interpolation, on sorted values
-    return deliver(dispatcher, np.asarray(result), None, "same_kind", [a])
+    a, ordered, _, where = _sorted_rows(dispatcher, kernel, a, axis)
+    result = np.asarray(function(ordered, q, axis=-1, method=method, overwrite_input=True))  # on sorted values
+    return deliver(dispatcher, _kept(result, a.ndim, where) if options.get("keepdims") else result, None,
+                   "same_kind", [a])
 
 
 def percentile(dispatcher: Dispatcher, a: Any, q: Any, axis: Any = None, **options: Any) -> Any:
-    """``np.percentile(a, q, axis)``, the linear method: see :func:`_quantile`."""
+    """``np.percentile(a, q, axis, ...)``: see :func:`_quantile`."""
     return _quantile(dispatcher, "percentile", a, q, axis, options)
 
 
 def quantile(dispatcher: Dispatcher, a: Any, q: Any, axis: Any = None, **options: Any) -> Any:
-    """``np.quantile(a, q, axis)``, the linear method: see :func:`_quantile`."""
+    """``np.quantile(a, q, axis, ...)``: see :func:`_quantile`."""
     return _quantile(dispatcher, "quantile", a, q, axis, options)
 
 
