@@ -103,6 +103,22 @@ def test_a_model_trains_on_the_workers_gpu_and_its_weights_stay_there(ip: Intera
     np.testing.assert_array_equal(ip.user_ns["same"], predicted)
 
 
+def test_a_new_executor_finds_the_programs_an_earlier_one_generated(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(3)
+    ip.user_ns.update(features=rng.standard_normal((64, 4), dtype=np.float32),
+                      targets=rng.standard_normal((64, 1), dtype=np.float32), steps=3)
+    count = "from tinygrad.codegen import to_program_cache\nprograms = len(to_program_cache)"
+    _run(ip, "%%offload\n" + MODEL + TRAIN + count)
+    generated = ip.user_ns["programs"]
+    _run(ip, "%offload_reset")  # a new interpreter: a new executor process (the old one's tensors are gone)
+    for name in [name for name, value in ip.user_ns.items() if isinstance(value, RemoteValue)]:
+        del ip.user_ns[name]
+    _run(ip, "%%offload\nfrom tinygrad import Device\nDevice['WEBGPU']\n" + count)
+    assert ip.user_ns["programs"] >= generated > 0  # loaded as the device opened, before any kernel ran
+    _run(ip, "%%offload\n" + MODEL + TRAIN + count)
+    assert ip.user_ns["programs"] == generated  # the same model: not one program generated anew
+
+
 def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
     rng = np.random.default_rng(2)
     x, w, target = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 5), (5, 3), (8, 3)))

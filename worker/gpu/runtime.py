@@ -240,7 +240,8 @@ class GpuRuntime:
         """After a cell: names still bound to an input's view are bound to the input itself again, every
         other DeviceArray the namespace holds becomes the plain ndarray viewing its memory
         (:func:`arrays.leave_as_numpy`), and one notice names the float64 arrays the cell computed with
-        in float32. Returns the cell's ``value`` the same way."""
+        in float32; the programs tinygrad generated for the GPU are saved for the next executor. Returns the
+        cell's ``value`` the same way."""
         def original(item: Any) -> Any:
             view, input_array = self._views.get(id(item), (None, None))
             return input_array if view is item else item
@@ -259,6 +260,7 @@ class GpuRuntime:
                              "(WebGPU has no float64), so those results hold float32 precision")
         self.dispatcher.lossy.clear()
         self.dispatcher.cell_inputs = {}
+        tinygrad_hook.after_cell()
         return value
 
     def to_host(self, values: dict[str, Any]) -> dict[str, Any]:

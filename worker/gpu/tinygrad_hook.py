@@ -65,12 +65,25 @@ def executor_gpu_device() -> Any:
     return _gpu_device()
 
 
+def opened_device() -> Any:
+    """tinygrad's ``WEBGPU`` device if a cell opened it, else None."""
+    device_module = sys.modules.get("tinygrad.device")
+    if device_module is None or DEVICE_NAME not in device_module.Device._opened_devices:
+        return None
+    return device_module.Device[DEVICE_NAME]
+
+
+def after_cell() -> None:
+    """After each cell: the programs tinygrad generated for the GPU are saved for the next executor."""
+    device = opened_device()
+    if device is not None and not device.gpu.lost:
+        device.programs.save()
+
+
 def forget_lost_device() -> None:
     """If tinygrad's ``WEBGPU`` device is on a lost GPU device, drop it: tinygrad opens a new one on next use."""
-    device_module = sys.modules.get("tinygrad.device")
-    if device_module is None:
-        return
-    devices: Any = device_module.Device
-    if DEVICE_NAME in devices._opened_devices and devices[DEVICE_NAME].gpu.lost:
+    device = opened_device()
+    if device is not None and device.gpu.lost:
+        devices: Any = sys.modules["tinygrad.device"].Device
         devices._Device__get_canonicalized_item.cache_clear()
         devices._opened_devices.discard(DEVICE_NAME)
