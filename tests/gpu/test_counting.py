@@ -262,6 +262,33 @@ def _run(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
             return None, exc
 
 
+@st.composite
+def sort_cases(draw: Any) -> Case:
+    dtype = draw(ORDER_DTYPES)
+    shape = draw(shapes(min_dims=1, max_dims=3, max_side=6))
+    x = draw(arrs(dtype, shape, style=draw(st.sampled_from(["small", "moderate", "wide"]))))
+    axis = draw(st.sampled_from([-1, 0, 1, None]))
+    gpu = "yes" if x.size and native(x.dtype) and (axis is None or axis < len(shape)) else None
+    how = draw(st.sampled_from(["np.sort", "np.argsort", "x.sort"]))
+    if how == "np.argsort":
+        return Case(f"np.argsort(x0, axis={axis!r}, kind='stable')",
+                    lambda x0: np.argsort(x0, axis=axis, kind="stable"), [x], gpu=gpu)
+    if how == "x.sort" and axis is not None:
+        def in_place(x0: Any) -> Any:
+            x0.sort(axis=axis, kind="stable")
+            return np.asarray(x0).copy()
+        return Case(f"x0.sort(axis={axis!r}, kind='stable'); x0", in_place, [x], gpu=gpu)
+    return Case(f"np.sort(x0, axis={axis!r}, kind='stable')", lambda x0: np.sort(x0, axis=axis, kind="stable"),
+                [x], gpu=gpu)
+
+
+def test_sort_along_any_axis(backend: Backend) -> None:
+    """np.sort, stable np.argsort and x.sort along the last axis, another one or of all values: numpy's answers
+    bit for bit (the stable order: -0.0 and 0.0 as they came, NaN last), int32 and uint32 beyond float32's
+    integers natively."""
+    run_property(backend, sort_cases(), 30)
+
+
 # -- median, percentile, quantile ------------------------------------------------------------------------
 
 

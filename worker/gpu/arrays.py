@@ -70,6 +70,8 @@ class DeviceArray(np.ndarray):
     def sort(self, axis: Any = -1, kind: Any = None, order: Any = None, *, stable: Any = None) -> None:
         """numpy's sort, in place: the sort kernel where it gives numpy's answer."""
         def on_gpu(dispatcher: Dispatcher) -> None:
+            if axis is None:
+                raise TypeError("numpy's: an in-place sort needs an axis")
             np.copyto(plain(self), plain(sort(dispatcher, self, axis, kind, order, stable=stable)))
 
         with_kernel(self._dispatcher, "sort", "ndarray.sort", on_gpu,

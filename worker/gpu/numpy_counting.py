@@ -223,27 +223,20 @@ def sort_operand(a: np.ndarray) -> np.ndarray:
 
 def sort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
          stable: Any = None, indices: bool = False) -> Any:
-    """``np.sort`` (and with ``indices``, ``np.argsort``) along the last axis or of the flattened array:
-    the sort kernel, whose order is numpy's stable sort. So argsort runs it only when asked for a
-    stable one (``kind="stable"``): numpy's default may order equal values otherwise. float64 is numpy's
-    (a float32 copy would lose digits and make ties)."""
-    a = plain(a)
-    if order is not None or not isinstance(a, np.ndarray) or a.size == 0 or a.ndim == 0:
+    """``np.sort`` (and with ``indices``, ``np.argsort``) along any axis or of the flattened array: the sort
+    kernel, whose order is numpy's stable sort. So argsort runs it only when asked for a stable one
+    (``kind="stable"``): numpy's default may order equal values otherwise. float64 is numpy's (a float32
+    copy would lose digits and make ties)."""
+    stable_asked = kind == "stable" or stable is True
+    if order is not None or (indices and not stable_asked):
         raise Silently
-    if indices and not (kind == "stable" or stable is True):
-        raise Silently
-    flat = axis is None
-    if not flat and normalize_axis_index(axis, a.ndim) != a.ndim - 1:
-        raise Silently
-    worth_a_kernel(dispatcher, a.size)
-    values = sort_operand(a)
-    if not (kind == "stable" or stable is True) and values.dtype.kind == "f" and (
+    values = plain(a)
+    if not stable_asked and isinstance(values, np.ndarray) and values.dtype.kind == "f" and (
             np.signbit(values) & (values == 0)).any():
         raise Silently  # numpy's default sort may put -0.0 after an equal 0.0; the stable one never does
-    ordered, order_found = dispatcher.sort(values.reshape(-1) if flat else values, indices=indices)
-    if order_found is not None:
-        return deliver(dispatcher, order_found, None, "same_kind", [a])
-    return deliver(dispatcher, ordered.astype(a.dtype, copy=False), None, "same_kind", [a])
+    a, ordered, order_found, where = _sorted_rows(dispatcher, "sort", a, axis, indices=indices)
+    return deliver(dispatcher, _back(ordered if order_found is None else order_found, where), None, "same_kind",
+                   [a])
 
 
 def argsort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *,
@@ -271,6 +264,11 @@ def _sorted_rows(dispatcher: Dispatcher, kernel: str, a: Any, axis: Any, *,
     return a, ordered.astype(a.dtype, copy=False), order, where
 
 
+def _back(rows: np.ndarray, where: int | None) -> np.ndarray:
+    """:func:`_sorted_rows`' rows (or their indices) with the sorted axis back at ``where`` (None: flat)."""
+    return rows if where is None else np.ascontiguousarray(np.moveaxis(rows, -1, where))
+
+
 def _kth_within(kth: Any, length: int) -> None:
     """Silently unless ``kth`` is integers each within ``length``'s range (numpy's error otherwise)."""
     k = np.asarray(kth)
@@ -289,10 +287,8 @@ def partition(dispatcher: Dispatcher, a: Any, kth: Any, axis: Any = -1, kind: An
         raise Silently
     a, ordered, order_found, where = _sorted_rows(dispatcher, "partition", a, axis, indices=indices)
     _kth_within(kth, ordered.shape[-1])  # (numpy raises for the rest: rare enough to sort for nothing)
-    result = ordered if order_found is None else order_found
-    if where is not None:
-        result = np.ascontiguousarray(np.moveaxis(result.reshape(ordered.shape), -1, where))
-    return deliver(dispatcher, result, None, "same_kind", [a])
+    return deliver(dispatcher, _back(ordered if order_found is None else order_found, where), None, "same_kind",
+                   [a])
 
 
 def argpartition(dispatcher: Dispatcher, a: Any, kth: Any, axis: Any = -1, kind: Any = "introselect",
