@@ -29,6 +29,7 @@ checked to agree; PyTorch's weights are its own, so its loss is only checked to 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -250,6 +251,36 @@ def first_step(name: str) -> None:
     print(seconds)
 
 
+def steps_in_a_tab(name: str, repeat: int) -> dict[str, Any]:
+    """(In a process of its own: tinygrad has one ``WEBGPU`` device per process.) The median warm step of
+    ``name``, its first step and the adapter, on headless Chromium's WebGPU behind a tab bridge, as a tab
+    worker's executor runs it."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from browser_tabs import chromium, open_tab
+
+    from remote_magic.worker.browser.server import TabServer
+    from remote_magic.worker.gpu.tab_device import open_tab_device
+
+    bridges: list[Any] = []
+    server = TabServer("127.0.0.1", 0, bridges.append, lambda *_: None)
+    server.start()
+    try:
+        with chromium() as browser:
+            page = open_tab(browser, server.link)
+            device = open_tab_device(bridges[0].endpoint)
+            tinygrad_hook.install(lambda: device, default=False)
+            step, first = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - start)
+            page.close()
+            return {"median": float(np.median(times)), "first": first, "adapter": device.info.name}
+    finally:
+        server.close()
+
+
 def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], dict[str, float]]:
     """Warm medians by column, and first-step seconds (new processes on the worker's GPU; tinygrad's CPU)."""
     with tempfile.TemporaryDirectory() as home:
@@ -275,8 +306,16 @@ def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], 
     return medians, first
 
 
+def tab_in_a_new_process(name: str, repeat: int) -> dict[str, Any]:
+    """:func:`steps_in_a_tab` of ``name``, run in a new process."""
+    run = subprocess.run([sys.executable, __file__, "--tab-steps", name, "--repeat", str(repeat)], capture_output=True,
+                         text=True, check=True, timeout=1200)
+    found: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return found
+
+
 def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapter: str, args: Any,
-           load: tuple[float, float]) -> str:
+           load: tuple[float, float], tabs: dict[str, dict[str, Any]]) -> str:
     from importlib.metadata import version
 
     import torch
@@ -298,6 +337,15 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
               "| tinygrad, CPU |", "| --- | ---: | ---: | ---: |"]
     for name, (_, first) in results.items():
         lines.append(f"| {TITLES[name]} | {first['new']:.2f} | {first['saved']:.2f} | {first['CPU']:.2f} |")
+    if tabs:
+        tab_adapter = next(iter(tabs.values()))["adapter"]
+        lines += ["", f"| tinygrad in a browser tab (headless Chromium's WebGPU: {tab_adapter}) beside wgpu-py, warm "
+                  "step, ms | wgpu-py | tab | tab ÷ wgpu-py | tab's first step, s |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        for name, tab in tabs.items():
+            ours = results[name][0][columns[0]]
+            lines.append(f"| {TITLES[name]} | {ours * 1000:.1f} | {tab['median'] * 1000:.1f} | "
+                         f"{tab['median'] / ours:.2f} | {tab['first']:.1f} |")
     return "\n".join(lines)
 
 
@@ -306,18 +354,23 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--repeat", type=int, default=7, help="rounds at most (default 7)")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per model after which no round starts")
+    parser.add_argument("--tab-models", default="mlp,cnn", help="models also run in a browser tab ('' for none)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results.md as it is")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
+    parser.add_argument("--tab-steps", metavar="MODEL", help=argparse.SUPPRESS)  # (steps in a tab, in a new process)
     args = parser.parse_args()
     if args.first_step:
         return first_step(args.first_step)
+    if args.tab_steps:
+        return print(json.dumps(steps_in_a_tab(args.tab_steps, args.repeat)))
     os.environ["REMOTE_MAGIC_HOME"] = tempfile.mkdtemp()  # no programs saved by an earlier run
     load_before = os.getloadavg()[0]
     device = open_device()
     tinygrad_hook.install(lambda: device, default=False)
     adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
     results = {name: measure(name, args.repeat, args.budget) for name in args.models.split(",")}
-    body = render(results, adapter, args, (load_before, os.getloadavg()[0]))
+    tabs = {name: tab_in_a_new_process(name, args.repeat) for name in filter(None, args.tab_models.split(","))}
+    body = render(results, adapter, args, (load_before, os.getloadavg()[0]), tabs)
     print(body)
     if not args.no_write:
         write_section(SECTION, body)
