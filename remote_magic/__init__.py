@@ -9,11 +9,17 @@ From a script::
 
     with remote_magic.connect(token) as client:
         client.run("c = a @ b", {"a": a, "b": b})["c"]
+
+The notebook's names (``connect``, ``Client``, ...) load on first use (PEP 562), so a worker, hub
+or executor process, which imports ``remote_magic.<its side>``, never loads the notebook's client.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .client import Client, connect
-from .dask_client import DaskClient
 from .errors import (
     Busy,
     ConnectionFailed,
@@ -47,12 +53,21 @@ from .errors import (
     VersionMismatch,
     WorkerLost,
 )
-from .file_copy import Transfer
-from .lan import discover
-from .results import FileChanges, JobResult
-from .split_gather import SplitResult
-from .wire.discovery import DiscoveredHub
-from .wire.handles import RemoteValue
+
+if TYPE_CHECKING:
+    from .client import Client, connect
+    from .dask_client import DaskClient
+    from .file_copy import Transfer
+    from .lan import discover
+    from .results import FileChanges, JobResult
+    from .split_gather import SplitResult
+    from .wire.discovery import DiscoveredHub
+    from .wire.handles import RemoteValue
+
+_LAZY = {"Client": ".client", "connect": ".client", "DaskClient": ".dask_client", "Transfer": ".file_copy",
+         "discover": ".lan", "FileChanges": ".results", "JobResult": ".results", "SplitResult": ".split_gather",
+         "DiscoveredHub": ".wire.discovery", "RemoteValue": ".wire.handles"}
+"""Each public name that loads on first use, and the module it comes from."""
 
 __all__ = [
     "__version__", "Client", "DaskClient", "JobResult", "FileChanges", "Transfer", "RemoteValue", "connect",
@@ -64,6 +79,19 @@ __all__ = [
     "discover", "DiscoveredHub", "DiscoveryError", "DaskError", "KernelError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A lazy public name: its module is imported now, and the name kept here for the next use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]

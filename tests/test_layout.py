@@ -1,4 +1,5 @@
-"""The package's shape: no import circle, and modules that can run as scripts.
+"""The package's shape: no import circle, each process loading its own side, and modules that can run
+as scripts.
 
 Imports are read from the source, wherever they sit in a file (inside functions and under
 ``TYPE_CHECKING`` too): a circle that only type checking or a late import closes is still two
@@ -8,6 +9,9 @@ modules that each need the other.
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,6 +115,82 @@ def test_the_wire_protocol_imports_nothing_above_it() -> None:
     upward = {module: sorted(target for target in targets if not target.startswith(below))
               for module, targets in _graph(packages_as_modules=False).items() if module.startswith(below[0])}
     assert {module: targets for module, targets in upward.items() if targets} == {}
+
+
+NOTEBOOK_SIDE = sorted(module for module, path in MODULES.items()
+                       if module.startswith("remote_magic.notebook") or (
+                           path.parent == FOLDERS["remote_magic"] and path.name != "__init__.py"
+                           and module not in ("remote_magic.errors", "remote_magic._version")))
+"""The notebook's modules: the client API, its job tables, the Dask client, the magics. ``errors`` and
+``_version`` are every side's."""
+SERVER_SIDES = ("remote_magic.wire", "remote_magic.hub", "remote_magic.worker", "remote_magic.kernel_provider")
+"""What runs in a worker, hub or executor process (and the kernel provisioner, in a Jupyter server)."""
+
+
+def _on_a_server_side(module: str) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in SERVER_SIDES)
+
+
+def _reachable(graph: dict[str, set[str]], module: str) -> set[str]:
+    """Every module ``module`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def test_the_notebook_side_is_the_client_its_job_tables_and_the_magics() -> None:
+    assert {"remote_magic.client", "remote_magic.hub_jobs", "remote_magic.fleet_jobs", "remote_magic.dask_client",
+            "remote_magic.dask_jobs", "remote_magic.notebook.magics"} <= set(NOTEBOOK_SIDE)
+    assert not any(_on_a_server_side(module) for module in NOTEBOOK_SIDE)
+
+
+def test_no_hub_worker_or_wire_module_imports_the_notebook_side() -> None:
+    graph = _graph(packages_as_modules=False)
+    reached = {module: sorted(_reachable(graph, module) & set(NOTEBOOK_SIDE))
+               for module in MODULES if _on_a_server_side(module)}
+    assert {module: targets for module, targets in reached.items() if targets} == {}
+
+
+def test_the_gpu_layer_imports_nothing_of_the_tab_server() -> None:
+    """An executor's GPU code reaches a tab through the tab protocol only: the page's server and the
+    bridge (``worker/browser/``) run in remote-worker, not in the executor."""
+    graph = _graph(packages_as_modules=False)
+    reached = {module: sorted(target for target in _reachable(graph, module)
+                              if target.startswith("remote_magic.worker.browser"))
+               for module in MODULES if module.startswith("remote_magic.worker.gpu")}
+    assert {module: targets for module, targets in reached.items() if targets} == {}
+    assert _imports("remote_magic.worker.gpu.tab_device", MODULES["remote_magic.worker.gpu.tab_device"]) == {
+        "remote_magic.errors", "remote_magic.worker.tab_protocol", "remote_magic.worker.gpu.device"}  # docs/gpu.md
+
+
+def _loaded_by(*modules: str) -> list[str]:
+    """The package's modules a fresh interpreter holds after importing ``modules``."""
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import sys\nimport {', '.join(modules)}\n"
+         "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('remote_magic'))))"],
+        capture_output=True, text=True, timeout=60, check=True)
+    loaded: list[str] = json.loads(probe.stdout)
+    return loaded
+
+
+def test_a_worker_hub_or_executor_process_loads_nothing_of_the_notebook_side() -> None:
+    loaded = _loaded_by("remote_magic.worker.job_runner", "remote_magic.hub.broker", "remote_magic.worker.executor",
+                        "remote_magic.worker.cli")
+    assert "remote_magic.hub.broker" in loaded and "remote_magic.worker.executor" in loaded
+    assert [module for module in loaded if module in NOTEBOOK_SIDE or module.startswith("remote_magic.notebook")] == []
+
+
+def test_importing_the_package_loads_only_its_errors_until_a_name_is_used() -> None:
+    assert _loaded_by("remote_magic") == ["remote_magic", "remote_magic._version", "remote_magic.errors"]
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, remote_magic\nremote_magic.connect\n"
+         "print('remote_magic.client' in sys.modules, remote_magic.Client.__module__, 'Client' in dir(remote_magic))"],
+        capture_output=True, text=True, timeout=60, check=True)
+    assert probe.stdout.split() == ["True", "remote_magic.client", "True"]
 
 
 @pytest.mark.parametrize("module", sorted(m for m, p in MODULES.items() if "__main__" in p.read_text(encoding="utf-8")))
