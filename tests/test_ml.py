@@ -159,7 +159,8 @@ def ops(device):
     return {"conv2d": A.conv2d(W, padding=1), "max_pool2d": A.max_pool2d(), "matmul": M @ M.T,
             "softmax": M.softmax(axis=1), "layernorm": M.layernorm(), "cumsum": M.cumsum(axis=1),
             "sort": M.sort(dim=1)[0], "topk": M.topk(3, dim=1)[0], "argmax": M.argmax(axis=1),
-            "gather": M.gather(1, Tensor(order, device=device)), "gradient": G.grad}
+            "gather": M.gather(1, Tensor(order, device=device)), "gradient": G.grad,
+            "float16": (M.half() * 3 + 1).float()}  # (emulated in float32: the same WGSL for naga and Chrome)
 
 tab, cpu = ops("WEBGPU"), ops("CPU")
 differences = {name: float(np.max(np.abs(tab[name].numpy() - cpu[name].numpy()))) for name in tab}
@@ -209,7 +210,9 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
             # tinygrad's ops in the tab against tinygrad's CPU device on the worker's machine
             with remote_magic.connect(hub.token, timeout=10) as client:
                 differences = client.execute(OPS_IN_A_TAB, worker="phone").values["differences"]
-            assert len(differences) == 11 and all(d <= 1e-4 for d in differences.values()), differences
+            assert len(differences) == 12, differences
+            # float16 computes with float32 in between (no shader-f16): within float16's rounding of the CPU's
+            assert all(d <= (2e-2 if name == "float16" else 1e-4) for name, d in differences.items()), differences
 
             # The tab's device lost mid-training: the cell fails saying so, and the next gets a new device.
             with remote_magic.connect(hub.token, timeout=10) as client:
