@@ -15,9 +15,10 @@ FOLDER = Path(__file__).resolve().parents[2] / "worker" / "gpu"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the device and everything that needs no other module of the package
-    ("convert", "device", "host_ops", "memory", "notices", "stats", "uniforms"),
-    # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device
-    ("pipelines", "resident", "tab_device"),
+    ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_hook", "uniforms"),
+    # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device;
+    # tinygrad's WEBGPU device over wgpu-py
+    ("pipelines", "resident", "tab_device", "tinygrad_device"),
     ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
     ("launch", "custom", "sort", "arg_reduce", "scan", "counting"),  # launching the built-in shaders and users' kernels
     ("matmul", "select", "integer", "unique"),  # kernels built on launch (unique: on sort and scan)
