@@ -135,6 +135,17 @@ def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
     np.testing.assert_allclose(ip.user_ns["stepped"], expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_tensor_over_the_binding_limit_says_so(ip: InteractiveShell, ml_worker: WorkerProcess) -> None:
+    with remote_magic.connect(ml_worker.token) as client:
+        [info] = client.workers()
+    limit = info["gpu"]["limits"]["max_storage_buffer_binding_size"]
+    with capture_output():
+        result = ip.run_cell(f"%%offload\nfrom tinygrad import Tensor\nTensor.zeros({limit // 4 + 1}).contiguous()"
+                             ".realize()")
+    message = str(result.error_in_exec)
+    assert not result.success and f"{limit + 4:,} bytes" in message and f"({limit:,} bytes" in message, message
+
+
 def test_float64_says_webgpu_has_none(ip: InteractiveShell) -> None:
     ip.user_ns["x"] = np.array([1.5, 2.5])  # numpy's float64: a float64 Tensor
     with capture_output():

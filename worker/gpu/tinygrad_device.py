@@ -111,11 +111,12 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
     """tinygrad buffers as wgpu storage buffers (sizes rounded up to 4 bytes, as WebGPU wants)."""
 
     def _alloc(self, size: int, options: BufferSpec) -> Any:
-        limit = self.dev.gpu.limits.get("max_buffer_size") or self.dev.gpu.limits.get(
-            "max_storage_buffer_binding_size", 0)
+        # tinygrad binds whole buffers to its kernels, so the binding limit is the size limit
+        limit = self.dev.gpu.limits.get("max_storage_buffer_binding_size", 0)
         if limit and size > limit:
-            raise MemoryError(f"a tinygrad buffer of {size:,} bytes is larger than the largest buffer "
-                              f"{self.dev.gpu.info.name} allows ({limit:,} bytes): split the tensor")
+            raise GpuError(f"a tinygrad tensor of {size:,} bytes is larger than one kernel may bind on "
+                           f"{self.dev.gpu.info.name} ({limit:,} bytes, WebGPU's max_storage_buffer_binding_size): "
+                           "split it into smaller tensors")
         with self.dev.gpu.guard("allocating a tinygrad buffer"):
             return self.dev.gpu.handle.create_buffer(size=_round4(size), usage=STORAGE_USAGE)
 
