@@ -20,6 +20,7 @@ from browser_tabs import chromium, chromium_path, open_tab, send_all
 
 import remote_magic
 from remote_magic.errors import RemoteMagicError, ShaderError
+from remote_magic.notebook.tables import rows
 from support import WorkerProcess, connected_shell, in_thread, run, start_worker, wait_for
 
 pytestmark = pytest.mark.gpu
@@ -113,6 +114,14 @@ def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: Work
         assert tab["gpu"]["adapter"] and tab["gpu"]["limits"]["max_storage_buffer_binding_size"] > 0
         assert tab["labels"] == {"browser": "tab"}
         assert "Joined the fleet as worker “phone”" in page.inner_text("#state")
+        # The tab's worker describes the tab: its cells' Python runs on this host, but this host's CPUs, memory,
+        # speed and battery aren't the tab's, so it claims none; placement ranks a software adapter as no GPU.
+        assert not {"cpu_count", "memory_bytes", "speed"} & set(tab) and tab["battery"] is None
+        assert tab["python"] and tab["hostname"]
+        [(_, _, _, _, cpus, memory, _, power, *_)] = rows([tab])
+        assert (cpus, memory, power) == ("unknown", "unknown", "unknown")
+        software = tab["gpu"]["adapter_type"] == "software"  # SwiftShader, on a machine without a GPU
+        assert client.execute("x = 1", prefer="fastest").worker == ("machine" if software else "phone")
 
         with connected_shell(hub.token) as (shell, _):
             result, out = run(shell, "%offload_workers")

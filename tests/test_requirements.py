@@ -1,5 +1,6 @@
 """Requirements (--require, --prefer) and the hub's placement, without sockets: the parser both sides
-use, and the fleet's choice among workers with given capabilities and batteries."""
+use, and the fleet's choice among workers with given capabilities and batteries (a browser tab's as its
+worker reports them)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pytest
 
 from remote_magic import RequirementError
 from remote_magic.hub.fleet import Fleet
+from remote_magic.hub.placement import unmatched
 from remote_magic.hub.records import Job, Peer
 from remote_magic.wire.link import Link
 from remote_magic.wire.protocol import Role
-from remote_magic.wire.requirements import parse, parse_quantity, placement_header, traits
+from remote_magic.wire.requirements import describe, parse, parse_quantity, placement_header, traits
+from remote_magic.worker.capabilities import where_python_runs
 
 CAPS = {"memory_bytes": 16 * 2**30, "cpu_count": 8, "python": "3.11.7", "system": "Linux", "speed": 40.0,
         "gpu": {"active": False}, "labels": {"vram": "24GB", "zone": "lab", "fast": "true"}}
@@ -48,8 +51,18 @@ def test_sizes_and_the_header() -> None:
 
 
 def _worker(fleet: Fleet, name: str, battery: tuple[int, bool] | None = None, **caps: Any) -> Peer:
-    peer = Peer(name.encode(), Role.WORKER, name, {}, {"cpu_count": 2, "memory_bytes": 2**33, **caps},
-                link=Link(lambda frames: False))  # placement never sends
+    return _joined(fleet, name, {"cpu_count": 2, "memory_bytes": 2**33, **caps}, battery)
+
+
+def _tab(fleet: Fleet, name: str, adapter_type: str) -> Peer:
+    """A browser tab's worker, with the capabilities it reports: where its Python runs, and the tab's GPU."""
+    gpu = {"active": True, "adapter": f"{name}'s adapter", "adapter_type": adapter_type, "backend": "WebGPU",
+           "browser_tab": name, "limits": {"max_buffer_size": 2**28}}
+    return _joined(fleet, name, {**where_python_runs(), "gpu": gpu, "labels": {"browser": "tab"}})
+
+
+def _joined(fleet: Fleet, name: str, caps: dict[str, Any], battery: tuple[int, bool] | None = None) -> Peer:
+    peer = Peer(name.encode(), Role.WORKER, name, {}, caps, link=Link(lambda frames: False))  # placement never sends
     if battery is not None:
         peer.stats = {"battery": {"percent": battery[0], "plugged_in": battery[1]}}
     fleet.join(peer)
@@ -107,3 +120,42 @@ def test_requirements_pick_the_worker_that_has_it_and_wait_only_for_workers_that
     assert _place(fleet, "vram>=16GB") is None  # big is busy: it waits for big
     assert big.job is not None
     assert not fleet.could_run(Job("x", b"client", None, [], require=[parse("memory>=1TB")]))
+
+
+def test_a_software_adapter_takes_a_gpu_job_only_when_no_hardware_gpu_that_fits_is_idle() -> None:
+    fleet = Fleet()
+    _worker(fleet, "lavapipe", speed=40.0, gpu={"active": True, "adapter": "llvmpipe", "adapter_type": "software"})
+    _tab(fleet, "phone", "software")
+    _worker(fleet, "a100", speed=5.0, gpu={"active": True, "adapter": "A100", "adapter_type": "discrete"})
+    _worker(fleet, "cpu", speed=50.0)
+    assert _place(fleet, "gpu") == "a100"
+    assert _place(fleet, "gpu") == "lavapipe"  # a100 is busy: a software adapter is a GPU of a kind
+    assert _place(fleet, "gpu") == "phone"
+    assert _place(fleet, "gpu") is None  # it waits for one of them; "cpu" has none
+
+
+def test_prefer_fastest_ranks_a_software_adapter_as_no_gpu_and_a_tabs_unknown_speed_last() -> None:
+    fleet = Fleet()
+    _tab(fleet, "phone", "software")
+    _worker(fleet, "lavapipe", speed=10.0, gpu={"active": True, "adapter": "llvmpipe", "adapter_type": "software"})
+    _worker(fleet, "cpu", speed=40.0)
+    assert _place(fleet, prefer="fastest") == "cpu"
+    assert _place(fleet, prefer="fastest") == "lavapipe"  # measured speed 10 beats the tab's unknown one
+    assert _place(fleet, prefer="fastest") == "phone"
+    fleet = Fleet()
+    _worker(fleet, "cpu", speed=40.0)
+    _tab(fleet, "laptop", "unknown")  # a tab on a hardware GPU: a GPU first, as any worker's
+    assert _place(fleet, prefer="fastest") == "laptop"
+
+
+def test_a_tabs_worker_claims_no_cpus_memory_speed_or_battery_and_says_they_are_unknown() -> None:
+    fleet = Fleet()
+    tab = _tab(fleet, "phone", "software")
+    assert not {"memory", "cpus", "speed"} & set(tab.traits)
+    assert tab.traits["gpu_type"] == "software" and tab.traits["python"] and tab.traits["browser"] == "tab"
+    assert describe(tab.traits, ["memory", "cpus", "speed", "vram"]) == (
+        "memory unknown, cpus unknown, speed unknown, no vram")
+    assert _place(fleet, "memory>=1GB") is None and not fleet.could_run(
+        Job("x", b"client", None, [], require=[parse("cpus>=1")]))
+    assert "'phone' has memory unknown" in unmatched([parse("memory>=1GB")], fleet.workers(), None)
+    assert _place(fleet) == "phone"  # its power is unknown: it is held back by no battery

@@ -1,4 +1,10 @@
-"""What a worker tells the hub about its machine."""
+"""What a worker tells the hub about its machine, or, for a browser tab's worker, about where it runs.
+
+A tab's worker runs its cells' Python in executors on this host, and their GPU work in the tab. The
+host's CPUs, memory, speed and battery are the machine's own worker's to claim, and the tab's (a
+phone's, a laptop's) are not measured here: a tab's worker reports none of them, so placement and
+``%offload_workers`` take them as unknown, and describes its GPU by what the tab's adapter says.
+"""
 
 from __future__ import annotations
 
@@ -21,18 +27,17 @@ SPEED_LOOP = 200_000
 """The speed benchmark: the best of SPEED_ROUNDS runs of a pure-Python loop of SPEED_LOOP steps (~20 ms)."""
 
 
+def where_python_runs() -> dict[str, Any]:
+    """This host's name, OS and Python: all that a browser tab's worker says of its machine (its cells'
+    Python runs here; the tab's CPUs, memory, speed and battery are unknown)."""
+    return {"hostname": socket.gethostname(), "platform": platform.platform(terse=True), "system": platform.system(),
+            "machine": platform.machine(), "python": platform.python_version()}
+
+
 def host_capabilities() -> dict[str, Any]:
     """Hostname, OS, Python, CPU count, memory, measured speed and battery, as JSON-able values."""
-    caps: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(terse=True),
-        "system": platform.system(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count() or 1,
-        "memory_bytes": psutil.virtual_memory().total,
-        "speed": cpu_speed(),
-    }
+    caps: dict[str, Any] = {**where_python_runs(), "cpu_count": os.cpu_count() or 1,
+                            "memory_bytes": psutil.virtual_memory().total, "speed": cpu_speed()}
     state = battery_state()
     if state is not None:
         caps["battery"] = state

@@ -40,7 +40,7 @@ from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import local_versions
 
 from . import DEFAULT_MAX_SESSIONS, DEFAULT_ORPHAN_GRACE_S
-from .capabilities import battery_state, host_capabilities
+from .capabilities import battery_state, host_capabilities, where_python_runs
 from .executor_processes import EXECUTOR_START_TIMEOUT_S, ExecutorLink, ExecutorOptions
 from .jupyter_kernels import KernelHost
 from .sessions import Session, Sessions
@@ -131,9 +131,9 @@ class Supervisor:
         assert self.sessions.spare is not None
         self._link.wait_ready(self.sessions.spare, EXECUTOR_START_TIMEOUT_S)
         self.gpu = dict(self.sessions.spare.capabilities)  # what every executor of this worker has
+        machine = where_python_runs() if self.options.tab else host_capabilities()  # a tab's CPUs etc.: unknown
         hello = {"role": Role.WORKER.value, "name": self.name, "versions": local_versions(),
-                 "capabilities": {**host_capabilities(), **self.placement, **self.kernels.describe(),
-                                  "gpu": self.gpu}}
+                 "capabilities": {**machine, **self.placement, **self.kernels.describe(), "gpu": self.gpu}}
         sock, self.welcome = dial(self._context, self.token, hello, self.connect_timeout)
         self.name = str(self.welcome.header.get("name", self.name))
         self._connection = Connection(
@@ -156,8 +156,9 @@ class Supervisor:
             self._context.term()
 
     def _heartbeat(self) -> dict[str, Any]:
+        battery = None if self.options.tab else battery_state()  # a tab's is unknown, and this host's isn't the tab's
         return {"stats": {"gpu": self.totals, "sessions": self.sessions.memory(),
-                          "max_sessions": self.sessions.max_sessions, "battery": battery_state(),
+                          "max_sessions": self.sessions.max_sessions, "battery": battery,
                           "kernels": self.kernels.stats()}}
 
     # -- from the hub ----------------------------------------------------------------------

@@ -9,10 +9,14 @@ that matches is idle (all busy, or none connected); with ``always`` it is treate
 Under ``min_battery`` percent on battery, it takes none whatever its policy. A worker without a
 battery counts as plugged in.
 
-``prefer: fastest`` picks, among the idle workers that may take the job, one whose kernels run on a
-GPU first, then the one with the highest measured ``speed`` (a short single-core benchmark each
-worker runs at start), then the one with the most CPUs. Plugged-in workers still come before ``last``
-ones on battery.
+A software adapter (a CPU rasteriser: lavapipe, SwiftShader, a browser's fallback adapter), on a
+machine or in a browser tab, is what it is: it meets ``gpu`` (its kernels run on an adapter), but a
+job that requires ``gpu`` goes to an idle worker with a hardware GPU first, and ``prefer: fastest``
+ranks it as no GPU. ``prefer: fastest`` picks, among the idle workers that may take the job, one whose
+kernels run on a hardware GPU first, then the one with the highest measured ``speed`` (a short
+single-core benchmark each worker runs at start), then the one with the most CPUs; a browser tab's
+worker measures neither (they are unknown), so it comes after every worker that did. Plugged-in
+workers still come before ``last`` ones on battery.
 """
 
 from __future__ import annotations
@@ -60,12 +64,17 @@ def _tier(worker: Peer) -> int:
     return 1 if on_battery(worker) and worker.capabilities.get("on_battery", "last") == "last" else 0
 
 
+def hardware_gpu(worker: Peer) -> bool:
+    """Do the worker's kernels run on a GPU that is hardware (not a software adapter)?"""
+    return bool(worker.traits.get("gpu")) and worker.traits.get("gpu_type") != "software"
+
+
 def speed_rank(worker: Peer) -> tuple[int, float, int]:
-    """Larger is faster: (kernels run on a GPU, measured speed, CPU count)."""
+    """Larger is faster: (kernels run on a hardware GPU, measured speed, CPU count); unknown counts as 0."""
     traits = worker.traits
     speed = traits.get("speed")
     cpus = traits.get("cpus")
-    return (int(bool(traits.get("gpu"))), float(speed) if isinstance(speed, (int, float)) else 0.0,
+    return (int(hardware_gpu(worker)), float(speed) if isinstance(speed, (int, float)) else 0.0,
             int(cpus) if isinstance(cpus, int) else 0)
 
 
@@ -81,6 +90,8 @@ def choose(job: Job, idle: Sequence[Peer]) -> Peer | None:
         return None
     if job.prefer == "fastest":
         return min(candidates, key=lambda w: (_tier(w), tuple(-x for x in speed_rank(w))))
+    if any(r.key == "gpu" for r in job.require):  # a software adapter only when no hardware GPU that fits is idle
+        return min(candidates, key=lambda w: (_tier(w), not hardware_gpu(w)))
     return min(candidates, key=_tier)  # min is stable: otherwise the first to have joined
 
 

@@ -42,17 +42,29 @@ def _sessions(worker: dict[str, Any]) -> str:
     return f"{count} ({_size(worker.get('sessions_memory_bytes'))}{mine})"
 
 
+def _tab(worker: dict[str, Any]) -> bool:
+    """A browser tab's worker: its CPUs, memory, speed and power are unknown (worker/capabilities.py)."""
+    return bool((worker.get("gpu") or {}).get("browser_tab"))
+
+
 def _cpus(worker: dict[str, Any]) -> str:
     """'8 (speed 41)': CPU count and the measured single-core speed that --prefer fastest compares."""
     speed = worker.get("speed")
-    return f"{worker.get('cpu_count', '?')}" + (f" (speed {speed:g})" if isinstance(speed, (int, float)) else "")
+    cpus = worker.get("cpu_count", "unknown" if _tab(worker) else "?")
+    return f"{cpus}" + (f" (speed {speed:g})" if isinstance(speed, (int, float)) else "")
+
+
+def _memory(worker: dict[str, Any]) -> str:
+    memory = worker.get("memory_bytes")
+    return "unknown" if memory is None and _tab(worker) else _size(memory or None)
 
 
 def _power(worker: dict[str, Any]) -> str:
-    """'mains', 'plugged in, 87%', 'battery 42%, last resort', 'battery 15%: no jobs (under 20%)'."""
+    """'mains', 'plugged in, 87%', 'battery 42%, last resort', 'battery 15%: no jobs (under 20%)'; 'unknown'
+    for a browser tab."""
     battery = worker.get("battery")
     if not isinstance(battery, dict):
-        return "mains"
+        return "unknown" if _tab(worker) else "mains"
     percent = battery.get("percent", "?")
     if battery.get("plugged_in"):
         return f"plugged in, {percent}%"
@@ -89,7 +101,7 @@ COLUMNS = ("name", "host", "platform", "python", "CPUs", "memory", "GPU", "power
 def rows(workers: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     return [(
         str(w.get("name", "?")), str(w.get("hostname", "?")), str(w.get("platform", "?")),
-        str(w.get("python", "?")), _cpus(w), _size(w.get("memory_bytes") or None), _gpu(w), _power(w),
+        str(w.get("python", "?")), _cpus(w), _memory(w), _gpu(w), _power(w),
         str(w.get("state", "?")), _work(w), _data(w), _sessions(w), _gpu_counters(w), _labels(w),
     ) for w in workers]
 

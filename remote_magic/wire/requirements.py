@@ -157,13 +157,15 @@ def _label_value(text: str) -> Any:
 
 
 def describe(found: Mapping[str, Any], keys: Iterable[str] | None = None) -> str:
-    """Traits as people read them ('memory 16.8 GB, cpus 8, gpu no'), all of them or only ``keys``."""
+    """Traits as people read them ('memory 16.8 GB, cpus 8, gpu no'), all of them or only ``keys``. A
+    built-in trait a worker doesn't report (a browser tab's memory, CPUs, speed) is unknown; a label it
+    wasn't started with, one it doesn't have."""
     shown = list(found) if keys is None else [key for key in dict.fromkeys(keys)]
     parts = []
     for key in shown:
         value = found.get(key)
         if value is None:
-            parts.append(f"no {key}")
+            parts.append(f"{key} unknown" if key in BUILTIN_TRAITS else f"no {key}")
         elif isinstance(value, bool):
             parts.append(f"{key} {'yes' if value else 'no'}")
         elif key in ("memory", "gpu_buffer") and isinstance(value, (int, float)):

@@ -288,6 +288,10 @@ class TabDevice(RemoteObject):
         self._session.close()
 
 
+SOFTWARE_ADAPTERS = ("swiftshader", "llvmpipe", "lavapipe", "softpipe", "microsoft basic render")
+"""Names of CPU rasterisers a browser may offer without calling them its fallback adapter."""
+
+
 def _kebab(name: str) -> str:
     return "".join(f"-{c.lower()}" if c.isupper() else c for c in name)
 
@@ -296,7 +300,8 @@ def adapter_info(device: TabDevice) -> AdapterInfo:
     """What the worker reports about the tab's adapter."""
     adapter = device.adapter
     vendor, architecture = str(adapter.get("vendor", "")), str(adapter.get("architecture", ""))
-    software = bool(adapter.get("fallback")) or architecture == "swiftshader"
+    said = " ".join(str(adapter.get(key, "")) for key in ("vendor", "architecture", "description")).lower()
+    software = bool(adapter.get("fallback")) or any(name in said for name in SOFTWARE_ADAPTERS)
     name = " ".join(filter(None, [vendor, architecture])) or str(adapter.get("description") or "WebGPU adapter")
     return AdapterInfo(name=name, backend="WebGPU", adapter_type="software" if software else ADAPTER_TYPES["Unknown"],
                        vendor=vendor, description=str(adapter.get("description", "")),
