@@ -37,10 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from browser_tabs import chromium, open_tab  # noqa: E402
+from browser_tabs import tab_bridge  # noqa: E402
 from report import code_version, machine, write_section  # noqa: E402
 
-from remote_magic.worker.browser.server import TabServer  # noqa: E402
 from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
 
 SECTION = "## A browser tab as a GPU worker (issue 22)"
@@ -111,18 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     wgpu_rt = GpuRuntime.create(mode="on")
     native = measure(wgpu_rt, args.sizes, args.repeat)
     wgpu_rt.close()
-    bridges: list[Any] = []
-    server = TabServer("127.0.0.1", 0, bridges.append, lambda *_: None)
-    server.start()
-    try:
-        with chromium() as browser:
-            page = open_tab(browser, server.link)
-            tab_rt = GpuRuntime.create(tab=bridges[0].endpoint)
-            tab = measure(tab_rt, args.sizes, args.repeat)
-            tab_rt.close()
-            page.close()
-    finally:
-        server.close()
+    with tab_bridge() as endpoint:
+        tab_rt = GpuRuntime.create(tab=endpoint)
+        tab = measure(tab_rt, args.sizes, args.repeat)
+        tab_rt.close()
 
     rows = ["| | wgpu-py | browser tab, wall | of which in the tab | tab / wgpu-py |",
             "| --- | ---: | ---: | ---: | ---: |",

@@ -256,29 +256,20 @@ def steps_in_a_tab(name: str, repeat: int) -> dict[str, Any]:
     ``name``, its first step and the adapter, on headless Chromium's WebGPU behind a tab bridge, as a tab
     worker's executor runs it."""
     sys.path.insert(0, str(REPO / "tests"))
-    from browser_tabs import chromium, open_tab
+    from browser_tabs import tab_bridge
 
-    from remote_magic.worker.browser.server import TabServer
     from remote_magic.worker.gpu.tab_device import open_tab_device
 
-    bridges: list[Any] = []
-    server = TabServer("127.0.0.1", 0, bridges.append, lambda *_: None)
-    server.start()
-    try:
-        with chromium() as browser:
-            page = open_tab(browser, server.link)
-            device = open_tab_device(bridges[0].endpoint)
-            tinygrad_hook.install(lambda: device, default=False)
-            step, first = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
-            times = []
-            for _ in range(repeat):
-                start = time.perf_counter()
-                step()
-                times.append(time.perf_counter() - start)
-            page.close()
-            return {"median": float(np.median(times)), "first": first, "adapter": device.info.name}
-    finally:
-        server.close()
+    with tab_bridge() as endpoint:
+        device = open_tab_device(endpoint)
+        tinygrad_hook.install(lambda: device, default=False)
+        step, first = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        return {"median": float(np.median(times)), "first": first, "adapter": device.info.name}
 
 
 def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], dict[str, float]]:

@@ -101,3 +101,23 @@ def tab_on_its_own_thread(link: str) -> Iterator[None]:
     finally:
         done.set()
         thread.join(timeout=30)
+
+
+@contextmanager
+def tab_bridge() -> Iterator[str]:
+    """A tab server on 127.0.0.1 and a headless Chromium tab joined to it, as a tab worker has them: yields the
+    endpoint of the tab's bridge, where an executor's device (``GpuRuntime.create(tab=...)``) connects."""
+    from remote_magic.worker.browser.server import TabServer
+
+    bridges: list[Any] = []
+    server = TabServer("127.0.0.1", 0, bridges.append, lambda *_: None)
+    server.start()
+    try:
+        with chromium() as browser:
+            page = open_tab(browser, server.link)
+            try:
+                yield bridges[0].endpoint
+            finally:
+                page.close()
+    finally:
+        server.close()
