@@ -299,13 +299,15 @@ def quantile_cases(draw: Any) -> Case:
     shape = draw(shapes(max_dims=3, max_side=6))
     x = draw(arrs(dtype, shape, style=draw(st.sampled_from(["small", "moderate", "wide"]))))
     ndim = len(shape)
-    axis = draw(st.one_of(st.none(), st.integers(-ndim, max(ndim - 1, 0)), st.integers(ndim, ndim + 1)))
+    axis = draw(st.one_of(st.none(), st.integers(-ndim, max(ndim - 1, 0)), st.integers(ndim, ndim + 1),
+                          st.lists(st.integers(-ndim, max(ndim - 1, 0)), min_size=1, max_size=3).map(tuple)))
     top = 100 if name == "percentile" else 1
     q: Any = draw(st.one_of(normal_floats(0, top), st.sampled_from([0, top, top / 2]),
                             st.lists(normal_floats(0, top), min_size=1, max_size=3)))
     if name != "median" and draw(st.integers(0, 9)) == 0:
         q = top * 1.5  # numpy's ValueError
-    valid_axis = axis is None or -ndim <= axis < ndim
+    valid_axis = axis is None or (-ndim <= axis < ndim if isinstance(axis, int) else
+                                  len({a % max(ndim, 1) for a in axis}) == len(axis) and ndim > 0)
     gpu = "yes" if x.size and valid_axis and native(x.dtype) and not (name != "median" and x.dtype == np.bool_) \
         and (name == "median" or q != top * 1.5) else None
     options: dict[str, Any] = {"axis": axis, "keepdims": draw(st.booleans())}
@@ -320,9 +322,10 @@ def quantile_cases(draw: Any) -> Case:
 
 
 def test_median_and_quantiles(backend: Backend) -> None:
-    """np.median, np.percentile and np.quantile (one q or several, numpy's methods, keepdims) of all values or
-    along an axis: numpy's answers exactly, NaN giving NaN, scalars as numpy's scalar types; numpy's errors
-    (axis, q out of range, percentiles of booleans) and empty arrays (NaN and a warning) as numpy's."""
+    """np.median, np.percentile and np.quantile (one q or several, numpy's methods, keepdims) of all values,
+    along an axis or along several: numpy's answers exactly, NaN giving NaN, scalars as numpy's scalar types;
+    numpy's errors (axis, q out of range, percentiles of booleans) and empty arrays (NaN and a warning) as
+    numpy's."""
     run_property(backend, quantile_cases(), 50)
 
 

@@ -41,9 +41,10 @@ from .numpy_kernels import INT32, UINT32, Silently, deliver, merged, plain, resu
 from .unique import MAX_VALUES
 
 try:  # numpy >= 2
-    from numpy.lib.array_utils import normalize_axis_index
+    from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 except ImportError:  # numpy 1.x
     from numpy.core.multiarray import normalize_axis_index  # type: ignore[no-redef]
+    from numpy.core.numeric import normalize_axis_tuple  # type: ignore[no-redef]
 
 NATIVE = {"i": np.dtype(np.int32), "u": np.dtype(np.uint32)}
 """How integers of at most 32 bits add on the GPU (wrapping around as their own width does)."""
@@ -234,8 +235,8 @@ def sort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, order
     if not stable_asked and isinstance(values, np.ndarray) and values.dtype.kind == "f" and (
             np.signbit(values) & (values == 0)).any():
         raise Silently  # numpy's default sort may put -0.0 after an equal 0.0; the stable one never does
-    a, ordered, order_found, where = _sorted_rows(dispatcher, "sort", a, axis, indices=indices)
-    return deliver(dispatcher, _back(ordered if order_found is None else order_found, where), None, "same_kind",
+    a, ordered, order_found, axes = _sorted_rows(dispatcher, "sort", a, axis, indices=indices)
+    return deliver(dispatcher, _back(ordered if order_found is None else order_found, axes), None, "same_kind",
                    [a])
 
 
@@ -245,28 +246,40 @@ def argsort(dispatcher: Dispatcher, a: Any, axis: Any = -1, kind: Any = None, or
     return sort(dispatcher, a, axis, kind, order, stable=stable, indices=True)
 
 
-def _sorted_rows(dispatcher: Dispatcher, kernel: str, a: Any, axis: Any, *,
-                 indices: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int | None]:
-    """``a`` (plain), its values sorted along ``axis`` (flattened for None) moved to the last axis, with
-    ``indices`` the int64 indices that sort them, and the axis (None: flattened). Dispatches count as ``kernel``."""
+def _sorted_rows(dispatcher: Dispatcher, kernel: str, a: Any, axis: Any, *, indices: bool = False,
+                 several: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, ...] | None]:
+    """``a`` (plain), its values sorted along ``axis`` moved to the last axis (all values for None; with
+    ``several`` a tuple of axes too, flattened into one), with ``indices`` the int64 indices that sort them,
+    and the sorted axes (None: all). Dispatches count as ``kernel``."""
     a = plain(a)
     if not isinstance(a, np.ndarray) or a.size == 0 or a.ndim == 0:
         raise Silently
     try:
-        where = None if axis is None else normalize_axis_index(operator.index(axis), a.ndim)
+        if axis is None:
+            axes = None
+        elif several and isinstance(axis, tuple):
+            axes = tuple(normalize_axis_tuple(axis, a.ndim))
+        else:
+            axes = (normalize_axis_index(operator.index(axis), a.ndim),)
     except Exception:
         raise Silently from None
+    if axes == ():
+        raise Silently
     worth_a_kernel(dispatcher, a.size)
-    rows = a.reshape(-1) if where is None else np.moveaxis(a, where, -1)
+    if axes is None:
+        rows: np.ndarray = a.reshape(-1)
+    else:
+        moved = np.moveaxis(a, axes, range(a.ndim - len(axes), a.ndim))
+        rows = moved.reshape(moved.shape[:a.ndim - len(axes)] + (-1,))
     values = np.ascontiguousarray(sort_operand(rows))
     with within_bindings():
         ordered, order = dispatcher.sort(values, indices=indices, name=kernel)
-    return a, ordered.astype(a.dtype, copy=False), order, where
+    return a, ordered.astype(a.dtype, copy=False), order, axes
 
 
-def _back(rows: np.ndarray, where: int | None) -> np.ndarray:
-    """:func:`_sorted_rows`' rows (or their indices) with the sorted axis back at ``where`` (None: flat)."""
-    return rows if where is None else np.ascontiguousarray(np.moveaxis(rows, -1, where))
+def _back(rows: np.ndarray, axes: tuple[int, ...] | None) -> np.ndarray:
+    """:func:`_sorted_rows`' rows (or their indices) along one axis, with it back in its place (None: flat)."""
+    return rows if axes is None else np.ascontiguousarray(np.moveaxis(rows, -1, axes[0]))
 
 
 def _kth_within(kth: Any, length: int) -> None:
@@ -285,9 +298,9 @@ def partition(dispatcher: Dispatcher, a: Any, kth: Any, axis: Any = -1, kind: An
     ``kth``, numpy's at ``kth`` itself (see the module docstring)."""
     if kind != "introselect" or order is not None:
         raise Silently
-    a, ordered, order_found, where = _sorted_rows(dispatcher, "partition", a, axis, indices=indices)
+    a, ordered, order_found, axes = _sorted_rows(dispatcher, "partition", a, axis, indices=indices)
     _kth_within(kth, ordered.shape[-1])  # (numpy raises for the rest: rare enough to sort for nothing)
-    return deliver(dispatcher, _back(ordered if order_found is None else order_found, where), None, "same_kind",
+    return deliver(dispatcher, _back(ordered if order_found is None else order_found, axes), None, "same_kind",
                    [a])
 
 
@@ -303,22 +316,22 @@ def median(dispatcher: Dispatcher, a: Any, axis: Any = None, out: Any = None, ov
     (NaN where a row's last sorted value is NaN, as numpy checks)."""
     if out is not None:
         raise Silently
-    a, ordered, _, where = _sorted_rows(dispatcher, "median", a, axis)
+    a, ordered, _, axes = _sorted_rows(dispatcher, "median", a, axis, several=True)
     half = ordered.shape[-1] // 2
     middle = ordered[..., half - 1:half + 1] if ordered.shape[-1] % 2 == 0 else ordered[..., half:half + 1]
     if ordered.dtype.kind == "f":
         last = ordered[..., -1:]
         middle = np.where(np.isnan(last), last, middle)
     result = np.asarray(np.median(middle, axis=-1))
-    return deliver(dispatcher, _kept(result, a.ndim, where) if keepdims else result, None, "same_kind", [a])
+    return deliver(dispatcher, _kept(result, a.shape, axes) if keepdims else result, None, "same_kind", [a])
 
 
-def _kept(result: np.ndarray, ndim: int, where: int | None) -> np.ndarray:
-    """A median's or quantiles' ``result`` (q's dimensions first, then the other axes) as numpy's with
-    keepdims: the reduced axis (all axes, for None) kept with length 1."""
-    if where is None:
-        return result.reshape(result.shape + (1,) * ndim)
-    return np.expand_dims(result, result.ndim - (ndim - 1) + where)
+def _kept(result: np.ndarray, shape: tuple[int, ...], axes: tuple[int, ...] | None) -> np.ndarray:
+    """A median's or quantiles' ``result`` (q's dimensions first, then the axes of ``shape`` not reduced) as
+    numpy's with keepdims: the reduced ``axes`` (all, for None) kept with length 1."""
+    reduced = range(len(shape)) if axes is None else axes
+    q_dims = result.ndim - (len(shape) - len(reduced))
+    return result.reshape(result.shape[:q_dims] + tuple(1 if d in reduced else n for d, n in enumerate(shape)))
 
 
 def _quantile(dispatcher: Dispatcher, kernel: str, a: Any, q: Any, axis: Any, options: dict[str, Any]) -> Any:
@@ -333,9 +346,9 @@ def _quantile(dispatcher: Dispatcher, kernel: str, a: Any, q: Any, axis: Any, op
         function(np.zeros(1, plain(a).dtype), q, method=method)  # numpy's errors for q and method, before a kernel
     except Exception:
         raise Silently from None
-    a, ordered, _, where = _sorted_rows(dispatcher, kernel, a, axis)
+    a, ordered, _, axes = _sorted_rows(dispatcher, kernel, a, axis, several=True)
     result = np.asarray(function(ordered, q, axis=-1, method=method, overwrite_input=True))  # on sorted values
-    return deliver(dispatcher, _kept(result, a.ndim, where) if options.get("keepdims") else result, None,
+    return deliver(dispatcher, _kept(result, a.shape, axes) if options.get("keepdims") else result, None,
                    "same_kind", [a])
 
 
