@@ -15,7 +15,7 @@ FOLDER = Path(__file__).resolve().parents[2] / "worker" / "gpu"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the device and everything that needs no other module of the package
-    ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_hook", "uniforms"),
+    ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_hook", "tinygrad_programs", "uniforms"),
     # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device;
     # tinygrad's WEBGPU device over wgpu-py
     ("pipelines", "resident", "tab_device", "tinygrad_device"),
