@@ -151,7 +151,10 @@ def run_command(*args: str | Path, cwd: Path, env: dict[str, str] | None = None,
 
 
 def build_wheel(tmp: Path) -> Path:
-    """Build the project's wheel from a clean copy, in an isolated build as a user's `pip install` does."""
+    """Build the project's wheel from a clean copy, in an isolated build as a user's `pip install` does.
+
+    pip's verbose output, the build backend's warnings included, is left in `tmp / "build.log"`.
+    """
     source = tmp / "source"  # building in place would leave build/ in the repository
     source.mkdir(parents=True)
     for name in WHEEL_SOURCES:
@@ -161,7 +164,8 @@ def build_wheel(tmp: Path) -> Path:
         else:
             shutil.copy2(path, source / name)
     dist = tmp / "dist"
-    run_command(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, source, cwd=tmp)
+    built = run_command(sys.executable, "-m", "pip", "wheel", "--verbose", "--no-deps", "-w", dist, source, cwd=tmp)
+    (tmp / "build.log").write_text(built.stdout + built.stderr)
     (wheel,) = dist.glob("remote_magic-*.whl")
     return wheel
 

@@ -39,6 +39,16 @@ CHECK = textwrap.dedent("""
 """)
 
 
+def test_building_the_wheel_prints_no_setuptools_warning(wheel: Path) -> None:
+    log = (wheel.parents[1] / "build.log").read_text()
+    assert "Building wheel for remote-magic" in log  # the backend's own output is there to check
+    assert "BuildBackendWarning" not in log and "SetuptoolsDeprecationWarning" not in log, log
+    assert "absent from the `packages` configuration" not in log, log
+    with zipfile.ZipFile(wheel) as archive:
+        page = {n for n in archive.namelist() if n.startswith("remote_magic/worker/browser/page/")}
+    assert page == {"remote_magic/worker/browser/page/index.html", "remote_magic/worker/browser/page/tab.js"}
+
+
 def test_wheel_installs_and_runs_a_kernel_from_its_own_shaders(tmp_path: Path, wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
