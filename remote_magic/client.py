@@ -368,7 +368,8 @@ def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNEC
     """Connect to the hub a token points at (default: $REMOTE_MAGIC_TOKEN), or to a Dask scheduler.
 
     ``dask://HOST:PORT`` connects to that Dask scheduler instead and returns a DaskClient: the same
-    ``run``, ``execute``, ``execute_all``, ``split`` and ``map``, with Dask placing the jobs (docs/fleet.md).
+    ``run``, ``execute``, ``execute_all``, ``split`` and ``map``, with Dask placing the jobs
+    (no GPU kernels, retries, require or prefer there: name a worker instead).
 
     Raises ConnectionFailed within ``timeout`` seconds with what to check when the hub can't
     be reached or refuses the token. The Client is a context manager.

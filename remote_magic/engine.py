@@ -149,7 +149,7 @@ class Engine(Protocol):
         runs. A remote exception raises ``RemoteError`` with the remote traceback; Ctrl-C stops
         the remote job and re-raises KeyboardInterrupt. ``gpu`` runs numpy array work on the
         worker's GPU: True for every built-in kernel, or a list of kernel names. ``require`` places
-        the job on a worker that has what it needs (``["gpu", "memory>=16GB"]``: see docs/fleet.md),
+        the job on a worker that has what it needs (``["gpu", "memory>=16GB", "zone==lab"]``: all must hold),
         ``prefer="fastest"`` on the fastest idle one; NoMatchingWorker when no worker could.
         """
         result = self.execute(code, inputs, outputs, worker=worker, timeout=timeout, gpu=gpu, require=require,

@@ -199,13 +199,28 @@ def test_the_settings_are_one_configurable_every_magic_reads(ip: InteractiveShel
     assert ip.run_line_magic("config", "OffloadMagics.default_timeout") is None
 
 
+def test_ipython_help_finds_every_magic_with_one_percent_or_two_and_names_no_repository_path(
+        ip: InteractiveShell) -> None:
+    magics = ip.magics_manager.magics
+    asked = [f"%{name}?" for name in magics["line"] if name.startswith("offload")]
+    asked += [f"%%{name}?" for name in magics["cell"] if name.startswith("offload")]
+    assert {"%offload?", "%%offload?", "%offload_kernel?", "%%offload_kernel?", "%offload_connect?"} <= set(asked)
+    for question in asked:
+        result, out = run(ip, question)
+        assert result.success and "not found" not in out.stdout, (question, out.stdout)
+        assert "Docstring:" in out.stdout and "docs/" not in out.stdout, (question, out.stdout)
+    # %offload on a line (one %) says where it goes, rather than running nothing.
+    with pytest.raises(UsageError, match="put %%offload \\(two %\\) on the cell's first line"):
+        ip.run_line_magic("offload", "--gpu")
+
+
 def test_unloading_the_extension_removes_every_magic_it_added() -> None:
     from remote_magic.notebook.magics import MAGICS_CLASSES
 
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "remote_magic")
     ours = {kind: {name for magics in MAGICS_CLASSES for name in magics.magics[kind]} for kind in ("line", "cell")}
-    assert len(ours["line"]) + len(ours["cell"]) == 12
+    assert len(ours["line"]) + len(ours["cell"]) == 14  # %offload and %offload_kernel are both, for `%offload?`
     assert "offload_pull" in ours["line"] and ours["line"] <= set(shell.magics_manager.magics["line"])
     shell.run_line_magic("unload_ext", "remote_magic")
     assert not any(ours[kind] & set(shell.magics_manager.magics[kind]) for kind in ours)

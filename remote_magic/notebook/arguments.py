@@ -45,7 +45,7 @@ placement_options = arguments(
     argument_group("where the cell runs"),
     worker_option("run on"),
     argument("--require", action="append", default=None, metavar="REQUIREMENT",
-             help="run on a worker that has this: gpu, memory>=16GB, cpus>=8, a --label (repeatable; docs/fleet.md)"),
+             help="run on a worker that has this: gpu, memory>=16GB, cpus>=8, a --label (repeatable: all must hold)"),
     argument("--prefer", default=None, choices=["fastest"], help="fastest: the fastest idle worker that matches"),
     argument("--retries", type=int, default=0, metavar="N",
              help="run the cell again on another worker, up to N times, when its worker is lost"),

@@ -9,7 +9,7 @@ from typing import Any
 
 from IPython.core import magic as ipython_magic
 from IPython.core.error import UsageError
-from IPython.core.magic import cell_magic, line_magic, magics_class
+from IPython.core.magic import line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..dask_client import DaskClient
@@ -61,8 +61,8 @@ class CellMagics(MagicsGroup):
     @placement_options
     @several_options
     @_output_can_be_silenced
-    @cell_magic
-    def offload(self, line: str, cell: str) -> Any:
+    @line_cell_magic  # a line magic too only so that `%offload?` finds this help, as `%%offload?` does
+    def offload(self, line: str, cell: str | None = None) -> Any:
         """Run this cell on a worker; the names it assigns come back into the notebook.
 
         Only the variables the cell reads are sent. Output streams while it runs, display()
@@ -86,6 +86,7 @@ class CellMagics(MagicsGroup):
                          [--require REQUIREMENT ...] [--prefer fastest]
                          [--split X[,Y] [--gather NAME[,NAME]]]
         """
+        cell = _cell_below("offload", cell)
         args = parse_argstring(self.offload, line)
         placed = bool(args.require or args.prefer)
         several = on_several.chosen_workers(args.all, args.workers, args.worker, args.retries, placed=placed,
@@ -145,13 +146,19 @@ class CellMagics(MagicsGroup):
 
     @magic_arguments()
     @argument("name", help="the name the kernel is called by: gpu.NAME(...)")
-    @cell_magic
-    def offload_kernel(self, line: str, cell: str) -> None:
+    @line_cell_magic  # a line magic too only so that `%offload_kernel?` finds this help
+    def offload_kernel(self, line: str, cell: str | None = None) -> None:
         """Define a custom WGSL compute kernel, callable as gpu.NAME(...) in offloaded cells.
 
-        The worker compiles it now; a compile error shows its line and column.
-        See docs/gpu.md for the binding convention.
+        The worker compiles it now; a compile error shows its line and column. The cell is the kernel's
+        WGSL: one @compute entry point, every binding in @group(0) numbered without gaps: first one
+        `var<storage, read> x: array<f32>` per input (gpu.NAME's positional arguments, in order), then one
+        `var<storage, read_write> y: array<f32>` per output (out_shape= gives their shapes; default: the
+        first input's), then, only if the call passes params=[...], one `var<uniform>` struct of 4-byte
+        scalars in that order (float: f32, int: u32). By default one invocation runs per element of the
+        first output. Usage: %%offload_kernel NAME, then the WGSL below it.
         """
+        cell = _cell_below("offload_kernel", cell)
         args = parse_argstring(self.offload_kernel, line)
         if not args.name.isidentifier():
             raise UsageError(f"{args.name!r} is not a valid Python name for gpu.{args.name}")
@@ -206,6 +213,14 @@ class CellMagics(MagicsGroup):
             return None
         self.cell_display.show_value_as(result.value, result.value_display)
         return result.value
+
+
+def _cell_below(magic: str, cell: str | None) -> str:
+    """The cell a cell magic runs; used as a line magic, a UsageError that says where it goes."""
+    if cell is None:
+        raise UsageError(f"%%{magic} runs the cell below it: put %%{magic} (two %) on the cell's first line, "
+                         f"and the code under it")
+    return cell
 
 
 def _module_not_here(name: str, ref: Any, exc: Exception) -> None:
