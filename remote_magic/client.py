@@ -215,7 +215,7 @@ class Client(Engine):
         first that answers, unless ``worker`` names one), into a temporary file renamed at the
         end, so an interrupted copy leaves nothing under the final name; sizes and digests are
         checked. ``progress``: a progress bar always (True), never (False), or (None) for copies
-        over 1 MB or a second. Raises FileTransferError saying what was wrong.
+        of 1 MiB or more, or that take over a second. Raises FileTransferError saying what was wrong.
         """
         return file_copy.get(self._file_job, remote_path, local_path, worker=worker, overwrite=overwrite,
                             progress=progress, chunk_bytes=self._chunk_bytes())

@@ -1,4 +1,5 @@
-"""README and docs/ name only flags and magics that exist, and document every remote-worker flag.
+"""README and docs/ name only flags and magics that exist, document every remote-worker flag, and give
+the sizes the code uses as the code has them (MB is 10**6 bytes, MiB 2**20).
 
 The flags come from the real parsers: `remote-worker`'s argparse and each magic's @argument list.
 """
@@ -9,7 +10,11 @@ import ast
 import re
 from pathlib import Path
 
+from remote_magic import file_copy
 from remote_magic.notebook.magics import MAGICS_CLASSES
+from remote_magic.notebook.notices import NOTICE_SIZE_BYTES
+from remote_magic.wire.protocol import MAX_HEADER_BYTES
+from remote_magic.wire.sizes import size_in_bytes
 from remote_magic.worker.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -185,3 +190,24 @@ def test_other_tools_flags_are_allowed_only_beside_their_tool() -> None:
     assert _unknown_flags([("example", "remote-worker --no-deps")]) == [("example", "--no-deps")]
     assert _unknown_magics([("example", "%offload_connect --no-such-flag")]) == [
         ("example", "%offload_connect --no-such-flag")]
+
+
+_SIZE = r"(\d+(?:\.\d+)? ?[kKMGT]i?B)"
+SIZES_SAID = {
+    rf"copies (?:of|over) {_SIZE}": file_copy.PROGRESS_MIN_BYTES,
+    rf"sizes from {_SIZE}": NOTICE_SIZE_BYTES,
+    rf"header is refused before it is used if it is over {_SIZE}": MAX_HEADER_BYTES,
+    rf"one JSON object, UTF-8, at most {_SIZE}": MAX_HEADER_BYTES,
+}
+"""Where README, docs/ and the client's docstrings give a size the code has as a constant: the phrase, and
+the constant."""
+
+
+def test_the_sizes_the_docs_give_are_the_codes() -> None:
+    texts = [*DOCS.values(), (REPO / "remote_magic" / "client.py").read_text()]
+    said = {pattern: [size for text in texts for size in re.findall(pattern, re.sub(r"\s+", " ", text))]
+            for pattern in SIZES_SAID}
+    assert [pattern for pattern, sizes in said.items() if not sizes] == []  # each phrase is still in the docs
+    wrong = [(size, SIZES_SAID[pattern]) for pattern, sizes in said.items() for size in sizes
+             if size_in_bytes(size.replace(" ", "")) != SIZES_SAID[pattern]]
+    assert wrong == []
