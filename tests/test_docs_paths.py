@@ -1,4 +1,5 @@
-"""Every repository path, link, anchor and `remote_magic.` name that README and docs/ cite exists.
+"""Every repository path, link, anchor and `remote_magic.` name that README and docs/ cite exists, and
+every identifier the glossary says gives a word a second meaning is where it says.
 
 Paths are written as the repository holds them, relative to its root: `worker/executor.py`, not
 `remote_magic/worker/executor.py` (where it is installed): the one way a reader can open the file
@@ -109,6 +110,26 @@ def test_every_remote_magic_name_a_page_cites_exists(page: Path) -> None:
                 missing.append(dotted)
             break
     assert missing == [], f"{page.name} names what remote_magic doesn't have: {missing}"
+
+
+_SECOND_MEANING = re.compile(r"`([\w.-]+)` in `([\w/.]+\.py)`")
+"""In docs/architecture.md's glossary: `Name.attribute` in `path/to/file.py`."""
+
+
+def test_each_identifier_the_glossary_gives_a_second_meaning_is_in_its_file() -> None:
+    """docs/architecture.md says its words have one meaning each, and lists the identifiers that give one a
+    second: when one is renamed, its row goes too, and the list stays true."""
+    glossary = (REPO / "docs" / "architecture.md").read_text().partition("### Identifiers that give a word")[2]
+    cited = _SECOND_MEANING.findall(glossary)
+    assert len(cited) >= 10
+    gone = []
+    for name, path in cited:
+        source = (REPO / path).read_text()
+        found = name == Path(path).stem or (name.startswith("--") and f'"{name}"' in source) or all(
+            re.search(rf"\b{re.escape(part)}\b", source) for part in name.split("."))
+        if not found or (("." in name) and not re.search(rf"^class {name.split('.')[0]}\b", source, flags=re.M)):
+            gone.append(f"{name} in {path}")
+    assert gone == []
 
 
 def test_the_checks_see_paths_and_anchors() -> None:
