@@ -310,6 +310,14 @@ class Hub:
         peer = self.fleet.peers.get(routing_id)
         return peer is not None and peer.link.outbox.abort(job)
 
+    def unacknowledged_jobs(self, routing_id: bytes) -> set[str]:
+        peer = self.fleet.peers.get(routing_id)
+        return peer.link.outbox.jobs() if peer is not None else set()
+
+    def acknowledged_seq(self, routing_id: bytes) -> int:
+        peer = self.fleet.peers.get(routing_id)
+        return peer.link.outbox.acked_seq if peer is not None else 0
+
     def send_frames(self, routing_id: bytes, frames: list[Any]) -> int | None:
         """Send without ever blocking the hub: what a peer can't take now waits for it, in order. The
         message's seq on the peer's link (None when it isn't numbered, or the routing id is no peer's)."""

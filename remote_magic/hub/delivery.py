@@ -63,7 +63,7 @@ class JobDelivery:
     def forget_acknowledged_ends(self) -> None:
         """Jobs whose end their client acknowledged need not wait for collection any more."""
         for client in self.fleet.peers.values():
-            acked = client.link.outbox.acked_seq
+            acked = self.sender.acknowledged_seq(client.routing_id)
             for job_id in [j for j, end in client.unacknowledged_ends.items() if end.seq <= acked]:
                 del client.unacknowledged_ends[job_id]
 

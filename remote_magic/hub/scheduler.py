@@ -178,7 +178,7 @@ class Scheduler:
         if not isinstance(held, list) or not all(isinstance(j, str) for j in held):
             raise ValueError("resume needs `jobs`, a list of job ids")
         held_here = set(held)
-        in_flight = peer.link.outbox.jobs()  # on their way to it still
+        in_flight = self.sender.unacknowledged_jobs(peer.routing_id)  # on their way to it still
         if peer.role is Role.CLIENT:
             for job_id in held_here - in_flight - self.delivery.unacknowledged_jobs():
                 job = self.fleet.jobs.get(job_id)

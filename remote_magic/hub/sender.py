@@ -25,3 +25,10 @@ class PeerSender(Protocol):
     def abandon(self, routing_id: bytes, job: str) -> bool:
         """Send no more of ``job``'s messages to the peer that haven't wholly left (its result coming down
         when the notebook pressed Ctrl-C); True when some hadn't."""
+
+    def unacknowledged_jobs(self, routing_id: bytes) -> set[str]:
+        """The jobs with messages to the peer that it hasn't acknowledged yet: waiting to leave, or on their way
+        (none for a routing id that is no peer's)."""
+
+    def acknowledged_seq(self, routing_id: bytes) -> int:
+        """The seq up to which the peer holds every numbered message sent to it (0: none yet, or no peer)."""
