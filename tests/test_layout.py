@@ -163,8 +163,28 @@ def test_the_gpu_layer_imports_nothing_of_the_tab_server() -> None:
                               if target.startswith("remote_magic.worker.browser"))
                for module in MODULES if module.startswith("remote_magic.worker.gpu")}
     assert {module: targets for module, targets in reached.items() if targets} == {}
+    # What docs/gpu.md says the layer imports from outside it, and what the tab's device imports at all.
+    outside = {target for module, targets in _graph(packages_as_modules=True).items()
+               if module.startswith("remote_magic.worker.gpu")
+               for target in targets if not target.startswith(("remote_magic.worker.gpu", "remote_magic.wire."))}
+    assert outside == {"remote_magic.errors", "remote_magic.shaders", "remote_magic.worker.tab_protocol"}
     assert _imports("remote_magic.worker.gpu.tab_device", MODULES["remote_magic.worker.gpu.tab_device"]) == {
-        "remote_magic.errors", "remote_magic.worker.tab_protocol", "remote_magic.worker.gpu.device"}  # docs/gpu.md
+        "remote_magic.errors", "remote_magic.worker.tab_protocol", "remote_magic.worker.gpu.device"}
+
+
+SEAM_USERS = ("remote_magic.hub.scheduler", "remote_magic.hub.delivery", "remote_magic.hub.jupyter_kernels")
+"""The hub's modules that act on messages and send only through ``PeerSender`` (remote_magic/hub/sender.py)."""
+
+
+@pytest.mark.parametrize("module", SEAM_USERS)
+def test_the_hubs_handlers_send_only_through_the_peer_sender(module: str) -> None:
+    """No peer's link, outbox or socket, and no import of the links: what sender.py says of them."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    reached = sorted({node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                      and node.attr in ("link", "outbox", "socket", "_socket")})
+    assert reached == []
+    assert not _imports(module, MODULES[module]) & {"remote_magic.wire.link", "remote_magic.wire.chunks",
+                                                   "remote_magic.hub.broker"}
 
 
 def _loaded_by(*modules: str) -> list[str]:
