@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from .errors import FleetError, InputError, JobError, NoSuchWorker, RemoteError, RemoteMagicError, WorkerLost
+from .wire.displays import clears
 from .wire.failures import error_from_header
 from .wire.handles import RemoteValue
 
@@ -127,7 +128,10 @@ class LabelledOutput:
         self._line_open = not text.endswith("\n")
 
     def display(self, worker: str, header: Mapping[str, Any]) -> None:
-        """Show a display under a label line ``[output:WORKER]``."""
+        """Show a display under a label line ``[output:WORKER]``. A clear_output() on one of several
+        workers clears nothing: it would clear the others' output too."""
+        if clears(header):
+            return
         self._end_line()
         self._write({"name": "stdout", "text": f"[output:{worker}]\n"})
         self._last = None

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import errors
 from .wire import identity, module_state, serialization
+from .wire.displays import clear_output_here, clears
 from .wire.failures import error_from_header, is_error
 from .wire.handles import CELL_VALUE, RemoteValue, kept_description
 from .wire.protocol import Message, MessageType
@@ -160,14 +161,18 @@ def display_options(header: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def show_display(header: Mapping[str, Any]) -> None:
-    """Show a DISPLAY in IPython, or its text where there is none."""
+    """Show a DISPLAY in IPython, or its text where there is none; a clear clears IPython's output."""
     data, metadata = header.get("data") or {}, header.get("metadata") or {}
     try:
         from IPython import get_ipython
         from IPython.display import publish_display_data
     except ImportError:
         get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
+    in_ipython = get_ipython is not None and get_ipython() is not None
+    if clears(header):
+        if in_ipython:
+            clear_output_here(header)
+    elif in_ipython:
         publish_display_data(data, metadata, **display_options(header))  # type: ignore[no-untyped-call]
     else:
         print(data.get("text/plain", "<rich output>"))

@@ -44,3 +44,45 @@ def test_quickstart_notebook_runs_against_a_worker(worker: WorkerProcess, monkey
     assert "kept, as after a local run: [0, 1, 2]" in _text(untouched)
     html = [o["data"]["text/html"] for o in workers.outputs if "text/html" in o.get("data", {})]
     assert html and "<td>shared</td>" in html[0]
+
+
+REDRAWS = ("""from IPython.display import clear_output
+import matplotlib.pyplot as plt
+for i in range(3):
+    clear_output(wait=True)
+    print(f"frame {i}")
+    plt.plot([0, i])
+    plt.show()
+""", """from IPython.display import clear_output, display
+for i in range(3):
+    clear_output()
+    print(f"step {i}")
+display("shown")
+clear_output(wait=True)
+""")
+
+
+def _shown(cell) -> list[tuple[str, str]]:
+    """A cell's outputs, comparably: each one's type and its text (a figure: its mime types)."""
+    return [(o["output_type"], o.get("text") or ",".join(sorted(o.get("data", {})))) for o in cell.outputs]
+
+
+def test_clear_output_in_an_offloaded_cell_clears_the_cell_as_locally(worker: WorkerProcess,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """A redraw loop (``clear_output(wait=True)``, then a line and a figure) leaves only its last frame,
+    offloaded as locally (before: every frame piled up offloaded)."""
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
+    cells = [nbformat.v4.new_code_cell("%load_ext remote_magic\n%offload_connect")]
+    for redraw in REDRAWS:
+        cells += [nbformat.v4.new_code_cell(redraw), nbformat.v4.new_code_cell("%%offload\n" + redraw)]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    NotebookClient(nb, kernel_name="python3", timeout=120,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    connect, frames_local, frames_offloaded, steps_local, steps_offloaded = nb.cells
+    assert "Connected to tcp://127.0.0.1" in _text(connect)
+    assert _shown(frames_local) == [("stream", "frame 2\n"), ("display_data", "image/png,text/plain")]
+    assert _shown(frames_offloaded) == _shown(frames_local)
+    # clear_output() clears at once; with wait=True and nothing after it, what was shown stays.
+    assert _shown(steps_local) == [("stream", "step 2\n"), ("display_data", "text/plain")]
+    assert _shown(steps_offloaded) == _shown(steps_local)

@@ -21,7 +21,13 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from traitlets import TraitError
 
-from remote_magic.wire.displays import FRAMED, TEXT_FORMAT, frame_parts, pickle_display_handles_portably
+from remote_magic.wire.displays import (
+    CLEAR_OUTPUT,
+    FRAMED,
+    TEXT_FORMAT,
+    frame_parts,
+    pickle_display_handles_portably,
+)
 from remote_magic.wire.protocol import MAX_HEADER_BYTES, MessageType as T, encode_header
 from remote_magic.wire.sizes import human_size
 
@@ -154,6 +160,12 @@ class JobOutputs:
 
             return DisplayHandle(display_id)  # type: ignore[no-untyped-call]
         return None
+
+    def clear_output(self, wait: bool = False) -> None:
+        """IPython's clear_output(): the notebook clears the cell's output (with ``wait``, when the next
+        output comes), after the text printed before it, as in a kernel."""
+        self.flush()
+        self._send(T.DISPLAY, {"job": self.job, CLEAR_OUTPUT: True, "wait": bool(wait)})
 
     def bundle(self, obj: Any, include: Any = None, exclude: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """The mime bundle and metadata IPython would show for ``obj``, rendered here: with this
@@ -293,7 +305,8 @@ def _formatter() -> Any:
 
 
 def install_display(current: Callable[[], JobOutputs | None]) -> None:
-    """Make display() (builtin and IPython.display's) and plt.show() publish through the running job."""
+    """Make display() (builtin and IPython.display's), clear_output() and plt.show() publish through the
+    running job."""
     global _current
     _current = current
 
@@ -304,17 +317,25 @@ def install_display(current: Callable[[], JobOutputs | None]) -> None:
             return None
         return outputs.display(*objs, **kwargs)
 
+    def clear_output(wait: bool = False) -> None:
+        outputs = current()
+        if outputs is not None:
+            outputs.clear_output(wait)
+
     pickle_display_handles_portably()
     # It pickles as the notebook's own display() (`from IPython.display import display` in a cell binds it).
     display.__module__, display.__qualname__ = "IPython.display", "display"
+    clear_output.__module__, clear_output.__qualname__ = "IPython.display", "clear_output"
     builtins.display = display  # type: ignore[attr-defined]
     import IPython.core.display
     import IPython.display
 
-    # IPython 8 defines display() in core.display_functions, 7.x in core.display: patch where it lives.
+    # IPython 8 defines display() and clear_output() in core.display_functions, 7.x in core.display: patch
+    # where they live.
     modules = [IPython.display, IPython.core.display]
     with contextlib.suppress(ImportError):
         modules.append(importlib.import_module("IPython.core.display_functions"))
     for module in modules:
         setattr(module, "display", display)
+        setattr(module, "clear_output", clear_output)
     _formatter()

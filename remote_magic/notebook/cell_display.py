@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from IPython.display import publish_display_data
 
 from ..results import display_options
+from ..wire.displays import clear_output_here, clears
 
 Bundle = tuple[dict[str, Any], dict[str, Any]]  # a mime bundle and its metadata
 
@@ -35,8 +36,11 @@ class CellDisplay:
             self._rendered = dict(rendered.get("data") or {}), dict(rendered.get("metadata") or {})
 
     def show(self, header: Mapping[str, Any]) -> None:
-        """A DISPLAY from the worker: now, or once the cell's value is shown."""
-        if header.get("after_cell"):
+        """A DISPLAY from the worker: now, or once the cell's value is shown; a clear clears the cell's
+        output (``wait``: when the next output comes), as the cell's clear_output() does locally."""
+        if clears(header):
+            clear_output_here(header)
+        elif header.get("after_cell"):
             self._after_cell.append(header)
         else:
             publish_display_data(header.get("data") or {}, header.get("metadata") or {},  # type: ignore[no-untyped-call]

@@ -6,11 +6,28 @@ from __future__ import annotations
 
 import base64
 import copyreg
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 TEXT_FORMAT = ("pprint", "float_precision", "max_width", "max_seq_length")
 """What of IPython's text formatter decides how a value reads (``%pprint``, ``%precision``): a cell's
 ``text_format`` says how the notebook has them, and the worker renders the cell's value alike."""
+
+CLEAR_OUTPUT = "clear_output"
+"""The DISPLAY header key that makes it a clear: ``IPython.display.clear_output`` ran in the cell, and the
+notebook clears the cell's output (with ``"wait": true``, when the next output comes), as locally."""
+
+
+def clears(header: Mapping[str, Any]) -> bool:
+    """Whether this DISPLAY clears the cell's output rather than adding to it."""
+    return header.get(CLEAR_OUTPUT) is True
+
+
+def clear_output_here(header: Mapping[str, Any]) -> None:
+    """Clear the cell's output in this process's IPython, as the cell's ``clear_output(wait=...)`` asked."""
+    from IPython.display import clear_output
+
+    clear_output(wait=header.get("wait") is True)  # type: ignore[no-untyped-call]
+
 
 FRAMED = "framed"
 """The header key listing the parts that travel as frames: ``[[mime type, "base64" | "text"], ...]``."""

@@ -357,6 +357,7 @@ HEADERS: dict[str, Record] = {
     "display": _header({
         "job": _ID, "data": MapOf(Json()), "metadata": Object(), "after_cell": Flag(),
         "framed": ListOf(ListOf(_NAME)), "display_id": _ID, "update": Flag(),
+        "clear_output": Flag(), "wait": Flag(),
     }, "job"),
     "result": _header({"job": _ID, **_RESULT}, "job"),
     "error": _header({
