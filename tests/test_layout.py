@@ -187,13 +187,18 @@ def test_the_hubs_handlers_send_only_through_the_peer_sender(module: str) -> Non
                                                    "remote_magic.hub.broker"}
 
 
+def _fresh(code: str) -> str:
+    """What a fresh interpreter prints running ``code``."""
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    return probe.stdout
+
+
 def _loaded_by(*modules: str) -> list[str]:
     """The package's modules a fresh interpreter holds after importing ``modules``."""
-    probe = subprocess.run(
-        [sys.executable, "-c", f"import sys\nimport {', '.join(modules)}\n"
-         "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('remote_magic'))))"],
-        capture_output=True, text=True, timeout=60, check=True)
-    loaded: list[str] = json.loads(probe.stdout)
+    code = f"import json, sys\nimport {', '.join(modules)}\n"
+    loaded: list[str] = json.loads(_fresh(code + "print(json.dumps(sorted(m for m in sys.modules "
+                                                 "if m.startswith('remote_magic'))))"))
     return loaded
 
 
@@ -206,11 +211,9 @@ def test_a_worker_hub_or_executor_process_loads_nothing_of_the_notebook_side() -
 
 def test_importing_the_package_loads_only_its_errors_until_a_name_is_used() -> None:
     assert _loaded_by("remote_magic") == ["remote_magic", "remote_magic._version", "remote_magic.errors"]
-    probe = subprocess.run(
-        [sys.executable, "-c", "import sys, remote_magic\nremote_magic.connect\n"
-         "print('remote_magic.client' in sys.modules, remote_magic.Client.__module__, 'Client' in dir(remote_magic))"],
-        capture_output=True, text=True, timeout=60, check=True)
-    assert probe.stdout.split() == ["True", "remote_magic.client", "True"]
+    used = _fresh("import sys, remote_magic\nremote_magic.connect\nprint('remote_magic.client' in sys.modules, "
+                  "remote_magic.Client.__module__, 'Client' in dir(remote_magic))")
+    assert used.split() == ["True", "remote_magic.client", "True"]
 
 
 @pytest.mark.parametrize("module", sorted(m for m, p in MODULES.items() if "__main__" in p.read_text(encoding="utf-8")))
