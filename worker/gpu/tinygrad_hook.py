@@ -16,6 +16,7 @@ import sys
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
+from remote_magic.errors import GpuError
 from remote_magic.wire import module_state
 
 TINYGRAD_MODULE = "tinygrad.runtime.ops_webgpu"
@@ -23,6 +24,9 @@ TINYGRAD_MODULE = "tinygrad.runtime.ops_webgpu"
 
 DEVICE_MODULE = f"{__package__}.tinygrad_device"
 DEVICE_NAME = "WEBGPU"
+
+_gpu_device: Callable[[], Any] | None = None
+"""Gives the executor's GPU device (set by :func:`install`)."""
 
 
 class _RuntimeFinder(importlib.abc.MetaPathFinder):
@@ -45,21 +49,17 @@ def install(gpu_device: Callable[[], Any], *, default: bool) -> None:
     """Make tinygrad's ``WEBGPU`` device run on ``gpu_device()`` (the executor's
     :class:`~.device.GpuDevice`); ``default``: and make it tinygrad's default device, unless the worker's
     environment names another with ``DEV``. Call before any cell runs."""
+    global _gpu_device
+    _gpu_device = gpu_device
     # (tinygrad's compile pool would leave threads running)
     module_state.set_at_start({"PARALLEL": "0", **({"DEV": DEVICE_NAME} if default else {})})
     if not any(isinstance(finder, _RuntimeFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _RuntimeFinder())
-    global _gpu_device
-    _gpu_device = gpu_device
-
-
-_gpu_device: Callable[[], Any] | None = None
 
 
 def executor_gpu_device() -> Any:
-    """The executor's GPU device, for tinygrad's ``WEBGPU`` device; GpuError where the worker has none."""
-    if _gpu_device is None:
-        from remote_magic.errors import GpuError
+    """The executor's GPU device, for tinygrad's ``WEBGPU`` device."""
+    if _gpu_device is None:  # (the finder is installed only with it: a bug if seen)
         raise GpuError("tinygrad's WEBGPU device is the worker's GPU, and this worker computes without one "
                        "(start remote-worker with --gpu on, or use tinygrad's CPU device: DEV=CPU)")
     return _gpu_device()
