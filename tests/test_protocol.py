@@ -121,9 +121,14 @@ def test_version_differences_are_explained_in_words() -> None:
     assert [n.split(" is ")[0] for n in notes] == ["remote-magic", "Python", "numpy", "cloudpickle", "pandas"]
     assert "functions and classes defined in notebook cells travel as source" in notes[1]
     assert "numpy 2 may not load under numpy 1" in notes[2]
-    assert notes[4].startswith("pandas is 2.2.3 here and not installed on worker 'box'")
-    assert "DataFrames, Series and Index cross" in notes[4]  # as they do (docs/compatibility.md)
-    assert not any("pip install" in note or "one version" in note for note in notes[1:])  # in Colab: a pinned package
+    # Missing on the worker: what fails there and how to install it there (no pinned package changes).
+    assert notes[4] == ("pandas is 2.2.3 here and not installed on worker 'box': code that imports it fails there. "
+                        "Install it there: `pip install pandas` in the Python environment it runs in")
+    assert not any("pip install" in note or "one version" in note for note in notes[1:4])  # in Colab: a pinned package
+    assert "DataFrames, Series and Index cross" in describe_differences(ours, {**ours, "pandas": "1.5.3"}, "w")[0]
+    # Missing here: matplotlib's figures still come back as images.
+    [missing_here] = describe_differences({**ours, "matplotlib": ""}, ours, "worker 'box'")
+    assert missing_here.startswith("matplotlib is not installed here and is 3.10.0 on worker 'box': figures come back")
     # What doesn't matter isn't said: a Python, cloudpickle or pandas patch release, a numpy minor release.
     assert describe_differences(ours, {**ours, "python": "3.13.9", "numpy": "2.4.0", "cloudpickle": "3.1.3",
                                        "pandas": "2.2.4"}, "w") == []

@@ -3,19 +3,26 @@ versions and the fix.
 
 The notebook side (this process) and a real worker import two real releases of one small library
 (`skewlib` 1.0 here, 2.0 there, where a class was renamed), and a library only the worker has.
+
+A worker without matplotlib (this environment less that package) says so at connect, a cell that imports it
+says it is missing there and how to install it, and once it is installed the running worker has it and says so.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 
 import remote_magic
 from remote_magic import InputError, OutputError
-from support import WorkerProcess, start_worker
+from remote_magic.wire.versions import installed_version
+from support import WorkerProcess, run, start_worker, wait_for
 
 RELEASES = {
     "notebook": {"skewlib": '__version__ = "1.0"\n\nclass Thing:\n    def __init__(self):\n        self.v = 1\n'},
@@ -77,3 +84,68 @@ def test_a_result_from_a_library_missing_here_says_what_to_install(skewed: remot
         skewed.run("import workeronly\ntool = [workeronly.Tool()]", outputs=["tool"])
     assert ("it was pickled on the worker with workeronly 3.1, which isn't installed in the notebook: "
             "`pip install workeronly==3.1` in the notebook") in str(info.value)
+
+
+MATPLOTLIB = ("matplotlib", "mpl_toolkits", "pylab.py")  # what installing matplotlib puts in site-packages
+
+
+def _without_matplotlib(tmp: Path) -> tuple[Path, Path, list[Path]]:
+    """A virtual environment that sees this one's packages less matplotlib's: its `remote-worker`, the folder
+    its packages are in, and matplotlib's entries, which linked into that folder install it."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    packages = tmp / "packages"
+    packages.mkdir()
+    held_back = []
+    for entry in site.iterdir():
+        if entry.name.startswith(MATPLOTLIB) and not entry.name.startswith("matplotlib_inline"):
+            held_back.append(entry)
+        else:
+            (packages / entry.name).symlink_to(entry)
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    python = venv / "bin" / "python"
+    venv_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    (Path(venv_site) / "packages.pth").write_text(f"import site; site.addsitedir({str(packages)!r})\n")
+    script = venv / "bin" / "remote-worker"
+    script.write_text(f"#!{python}\nfrom remote_magic.worker.cli import main\nraise SystemExit(main())\n")
+    script.chmod(0o755)
+    return script, packages, held_back
+
+
+def test_a_package_missing_on_the_worker_is_named_with_how_to_install_it_and_once_installed_it_is_there(
+        tmp_path: Path) -> None:
+    script, packages, matplotlib = _without_matplotlib(tmp_path)
+    worker = start_worker(tmp_path / "w", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "box",
+                          executable=script)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    try:
+        _, out = run(shell, f"%offload_connect {worker.token}")
+        ours = installed_version("matplotlib")
+        assert (f"matplotlib is {ours} here and not installed on worker 'box': code that imports it fails there. "
+                "Install it there: `pip install matplotlib`") in out.stderr
+        assert "so plots work" not in out.stderr
+
+        result, out = run(shell, "%%offload\nimport matplotlib\nversion = matplotlib.__version__")
+        assert isinstance(result.error_in_exec, ModuleNotFoundError)
+        assert ("`matplotlib` is not installed on worker 'box'. Install it there (`pip install matplotlib` in the "
+                "Python environment remote-worker runs in") in out.stderr
+        assert "subprocess.check_call([sys.executable, '-m', 'pip', 'install', 'matplotlib'])" in out.stderr
+
+        for entry in matplotlib:  # installed while the worker runs
+            (packages / entry.name).symlink_to(entry)
+        result, out = run(shell, "%%offload\nimport matplotlib\nversion = matplotlib.__version__")
+        assert result.success, out.stderr
+        assert shell.user_ns["version"] == ours
+
+        # The hub's listing says so within a refresh, and connecting again says nothing of matplotlib.
+        with remote_magic.connect(worker.token, timeout=10) as client:
+            wait_for(lambda: client.workers()[0]["versions"].get("matplotlib") == ours, 30,
+                     "the worker's heartbeat to announce matplotlib")
+        _, out = run(shell, f"%offload_connect {worker.token}")
+        assert "matplotlib" not in out.stderr
+    finally:
+        shell.run_line_magic("unload_ext", "remote_magic")
+        shell.reset(new_session=False)
+        worker.stop()

@@ -56,6 +56,10 @@ INTERRUPT_GRACE_S = 2.0
 HEALTH_CHECK_INTERVAL_S = 0.05
 """While a job runs: how often the executor's liveness and memory are checked."""
 
+VERSIONS_REFRESH_S = 10.0
+"""How often the worker reads its libraries' versions again for its heartbeats, so that one installed while it
+runs (matplotlib after a cell failed for want of it) shows in the hub's listing and in %offload_connect's notices."""
+
 RECENT_JOBS = 100_000
 """How many job ids a worker remembers having taken, so a SUBMIT that comes twice never runs twice."""
 
@@ -124,6 +128,8 @@ class Supervisor:
         self.totals: dict[str, Any] = {"kernels": {}, "gpu_time_s": 0.0, "bytes_uploaded": 0, "bytes_downloaded": 0,
                                        "resident_hits": 0, "bytes_resident": 0}
         self.gpu: dict[str, Any] = {}
+        self._versions: dict[str, str] = {}
+        self._versions_due = 0.0  # time.monotonic() at which they are read again
 
     def start(self) -> None:
         """Start the spare executor, join the hub; returns once the worker accepts jobs."""
@@ -157,9 +163,12 @@ class Supervisor:
 
     def _heartbeat(self) -> dict[str, Any]:
         battery = None if self.options.tab else battery_state()  # a tab's is unknown, and this host's isn't the tab's
+        now = time.monotonic()
+        if now >= self._versions_due:  # a few ms: not at every heartbeat
+            self._versions, self._versions_due = local_versions(fresh=True), now + VERSIONS_REFRESH_S
         return {"stats": {"gpu": self.totals, "sessions": self.sessions.memory(),
                           "max_sessions": self.sessions.max_sessions, "battery": battery,
-                          "kernels": self.kernels.stats()}}
+                          "kernels": self.kernels.stats()}, "versions": self._versions}
 
     # -- from the hub ----------------------------------------------------------------------
 

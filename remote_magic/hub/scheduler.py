@@ -32,6 +32,7 @@ from ..wire.protocol import Message, MessageType as T, Role, encode, session_id
 from ..wire.requirements import check_prefer, parse_all
 from ..wire.sizes import human_size
 from ..wire.throttle import WarningThrottle
+from ..wire.versions import with_libraries
 from . import placement
 from .delivery import JobDelivery
 from .fleet import Fleet
@@ -203,7 +204,10 @@ class Scheduler:
                                                                "reason": "the hub no longer has this job"})
 
     def on_heartbeat(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
-        """A worker's heartbeat carries its counters, its battery among them: a change may free waiting jobs."""
+        """A worker's heartbeat carries its counters, its battery among them: a change may free waiting jobs; and
+        its libraries' versions, which a package installed while it runs changes."""
+        if peer.role is Role.WORKER and isinstance(msg.header.get("versions"), dict):
+            peer.versions = with_libraries(peer.versions, msg.header["versions"])
         if peer.role is Role.WORKER and isinstance(msg.header.get("stats"), dict):
             before = placement.power_hold(peer), placement.on_battery(peer)
             peer.stats = msg.header["stats"]

@@ -29,6 +29,7 @@ from .notices import (
     notice,
     say_if_a_local_file,
     say_if_a_local_module,
+    say_if_not_installed_on_the_worker,
 )
 from .shared_state import SharedState
 
@@ -129,7 +130,9 @@ class CellMagics(MagicsGroup):
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
                 self._apply(error.partial, inputs)
-            say_if_a_local_module(str(error))
+            if not say_if_a_local_module(str(error)):
+                say_if_not_installed_on_the_worker(error.remote_type, error.remote_message,
+                                                   error.partial.worker if error.partial is not None else worker)
             say_if_a_local_file(error.remote_type, error.remote_message)
             if error.remote_type == "SystemExit":  # as locally: IPython says so, without a traceback
                 raise SystemExit(_exit_code(error.remote_message)) from None

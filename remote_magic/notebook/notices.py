@@ -18,6 +18,7 @@ from ..file_copy import Transfer
 from ..results import FileChanges
 from ..wire.definitions import INSTALLED
 from ..wire.sizes import human_size
+from ..wire.versions import distribution_of
 
 NOTICE_FILES = 3
 """How many files a notice about the files a cell wrote names; it counts the rest."""
@@ -120,20 +121,20 @@ def say_if_a_local_file(remote_type: str, message: str) -> None:
            "copies it there")
 
 
-def say_if_a_local_module(error: str) -> None:
+def say_if_a_local_module(error: str) -> bool:
     """When the worker lacks a module that is a file or folder beside the notebook (not an installed
-    package), say so, and how to copy it there."""
+    package), say so, and how to copy it there; whether it did."""
     missing = _NO_MODULE.search(error)
     if missing is None:
-        return
+        return False
     top = missing[1].partition(".")[0]
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
-        return
+        return False
     origin = spec.origin if spec is not None else None
     if not origin or origin in ("built-in", "frozen") or origin.startswith(INSTALLED):
-        return
+        return False
     path = Path(origin).parent if spec is not None and spec.submodule_search_locations else Path(origin)
     try:
         shown = str(path.relative_to(Path.cwd()))
@@ -141,3 +142,18 @@ def say_if_a_local_module(error: str) -> None:
         shown = str(path)
     notice(f"`{top}` is {shown} here, next to the notebook, not a package installed on the worker: "
            f"`%offload_put {shown}` copies it into the worker's working directory, where offloaded cells import from")
+    return True
+
+
+def say_if_not_installed_on_the_worker(remote_type: str, message: str, worker: str | None) -> None:
+    """When a cell's import failed on the worker for want of a package, say which is missing where, and how
+    to install it there: on that machine, or from the notebook through an offloaded cell."""
+    missing = _NO_MODULE.search(message)
+    if remote_type != "ModuleNotFoundError" or missing is None:
+        return
+    top = missing[1].partition(".")[0]
+    package = distribution_of(top)  # pip's name for it, as this side knows it (sklearn: scikit-learn)
+    notice(f"`{top}` is not installed on {f'worker {worker!r}' if worker else 'the worker'}. Install it there "
+           f"(`pip install {package}` in the Python environment remote-worker runs in; a running worker finds "
+           f"it, no restart), or from here with an offloaded cell: `import subprocess, sys; "
+           f"subprocess.check_call([sys.executable, '-m', 'pip', 'install', '{package}'])`")

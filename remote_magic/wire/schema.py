@@ -342,6 +342,7 @@ HEADERS: dict[str, Record] = {
             "kernels": MapOf(Record({"pid": _SIZE})),
         }),
         "abandons": _ID,  # the transfer of a large message its sender stopped midway (Ctrl-C)
+        "versions": _VERSIONS,  # a worker's, read again now and then: a library installed while it runs
     }),
     "submit": _header({
         "job": _ID, "kind": Text(16, choices=("code", "call", "file", "reset")), "session": _ID, "op": Object(),

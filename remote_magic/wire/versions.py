@@ -21,9 +21,19 @@ from .._version import __version__
 WATCHED_LIBRARIES = ("cloudpickle", "numpy", "pandas", "matplotlib")
 
 
-def local_versions() -> dict[str, str]:
-    """The versions a peer announces in its HELLO (a library not installed is left out)."""
+def local_versions(fresh: bool = False) -> dict[str, str]:
+    """The versions a peer announces in its HELLO (a library not installed is left out). ``fresh``: read the
+    libraries' again, for one installed or upgraded since (a worker's heartbeats say so)."""
+    if fresh:
+        _local_versions.cache_clear()
     return dict(_local_versions())
+
+
+def with_libraries(versions: Mapping[str, str], announced: Mapping[str, Any]) -> dict[str, str]:
+    """``versions`` with the watched libraries as ``announced`` now (in a worker's heartbeat): one installed
+    on a running worker shows; the protocol, link and Python versions stay as its HELLO said."""
+    kept = {name: version for name, version in versions.items() if name not in WATCHED_LIBRARIES}
+    return kept | {name: str(announced[name]) for name in WATCHED_LIBRARIES if name in announced}
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,15 +100,22 @@ def describe_differences(ours: Mapping[str, str], theirs: Mapping[str, str], whe
                      f"pickled by numpy {_major(mine)} may not load under numpy {_major(other)}")
     # Said without advice to change a version: in Colab that would mean changing a pinned package. A value
     # that fails to load names the library and the install that fixes it, when it happens.
-    for name, meaning in (
-            ("cloudpickle", "most values load either way; one that doesn't says which and why when it arrives"),
+    for name, meaning, missing_here in (
+            ("cloudpickle", "most values load either way; one that doesn't says which and why when it arrives",
+             ""),
             ("pandas", "DataFrames, Series and Index cross, rebuilt from their arrays by the receiver's pandas; "
-                       "other pandas objects may not load"),
-            ("matplotlib", "figures come back as images, so plots work; matplotlib objects stay on the worker")):
+                       "other pandas objects may not load",
+             f"pandas objects {where} makes can't load here: `pip install pandas` here"),
+            ("matplotlib", "figures come back as images, so plots work; matplotlib objects stay on the worker",
+             "figures come back as images, so plots work; matplotlib objects stay on the worker")):
         mine, other = ours.get(name), theirs.get(name)
-        if _minor(mine) != _minor(other):  # a patch release changes none of this
-            notes.append(f"{name} is {mine or 'not installed'} here and {other or 'not installed'} on {where}: "
-                         f"{meaning}")
+        if mine and not other:
+            notes.append(f"{name} is {mine} here and not installed on {where}: code that imports it fails there. "
+                         f"Install it there: `pip install {name}` in the Python environment it runs in")
+        elif other and not mine:
+            notes.append(f"{name} is not installed here and is {other} on {where}: {missing_here or meaning}")
+        elif _minor(mine) != _minor(other):  # a patch release changes none of this
+            notes.append(f"{name} is {mine} here and {other} on {where}: {meaning}")
     return notes
 
 
