@@ -102,7 +102,7 @@ class HubJobs:
     def close(self) -> None:
         """Close the connection; the jobs still waiting end with JobCancelled (the hub cancels them)."""
         self.connection.close()
-        self._fail_every_job(errors.JobCancelled("the client was closed before the job finished"))
+        self._fail_every_job(lambda job_id: errors.JobCancelled("the client was closed before the job finished"))
 
     # -- submitting --------------------------------------------------------------------------
 
@@ -424,18 +424,20 @@ class HubJobs:
                                                   "text": f"remote-magic: {notice}\n"}))
 
     def _on_lost(self, reason: str) -> None:
-        self._fail_every_job(ConnectionFailed(
-            f"{reason}, so this notebook stopped waiting for the job. Unless the hub itself stopped, the job goes "
-            "on there: once the hub answers again, `%offload_jobs` (Client.jobs()) lists it and "
-            "`%offload_attach JOB` (Client.attach(job)) collects its output and result; if it isn't listed, run it "
-            "again. This connection keeps trying"))
+        if self.connection.hub_stopped:  # its jobs ended with it
+            self._fail_every_job(lambda job_id: ConnectionFailed(
+                f"{reason}, and the job with it: start remote-worker again, then run the cell again"))
+        else:
+            self._fail_every_job(lambda job_id: ConnectionFailed(
+                f"{reason}: stopped waiting; the job goes on there if the hub still runs: %offload_attach {job_id} "
+                "(Client.attach) collects it once the hub answers, else run the cell again"))
 
-    def _fail_every_job(self, error: RemoteMagicError) -> None:
-        """End every job still waiting here (its future, or the wait on it) with ``error``."""
+    def _fail_every_job(self, error: Callable[[str], RemoteMagicError]) -> None:
+        """End every job still waiting here (its future, or the wait on it) with its ``error(job id)``."""
         with self._lock:
             job_ids = list(self._jobs)
         for job_id in job_ids:
-            self.end(job_id, error)
+            self.end(job_id, error(job_id))
 
 
 def _coming_down(job: Job) -> bool:

@@ -376,8 +376,10 @@ def test_a_job_in_flight_when_its_hub_shuts_down_ends_saying_so(tmp_path: Path) 
             # Before: "said goodbye", then "the hub stopped answering for 5 s", as if the network had failed.
             with pytest.raises(WorkerLost, match="^worker 'home' on .* shut down while running this job"):
                 future.result(timeout=30)
-            wait_for(lambda: "the hub shut down, so nothing was sent" in str(_result_or_error(client, "x = 1")),
-                     10, "the client to hear that the hub shut down")
+            refused = wait_for(lambda: (lambda said: "the hub shut down, so nothing was sent" in said and said)(
+                str(_result_or_error(client, "x = 1"))), 10, "the client to hear that the hub shut down")
+            # With what to do next (before: "the hub shut down, so nothing was sent." and no more).
+            assert "Start its remote-worker again, then run this again" in str(refused)
     finally:
         hub.stop()
 

@@ -122,12 +122,15 @@ def test_a_job_that_ends_while_its_notebook_is_cut_off_waits_for_it(tmp_path: Pa
 
             code = ("import os, time\nprint('started', flush=True)\nwhile not os.path.exists(RELEASE):\n"
                     "    time.sleep(0.05)\nz = 7")
-            with pytest.raises(remote_magic.ConnectionFailed, match="the job goes on there"):
+            with pytest.raises(remote_magic.ConnectionFailed, match="the job goes on there") as lost:
                 client.execute(code, {"RELEASE": str(release)}, on_stream=cut_off)
             tunnel.start()
             wait_for(lambda: _waiting(client), 30, "the job to wait for this notebook")
             (job,) = client.jobs()
             assert job["state"] == "done"
+            # Short, and it names the command that collects this job (before: a 420-character paragraph).
+            assert f"%offload_attach {job['job']} (Client.attach) collects it once" in str(lost.value)
+            assert len(str(lost.value)) < 250, str(lost.value)
             printed: list[str] = []
             result = client.attach(job["job"], on_stream=lambda header: printed.append(header["text"]))
             assert result.values["z"] == 7 and printed == ["started\n"]

@@ -66,6 +66,10 @@ libzmq's longest reconnect interval (``reconnect_ivl_max``) and a hello's round 
 RECONNECT_ADVICE = ("This connection keeps trying: run it again once the hub (or the tunnel in front of it) "
                     "answers again.")
 
+HUB_STOPPED_ADVICE = ("Start its remote-worker again, then run this again: on the same address this connection "
+                      "finds it by itself; on another, connect with the token it prints (%offload_connect TOKEN, or "
+                      "remote_magic.connect(TOKEN)).")
+
 _LINK_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
                 | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
                 | zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED)
@@ -233,8 +237,16 @@ class Connection:
         self._link_events = sock.get_monitor_socket(_LINK_EVENTS, f"inproc://remote-magic-link-{id(self)}")
         self._link_up = True  # libzmq's view of the connection: dial() just completed its handshake
         self._refused_since: float | None = None  # since when the hub's address refuses connections
+        self._gone = False  # it has refused them past the heartbeat bound: ``lost`` says what to do
         self._address = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+
+    def _next_step(self) -> str:
+        """What to do while the hub is out of reach, unless ``lost`` says it already (nothing listens there
+        for a while: its remote-worker stopped, or moved)."""
+        if self._gone:
+            return ""
+        return HUB_STOPPED_ADVICE if self._hub_stopped or self._refused_since is not None else RECONNECT_ADVICE
 
     def start(self) -> "Connection":
         """Start the I/O thread; callbacks may run from now on, so keep a reference first."""
@@ -260,8 +272,7 @@ class Connection:
             if not self.connected and self._hub_stopped:  # a hub restarting on its address welcomes us back soon
                 self._welcomed.wait(HUB_RESTART_GRACE_S)
             if not self.connected:  # it would wait unseen until the hub is back: say so now
-                advice = RECONNECT_ADVICE if self._refused_since is None else ""
-                raise ConnectionFailed(f"{self.lost}, so nothing was sent. {advice}".rstrip())
+                raise ConnectionFailed(f"{self.lost}, so nothing was sent. {self._next_step()}".rstrip())
             if self._forgotten:
                 raise ConnectionFailed("the hub forgot this connection (it restarted, or timed it out) and hasn't "
                                        "welcomed it back yet, so nothing was sent: run it again in a moment")
@@ -305,6 +316,11 @@ class Connection:
         return self.on_io_thread(lambda: self._link.outbox.abort(job)).result(timeout)
 
     @property
+    def hub_stopped(self) -> bool:
+        """The hub said goodbye (it shut down) and hasn't welcomed this connection back since."""
+        return self._hub_stopped
+
+    @property
     def received(self) -> int:
         """How many of the hub's numbered messages arrived (in order) since the last welcome."""
         return self._link.expected - 1
@@ -346,7 +362,7 @@ class Connection:
                     if event == zmq.EVENT_CONNECT_RETRIED:  # the address refused the connection: nothing listens
                         self._refused_since = self._refused_since or now
                     elif event == zmq.EVENT_CONNECTED:
-                        self._refused_since = None
+                        self._refused_since, self._gone = None, False
                     else:
                         self._link_up = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
                         if self._link_up:
@@ -400,6 +416,7 @@ class Connection:
                     self.lost = f"the hub stayed out of reach for {self.outage_grace:.0f} s (outage_grace)"
                     self._on_lost(self.lost)
                 if not self.connected and self._refused_since is not None and now - self._refused_since > self.expiry_s:
+                    self._gone = True
                     self.lost = (f"nothing listens at {self._address} any more: its remote-worker (or the tunnel in "
                                  "front of it) stopped, or started again on another port or address (an ngrok "
                                  "address changes with each start). "
