@@ -102,15 +102,19 @@ def test_the_folder_is_scanned_once_not_per_cell(folder: Path, monkeypatch: pyte
         watched.close()
 
 
-def test_what_ran_between_cells_is_not_the_next_cells_after_a_copy(folder: Path) -> None:
+def test_what_is_written_between_cells_by_a_copy_or_another_program_is_not_the_next_cells(folder: Path) -> None:
     watched = workdir.WorkingDirectory()
     try:
         watched.cell_starts()
         assert watched.cell_ended() is None
         write("put.txt")  # as %offload_put does, between two cells
-        watched.forget()
+        # Another program writes there between two cells (before: taken for the next cell's).
+        subprocess.run([sys.executable, "-c", "open('theirs.txt', 'w').write('x')"], check=True)
         watched.cell_starts()
         assert watched.cell_ended() is None
+        watched.cell_starts()
+        write("mine.txt")
+        assert watched.cell_ended()["written"] == [["mine.txt", 1]]  # type: ignore[index]
     finally:
         watched.close()
 

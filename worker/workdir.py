@@ -276,16 +276,17 @@ class FolderWatch:
 class WorkingDirectory:
     """What each cell changed under the folder it started in (the ``files`` of its RESULT or ERROR).
 
-    A cell's changes are those since the last cell's look, when that cell started in the same folder
-    (a file another program writes between the two is taken for this cell's), else since it started.
-    The folder is watched from the first cell that starts there until one starts elsewhere.
+    A cell's changes are those made while it ran: what changed between two cells (a file another program
+    wrote, a copy, a thread an earlier cell left running) is looked at when the next starts, and left out.
+    A file another program writes in the folder while the cell runs is taken for the cell's: file events
+    don't say which process made them. The folder is watched from the first cell that starts there until
+    one starts elsewhere.
     """
 
     def __init__(self) -> None:
         self._watch: FolderWatch | None = None
         self._unwatchable: set[str] = set()  # folders that couldn't be watched (the log said why, once)
         self._running = False  # a cell started, in the watched folder
-        self._stale = False  # something other than a cell (a file copy, a call) may have changed it since
 
     def cell_starts(self) -> None:
         """Note where a cell starts, and how the folder is before it runs."""
@@ -301,19 +302,15 @@ class WorkingDirectory:
             watch = self._watch = FolderWatch(root, try_watching=root not in self._unwatchable)
             if not watch.watching:
                 self._unwatchable.add(root)
-        elif self._stale:
-            watch.changes()  # not this cell's
-        self._running, self._stale = True, False
+        else:
+            watch.changes()  # since the last look: not this cell's
+        self._running = True
 
     def cell_ended(self) -> dict[str, Any] | None:
         """What the cell that started last changed, as a header's ``files`` says it (None: nothing, or it
         started nowhere)."""
         running, self._running = self._running, False
         return self._watch.changes() if running and self._watch is not None else None
-
-    def forget(self) -> None:
-        """Something other than a cell ran (a file copy, a call): what it changed is not the next cell's."""
-        self._stale = True
 
     def close(self) -> None:
         if self._watch is not None:
