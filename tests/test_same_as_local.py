@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from support import run
@@ -443,3 +444,23 @@ def test_input_in_an_offloaded_cell_says_nobody_can_answer_it_there(ip: Interact
     assert result.success, result.error_in_exec
     assert ip.user_ns["said"].startswith("input('name? ') asks the notebook's user, and an offloaded cell runs on "
                                          "the worker, where nobody can answer")
+
+
+def test_a_closed_file_says_nothing_and_a_value_that_cant_be_pickled_offers_no_pull(ip: InteractiveShell,
+                                                                                     tmp_path: Any) -> None:
+    """Before: `with open(...) as f` said `f` was left on the worker; a lock's handle said `%offload_pull lock`
+    brings it here, and that pull then failed."""
+    run(ip, f"PATH = {str(tmp_path / 'closed.txt')!r}")
+    result, out = run(ip, "%%offload\nwith open(PATH, 'w') as f:\n    f.write('hi')")
+    assert result.success, out.stderr
+    assert "stayed on worker" not in out.stderr and "`f`" not in out.stderr, out.stderr
+    assert (tmp_path / "closed.txt").read_text() == "hi"
+
+    result, out = run(ip, "%%offload\nimport threading\nlock = threading.Lock()")
+    assert result.success and "`lock` (lock: a lock, which can't be pickled" in out.stderr, out.stderr
+    assert "%offload_pull" not in repr(ip.user_ns["lock"]) and "it can't come here" in repr(ip.user_ns["lock"])
+    with pytest.raises(UsageError, match="`lock` can't come here: a lock, which can't be pickled.*offloaded cells "
+                                         "use it in place"):
+        ip.run_line_magic("offload_pull", "lock")
+    result, out = run(ip, "%%offload\nwith lock:\n    held = lock.locked()")  # in place there, as the notice says
+    assert result.success and ip.user_ns["held"] is True, out.stderr

@@ -65,6 +65,7 @@ class JobRunner:
         self._kept: dict[str, Any] = {}       # what stayed here, by handle id (RemoteValue.id)
         self._kept_ids: dict[int, str] = {}   # id() of each of those -> its handle id
         self._kept_why: dict[str, str] = {}   # why each stayed, by handle id
+        self._unpicklable: set[str] = set()   # the handle ids of those that can't be pickled: never pulled
         self._workdir = workdir.WorkingDirectory()  # what each cell wrote or removed where it started
         self._files_changed: dict[str, Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # for cells that await at the top level
@@ -93,7 +94,6 @@ class JobRunner:
             return
         if msg.header.get("kind") == "file":
             self._run_file_job(msg)
-            self._workdir.forget()  # what the copy changed is not the next cell's
             return
         job = str(msg.header["job"])
         started = time.perf_counter()
@@ -134,8 +134,6 @@ class JobRunner:
             self.send(T.ERROR, self._with_files(_remote_error(exc, job, self._sources)))
         finally:
             self._outputs = None
-            if msg.header.get("kind") != "code":  # what a call wrote is not the next cell's
-                self._workdir.forget()
 
     def _run_file_job(self, msg: Message) -> None:
         """One step of copying a file or folder (worker/files.py): no user code runs, so nothing is tracked."""
@@ -332,19 +330,25 @@ class JobRunner:
         header = packed.header()
         kept = {**why, **packed.kept}
         values.update(asked)
-        fields = {"kept_on_worker": {name: self._keep(name, values[name], why) for name, why in kept.items()},
+        fields = {"kept_on_worker": {name: self._keep(name, values[name], why, name not in packed.unpicklable)
+                                     for name, why in kept.items()},
                   "refs": refs, "in_place": changes.in_place, "deleted": changes.deleted}
         header.update((key, value) for key, value in fields.items() if value)
         return header, packed.frames
 
-    def _keep(self, name: str, value: Any, why: str) -> dict[str, str]:
-        """Hold a value that stays here; the description its handle is made from."""
+    def _keep(self, name: str, value: Any, why: str, pullable: bool = True) -> dict[str, Any]:
+        """Hold a value that stays here; the description its handle is made from (``pull``: False for a value
+        that can't be pickled, which no pull can bring to the notebook)."""
         handle = self._kept_ids.get(id(value))
         if handle is None:
             handle = f"{len(self._kept) + 1}:{name}"
             self._kept[handle], self._kept_ids[id(value)], self._kept_why[handle] = value, handle, why
+            if not pullable:
+                self._unpicklable.add(handle)
         kind = type(value)
-        return {"id": handle, "type": f"{kind.__module__}.{kind.__qualname__}", "why": why, "summary": summarize(value)}
+        described = {"id": handle, "type": f"{kind.__module__}.{kind.__qualname__}", "why": why,
+                     "summary": summarize(value)}
+        return described if handle not in self._unpicklable else {**described, "pull": False}
 
     def _send_failure(self, msg: Message, failed: "_CellFailed") -> None:
         """The cell's exception, with what it changed before raising (so the notebook keeps that, as

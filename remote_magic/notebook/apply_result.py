@@ -13,6 +13,7 @@ import sys
 from typing import Any, Collection, Mapping
 
 from ..results import JobResult
+from ..wire.handles import CLOSED_FILE
 from .notices import notice
 
 
@@ -29,8 +30,9 @@ def apply_result(result: JobResult, namespace: dict[str, Any], inputs: Mapping[s
     namespace.update(result.kept_on_worker)
     for name in result.deleted:
         namespace.pop(name, None)
-    if result.kept_on_worker:
-        kept = ", ".join(handle.describe() for handle in result.kept_on_worker.values())
+    told = [handle for handle in result.kept_on_worker.values() if handle.why != CLOSED_FILE]  # closed: no loss
+    if told:
+        kept = ", ".join(handle.describe() for handle in told)
         notice(f"{kept} stayed on worker {result.worker!r}: the notebook holds a handle, and offloaded cells "
                "use the value there in place")
     for name, old in replaced.items():

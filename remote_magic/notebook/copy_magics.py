@@ -74,6 +74,11 @@ class CopyMagics(MagicsGroup):
         """
         args = parse_argstring(self.offload_pull, line)
         handles = [self._handle(name) for name in args.names]
+        for handle in handles:
+            if not handle.pullable:
+                raise UsageError(f"`{handle.name}` can't come here: {handle.why}. It stays on worker "
+                                 f"{handle.worker!r}, where offloaded cells use it in place; bring what you need of "
+                                 f"it as plain data (an offloaded cell that assigns it)")
         client = self.connection.connected()
         for handle in handles:
             try:

@@ -13,6 +13,10 @@ from typing import Any
 
 from .sizes import human_size
 
+CLOSED_FILE = "a closed file"
+"""Why a file the cell closed (``with open(...) as f``) stayed on the worker: nothing is lost there, so no
+notice says so; its handle stands for the closed file."""
+
 CELL_VALUE = "__value__"
 """The name a cell's value travels under (its last expression, as IPython's ``Out`` holds it)."""
 
@@ -27,6 +31,7 @@ class RemoteValue:
     why: str         # why it stayed there
     worker: str
     summary: str = ""  # its shape and size, where the worker could tell: "float64 (1000, 1000), 8.0 MB"
+    pullable: bool = True  # False: it can't be pickled, so it can never come to the notebook
 
     @property
     def kind(self) -> str:
@@ -37,8 +42,9 @@ class RemoteValue:
         if self.name == CELL_VALUE:  # no name a later cell could use it by
             return (f"<{self.kind}{summary} on worker {self.worker!r}, not here: {self.why}. It was an offloaded "
                     "cell's value; the cell's output shows it as the worker rendered it>")
+        pull = f"%offload_pull {self.name} brings it here" if self.pullable else "it can't come here"
         return (f"<{self.kind}{summary} on worker {self.worker!r}, not here: {self.why}. "
-                f"Offloaded cells use `{self.name}` in place; %offload_pull {self.name} brings it here>")
+                f"Offloaded cells use `{self.name}` in place; {pull}>")
 
     def __getattr__(self, attribute: str) -> Any:
         if attribute.startswith("__"):
@@ -75,5 +81,5 @@ def summarize(value: Any) -> str:
 def kept_description(kept: dict[str, Any], worker: str) -> dict[str, RemoteValue]:
     """The handles a RESULT's ``kept_on_worker`` header describes."""
     return {str(name): RemoteValue(str(info.get("id")), str(name), str(info.get("type")), str(info.get("why")), worker,
-                                   str(info.get("summary") or ""))
+                                   str(info.get("summary") or ""), info.get("pull") is not False)
             for name, info in kept.items() if isinstance(info, dict)}

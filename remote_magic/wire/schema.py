@@ -306,7 +306,7 @@ _PAYLOAD: dict[str, Field] = {
 # What a job sends back, besides its values.
 _RESULT: dict[str, Field] = {
     **_PAYLOAD,
-    "kept_on_worker": MapOf(Record({"id": _NAME, "type": _TEXT, "why": _TEXT, "summary": _TEXT})),
+    "kept_on_worker": MapOf(Record({"id": _NAME, "type": _TEXT, "why": _TEXT, "summary": _TEXT, "pull": Flag()})),
     "in_place": _NAMES, "deleted": _NAMES, "value_display": Record({"data": Object(), "metadata": Object()}),
     "files": Object(), "file": Object(), "duration_s": _SECONDS, "stats": Object(), "reset": Flag(),
 }

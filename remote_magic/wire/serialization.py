@@ -24,6 +24,7 @@ import cloudpickle
 
 from ..errors import InputError, OutputError, SerializationError
 from . import definitions, portable
+from .handles import CLOSED_FILE
 from .identity import PATCH_PREFIX
 from .versions import bytecode_loads_here, explain_load_failure
 
@@ -44,6 +45,8 @@ class Packed:
     """Per name, what a receiver needs to explain a failure to load it (libraries, bytecode)."""
     kept: dict[str, Any] = field(default_factory=dict)  # name -> why (the executor adds its handle)
     """Names left out by ``keep_back``, with the reason."""
+    unpicklable: set[str] = field(default_factory=set)
+    """Those of ``kept`` that can't be pickled: they can never leave the worker."""
     one_memo: bool = False
     """The values were pickled with one memo: the receiver loads them all, in order, with one unpickler."""
 
@@ -274,7 +277,9 @@ def _pack(values: Mapping[str, Any], dumper: _Dumper, error: type[SerializationE
                 packed.kept[name] = str(exc)
                 continue
             if keep_unpicklable:
-                packed.kept[name] = f"{_a(type(value).__name__)}, which can't be pickled: {type(exc).__name__}: {exc}"
+                packed.kept[name] = CLOSED_FILE if isinstance(value, io.IOBase) and value.closed else (
+                    f"{_a(type(value).__name__)}, which can't be pickled: {type(exc).__name__}: {exc}")
+                packed.unpicklable.add(name)
                 continue
             raise error(
                 f"`{name}` ({type(value).__name__}) can't be pickled: {type(exc).__name__}: {exc}. "
