@@ -83,7 +83,8 @@ class DaskClient(Engine):
         addresses = None if request.worker is None else self._addresses([request.worker])
         job = self._jobs.submit(request, addresses, queue.SimpleQueue())
         ended = self._jobs.wait({job.id: job}, request.timeout)[job.id]
-        return finish(ended, job.worker, job.inputs, job.update_inputs, request.on_module_error)
+        return finish(ended, job.worker, job.inputs, job.update_inputs, request.on_module_error, job.shared,
+                      job.notes)
 
     def run_each(self, requests: Sequence[JobRequest]) -> list[Callable[[], JobResult]]:
         """``execute_all``: one task pinned to each request's worker, all handed to Dask at once."""

@@ -25,10 +25,9 @@ from .errors import (
     WorkerLost,
 )
 from .results import show_display, write_stream
-from .wire import identity, serialization
+from .wire import serialization
 from .wire.failures import error_header
 from .wire.install import install_command
-from .wire.module_state import NAME as MODULE_STATE
 from .wire.protocol import Message, MessageType as T
 
 log = logging.getLogger(__name__)
@@ -64,6 +63,8 @@ class Job:
         self.early: dict[int, dict[str, Any]] = {}  # events that arrived before one sent earlier
         self.ended: Message | None = None
         self.events = 0      # how many the job sent, once it ended
+        self.shared: list[Any] = []  # objects inside the inputs, numbered as the worker numbers them
+        self.notes: list[str] = []   # CellSubmit.notes
 
 
 class DaskJobs:
@@ -95,17 +96,14 @@ class DaskJobs:
         """Pack a cell's job as a hub would forward it and hand it to Dask as one task; what it sends and
         its end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may
         run on (None: any), the request's ``worker`` their name."""
-        values = dict(request.inputs)
-        sent, refs = identity.references(values)  # names sharing an object, and views, go as references
-        if request.module_state is not None:
-            sent[MODULE_STATE] = dict(request.module_state)
-        job_id, full, frames = self._pack(request.header(), sent, addresses)
-        if refs:
-            full["refs"] = refs
+        cell = request.submit()
+        job_id, full, frames = self._pack(cell.header, cell.values, addresses)
         future = self._dask.submit(run_on_dask, full, frames, self._topic, key=f"offload-{job_id}", pure=False,
                                    workers=addresses, allow_other_workers=False)
-        return self._track(job_id, future, values, request.worker or "", events, request.on_stream,
-                           request.on_display, request.update_inputs)
+        job = self._track(job_id, future, request.inputs, request.worker or "", events, request.on_stream,
+                          request.on_display, request.update_inputs)
+        job.shared, job.notes = cell.shared, cell.notes
+        return job
 
     def _pack(self, header: dict[str, Any], values: Mapping[str, Any], addresses: list[str] | None
               ) -> tuple[str, dict[str, Any], list[Any]]:

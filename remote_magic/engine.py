@@ -27,6 +27,8 @@ from . import fleet_jobs, split_gather
 from .errors import FleetError
 from .results import FileChanges, JobResult, show_display, write_stream
 from .split_gather import SplitResult
+from .wire import identity
+from .wire.module_state import NAME as MODULE_STATE
 from .wire.requirements import placement_header
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,37 @@ class JobRequest:
         if self.keep:
             header["keep"] = list(self.keep)
         return header
+
+    def submit(self) -> "CellSubmit":
+        """The job's SUBMIT before its values are packed, as every engine sends it: names sharing one object,
+        and arrays viewing another's memory, go as references to it (``refs``); the objects inside the inputs
+        the worker may refer back to are numbered (``shared``); the module state goes beside the inputs."""
+        values, refs = identity.references(dict(self.inputs))
+        if self.module_state is not None:  # beside the inputs, not one of them (nothing inside it is numbered)
+            values[MODULE_STATE] = dict(self.module_state)
+        header = self.header()
+        if refs:
+            header["refs"] = refs
+        walked = identity.shared_objects(self.inputs) if self.update_inputs else None
+        if walked is not None and walked[0]:  # the worker refers to objects inside the inputs by these numbers
+            header["shared"] = walked[1]
+        notes = [f"`{name}` went to the worker as a copy, not a view of `{ref['copy']}`: a view that is a "
+                 f"{ref.get('kind')} can't cross as a view, so while the cell ran, writing through it didn't "
+                 f"change `{ref['copy']}` there" for name, ref in refs.items() if "copy" in ref]
+        return CellSubmit(header, values, walked[0] if walked is not None else [], notes)
+
+
+@dataclass(frozen=True)
+class CellSubmit:
+    """A cell's SUBMIT, the same for every engine: what :meth:`JobRequest.submit` makes."""
+
+    header: dict[str, Any]
+    values: dict[str, Any]
+    """What is packed, by name (references resolved to the names they refer to)."""
+    shared: list[Any]
+    """The objects inside the inputs, in the order the worker numbers them: its result refers to them."""
+    notes: list[str]
+    """Where the job's inputs went otherwise than they are here (a view that could only cross as a copy)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,12 +24,11 @@ from . import errors, progress
 from .engine import JobRequest, OnModuleError, OnStream
 from .errors import ConnectionFailed, RemoteMagicError
 from .results import FileChanges, JobResult, finish, show_display, write_stream
-from .wire import displays, identity, serialization
+from .wire import displays, serialization
 from .wire.connection import Connection
 from .wire.failures import error_header
 from .wire.frame_cache import SentDigests
 from .wire.lifecycle import JobState, Lifecycle
-from .wire.module_state import NAME as MODULE_STATE
 from .wire.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_HEADER_BYTES,
@@ -109,23 +108,10 @@ class HubJobs:
     def submit_code(self, request: JobRequest, events: "queue.SimpleQueue[Message] | None" = None) -> Job:
         """Send a cell's job (each attempt is a job of its own); its messages go to ``events`` when given
         (the jobs of one ``execute_all`` share a queue)."""
-        inputs = request.inputs
-        # Names sharing one object, and arrays viewing another's memory, go as references to it.
-        sent, refs = identity.references(dict(inputs))
-        if request.module_state is not None:  # beside the inputs, not one of them (nothing inside it is numbered)
-            sent[MODULE_STATE] = dict(request.module_state)
-        header = request.header()
-        if refs:
-            header["refs"] = refs
-        walked = identity.shared_objects(inputs) if request.update_inputs else None
-        if walked is not None and walked[0]:  # the worker refers to objects inside the inputs by these numbers
-            header["shared"] = walked[1]
-        job = self.submit(header, sent, request.worker, request.timeout, events=events)
-        job.inputs, job.update_inputs = dict(inputs), request.update_inputs
-        job.shared = walked[0] if walked is not None else []
-        job.notes = [f"`{name}` went to the worker as a copy, not a view of `{ref['copy']}`: a view that is a "
-                     f"{ref.get('kind')} can't cross as a view, so while the cell ran, writing through it didn't "
-                     f"change `{ref['copy']}` there" for name, ref in refs.items() if "copy" in ref]
+        cell = request.submit()
+        job = self.submit(cell.header, cell.values, request.worker, request.timeout, events=events)
+        job.inputs, job.update_inputs = dict(request.inputs), request.update_inputs
+        job.shared, job.notes = cell.shared, cell.notes
         return job
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
@@ -292,15 +278,8 @@ class HubJobs:
             pass  # closed: the hub cancels our jobs when we go
 
     def _finish(self, job: Job, msg: Message, on_module_error: OnModuleError | None) -> JobResult:
-        try:
-            result = finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs,
-                            on_module_error, job.shared)
-        except errors.RemoteError as error:
-            if error.partial is not None:
-                error.partial.notes[:0] = [*job.notes, *identity.past_limits(error.partial.in_place, job.inputs)]
-            raise
-        result.notes[:0] = [*job.notes, *identity.past_limits(result.in_place, job.inputs)]
-        return result
+        return finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs,
+                      on_module_error, job.shared, job.notes)
 
     def _interrupt(self, waits: Waits, ended: dict[str, Message]) -> None:
         """Ctrl-C: a job still being sent stops at once (the rest of its inputs stay here), and so does one whose

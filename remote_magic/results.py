@@ -131,17 +131,23 @@ def _shape(value: Any) -> str:
 
 
 def finish(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: bool,
-           on_module_error: Callable[[str, Any, Exception], None] | None, shared: Sequence[Any] = ()) -> JobResult:
+           on_module_error: Callable[[str, Any, Exception], None] | None, shared: Sequence[Any] = (),
+           notes: Sequence[str] = ()) -> JobResult:
     """A finished job's JobResult, or, for an ERROR, its exception raised (a RemoteError from a cell
-    carries what the cell changed before it raised, as ``partial``). Arguments as ``read_result``."""
+    carries what the cell changed before it raised, as ``partial``). Arguments as ``read_result``; ``notes``
+    (``CellSubmit.notes``) go first in the result's, before those on what couldn't change in place here."""
+    def noted(result: JobResult) -> JobResult:
+        result.notes[:0] = [*notes, *identity.past_limits(result.in_place, inputs)]
+        return result
+
     if msg.type is MessageType.ERROR:
-        partial = read_result(msg, worker, inputs, update_inputs, on_module_error, shared) if (
+        partial = noted(read_result(msg, worker, inputs, update_inputs, on_module_error, shared)) if (
             is_error(msg.header, errors.RemoteError) and "names" in msg.header) else None
         error = error_from_header(msg.header, partial.values if partial is not None else None)
         if isinstance(error, errors.RemoteError):
             error.partial = partial
         raise error
-    return read_result(msg, worker, inputs, update_inputs, on_module_error, shared)
+    return noted(read_result(msg, worker, inputs, update_inputs, on_module_error, shared))
 
 
 def write_stream(header: Mapping[str, Any]) -> None:

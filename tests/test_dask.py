@@ -82,6 +82,17 @@ def test_a_cell_runs_on_a_dask_worker_and_what_it_changed_comes_back(dask_shell:
     assert f"on dask {ns['pid']}" in out.stdout
 
 
+def test_an_object_inside_a_container_stays_the_object_other_names_hold(dask_shell: InteractiveShell) -> None:
+    """As through the hub: the cell's change to ``weights["w"]`` reaches ``w`` too, one array under two names."""
+    ns = dask_shell.user_ns
+    ns["weights"] = {"w": np.zeros(3), "b": [1, 2]}
+    ns["w"], ns["b"] = ns["weights"]["w"], ns["weights"]["b"]
+    result, _ = run(dask_shell, "%%offload\nweights['w'][0] = 5\nweights['b'].append(3)\nweights['new'] = 1")
+    assert result.success, result.error_in_exec
+    assert ns["w"] is ns["weights"]["w"] and ns["w"].tolist() == [5.0, 0.0, 0.0]
+    assert ns["b"] is ns["weights"]["b"] and ns["b"] == [1, 2, 3] and ns["weights"]["new"] == 1
+
+
 def test_stdout_streams_while_the_cell_runs(dask_client: DaskClient, tmp_path: Path) -> None:
     flag = tmp_path / "go"
     seen: list[str] = []
