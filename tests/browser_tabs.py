@@ -8,6 +8,7 @@ the test command installs it (`scripts/test.sh`).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from concurrent.futures import Future
@@ -121,3 +122,9 @@ def tab_bridge() -> Iterator[str]:
                 page.close()
     finally:
         server.close()
+
+
+def batches_run(page: Any) -> int:
+    """How many batches of GPU work the tab says it ran."""
+    found = re.search(r"(\d+) batches run", page.inner_text("#work"))
+    return int(found.group(1)) if found else 0

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from browser_tabs import chromium, chromium_path, open_tab, send_all
+from browser_tabs import batches_run, chromium, chromium_path, open_tab, send_all
 
 import remote_magic
 from remote_magic.errors import RemoteMagicError, ShaderError
@@ -87,12 +87,6 @@ def endless_gpu_job(client: remote_magic.Client, worker: str) -> Future[Any]:
     x = np.ones((128, 128), np.float32)
     code = "while True:\n    s = float((x @ x).sum())"
     return in_thread(lambda: client.execute(code, {"x": x}, worker=worker, gpu=True), f"job on {worker}")
-
-
-def batches_run(page: Any) -> int:
-    """How many batches of GPU work the tab says it ran."""
-    found = re.search(r"(\d+) batches run", page.inner_text("#work"))
-    return int(found.group(1)) if found else 0
 
 
 def wait_for_gpu_work(page: Any) -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import nbformat
 import numpy as np
 import pytest
-from browser_tabs import chromium, chromium_path, open_tab
+from browser_tabs import batches_run, chromium, chromium_path, open_tab
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
@@ -184,12 +184,6 @@ while True:
     x = (x @ x * 0.03).realize()
     x.numpy()
 """
-
-
-def batches_run(page: Any) -> int:
-    """How many batches of GPU work the tab says it ran."""
-    found = re.search(r"(\d+) batches run", page.inner_text("#work"))
-    return int(found.group(1)) if found else 0
 
 
 LINK = re.compile(r"(https?://127\.0\.0\.1:\d+)/#(\S+)")
