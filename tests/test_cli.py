@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import remote_magic
+from remote_magic.wire.addresses import who_can_reach
 from remote_magic.wire.tokens import Token
 from support import WorkerProcess, start_worker
 
@@ -29,6 +30,19 @@ def test_token_file_is_one_owner_only_line_matching_the_printed_token(worker: Wo
     assert f"%offload_connect {text.strip()}" in worker.log()
     keys = worker.home / "hub-keys.json"
     assert stat.S_IMODE(keys.stat().st_mode) == 0o600
+
+
+def test_the_worker_says_which_notebooks_can_reach_the_tokens_address(worker: WorkerProcess) -> None:
+    address = Token.decode(worker.token).address.removeprefix("tcp://")
+    assert (f"the token's address, {address}, is this machine's own: only notebooks on this machine reach it. For "
+            "another machine: --listen 0.0.0.0:PORT (your network), or --ngrok (anywhere, Colab included)"
+            ) in worker.log()
+    # and how it words the others (only words: nothing is dialed): a LAN address (the default --listen 0.0.0.0),
+    # a public one, a tunnel's
+    assert "local network: notebooks on that network reach it; Colab and Kaggle, outside it, don't: start " \
+           "remote-worker with --ngrok" in who_can_reach("tcp://192.168.1.20:5587")
+    assert "is public: notebooks anywhere reach it unless a firewall" in who_can_reach("tcp://93.184.216.34:5587")
+    assert "ngrok tunnel's: notebooks anywhere reach it" in who_can_reach("tcp://4.tcp.ngrok.io:1234", tunnel=True)
 
 
 def test_token_command_shows_the_same_client_token(worker: WorkerProcess) -> None:

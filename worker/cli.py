@@ -20,10 +20,7 @@ from remote_magic.hub.advertise import LanAdvertisement, lan_interfaces
 from remote_magic.hub.placement import DEFAULT_MIN_BATTERY, ON_BATTERY
 from remote_magic.hub.served import ServedHub
 from remote_magic.wire import keys as keystore, sizes
-from remote_magic.wire.addresses import (
-    check_endpoint,
-    parse_host_port,
-)
+from remote_magic.wire.addresses import check_endpoint, parse_host_port, who_can_reach
 from remote_magic.wire.frame_cache import DEFAULT_CACHE_BYTES
 from remote_magic.wire.install import install_command
 from remote_magic.wire.protocol import (
@@ -384,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
             write_private(args.token_file, client_token + "\n")
         print(f"remote-worker: worker {supervisor.name!r} is ready. In your notebook run:\n", flush=True)
         print(f"%load_ext remote_magic\n%offload_connect {client_token}\n", flush=True)
+        reach = who_can_reach(local.address, tunnel=local.tunnel is not None, advertised=bool(args.advertise))
+        print(f"remote-worker: {reach}\n", flush=True)
         if advertisement is not None:
             print(f"remote-worker: advertising this hub on the LAN as {advertisement.service_name!r} (mDNS on "
                   f"{', '.join(advertisement.interfaces)} only; key fingerprint {advertisement.fingerprint[:16]}). "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 
@@ -49,3 +50,26 @@ def advertised_address(listen_host: str, port: int, advertise: str | None = None
         return check_endpoint(advertise)
     host = lan_address() if listen_host in ("0.0.0.0", "::", "*", "") else listen_host
     return bind_endpoint(host, port)
+
+
+def who_can_reach(address: str, *, tunnel: bool = False, advertised: bool = False) -> str:
+    """Which notebooks can dial ``address`` (``tcp://HOST:PORT``, a token's), in words for remote-worker to print
+    under its token: a LAN or loopback address works from no Colab."""
+    where = address.removeprefix("tcp://")
+    host = where.rpartition(":")[0].strip("[]")
+    if tunnel:
+        return f"the token's address, {where}, is the ngrok tunnel's: notebooks anywhere reach it, Colab's included"
+    if advertised:
+        return f"the token's address, {where}, is the one given (--advertise): notebooks reach it where it leads"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return f"the token's address, {where}, is a name: notebooks that can resolve and reach it connect"
+    if ip.is_loopback:
+        return (f"the token's address, {where}, is this machine's own: only notebooks on this machine reach it. "
+                "For another machine: --listen 0.0.0.0:PORT (your network), or --ngrok (anywhere, Colab included)")
+    if ip.is_private or ip.is_link_local:
+        return (f"the token's address, {where}, is on this machine's local network: notebooks on that network reach "
+                "it; Colab and Kaggle, outside it, don't: start remote-worker with --ngrok for them")
+    return (f"the token's address, {where}, is public: notebooks anywhere reach it unless a firewall or NAT stops "
+            "them (--ngrok goes through both)")
