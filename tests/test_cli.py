@@ -101,6 +101,12 @@ def test_a_worker_token_cannot_be_used_from_a_notebook(worker: WorkerProcess) ->
         raise AssertionError("a worker token connected as a client")
 
 
+def test_help_names_no_path_of_the_repository(tmp_path: Path) -> None:
+    """A wheel's user has no docs/ folder to open: the help says what it means in place."""
+    shown = _remote_worker(tmp_path, "--help")
+    assert shown.returncode == 0 and "--ngrok" in shown.stdout and "docs/" not in shown.stdout, shown.stdout
+
+
 def test_bad_options_are_explained(tmp_path: Path) -> None:
     result = _remote_worker(tmp_path, "--listen", "nonsense")
     assert result.returncode == 2 and "is not HOST:PORT" in result.stderr

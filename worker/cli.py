@@ -122,13 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="advertise the hub on the local network by mDNS (DNS-SD), on the addresses it listens "
                              "on, so %%offload_connect --lan finds it; notebooks still need the token")
     parser.add_argument("--ngrok", action="store_true",
-                        help="expose the hub through an ngrok TCP tunnel (needs NGROK_AUTHTOKEN); see docs/tunnel.md")
+                        help="expose the hub through an ngrok TCP tunnel (needs NGROK_AUTHTOKEN, from your ngrok "
+                             "account): notebooks anywhere reach it, Colab's included")
     parser.add_argument("--ngrok-authtoken", metavar="TOKEN",
                         help="refused: the command line is visible to every user of this machine (ps); set "
                              "$NGROK_AUTHTOKEN instead")
     parser.add_argument("--browser", nargs="?", const=DEFAULT_BROWSER_LISTEN, type=parse_listen, metavar="HOST:PORT",
                         help="serve a page (default on " + DEFAULT_BROWSER_LISTEN + "; port 0 picks a free one) whose "
-                             "link makes any browser tab with WebGPU a GPU worker; see docs/browser.md")
+                             "link makes any browser tab with WebGPU a GPU worker")
     parser.add_argument("--browser-cert", type=Path, metavar="PATH",
                         help="serve the --browser page over HTTPS with this certificate (a phone on the LAN needs "
                              "HTTPS); with --browser-key")
@@ -163,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"on battery below PERCENT, take no jobs (default {DEFAULT_MIN_BATTERY})")
     parser.add_argument("--kernels", choices=["on", "off"], default="on",
                         help="on (the default): notebooks may run whole Jupyter kernels here through the hub "
-                             "(remote-worker kernelspec install, docs/kernel.md); off: refuse them")
+                             "(`remote-worker kernelspec install` adds the kernel to Jupyter); off: refuse them")
     parser.add_argument("--kernel-python", metavar="PATH",
                         help="the Python that runs those kernels (needs ipykernel; default: this worker's own)")
     parser.add_argument("--max-kernels", type=_positive_int, metavar="N",
@@ -438,8 +439,8 @@ class Tabs:
               f"only with devices you trust):\n\n    {link}\n", flush=True)
         segno.make(link, error="l").terminal(out=sys.stdout, compact=True)
         if not self.tunnel and not self.server.tls and self.server.host not in ("127.0.0.1", "localhost"):
-            print("remote-worker: other devices need HTTPS for WebGPU: add --browser-cert/--browser-key or --ngrok "
-                  "(docs/browser.md)", flush=True)
+            print("remote-worker: other devices need HTTPS for WebGPU: add --browser-cert/--browser-key (a "
+                  "certificate they trust, e.g. made by mkcert) or --ngrok", flush=True)
         sys.stdout.flush()
 
     def close(self) -> None:

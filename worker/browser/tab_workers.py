@@ -43,8 +43,8 @@ def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
-        raise RemoteMagicError(f"can't use {cert} and {key} for HTTPS: {exc}; see docs/browser.md for how to "
-                               "make a certificate") from None
+        raise RemoteMagicError(f"can't use {cert} and {key} for HTTPS: {exc}; give a PEM certificate and its "
+                               "key, e.g. `mkcert -cert-file cert.pem -key-file key.pem HOSTNAME`") from None
     return context
 
 
