@@ -134,6 +134,11 @@ def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: Work
     finally:
         page.close()
     wait_for(lambda: "phone" not in tab_workers(client), 20, "the closed tab to leave the fleet")
+    # Routine events, said as the command's own lines, not as warnings
+    log = hub.log()
+    assert "remote-worker: browser tab 'phone' joined as worker 'phone'" in log
+    wait_for(lambda: "remote-worker: browser tab worker 'phone' left: " in hub.log(), 10, "the tab's leaving said")
+    assert not [line for line in log.splitlines() if "WARNING" in line and "'phone'" in line], log
 
 
 def test_a_custom_kernel_runs_in_the_tab_and_a_compile_error_has_its_position(

@@ -116,7 +116,8 @@ class TabBridge:
         pending, self._pending = self._pending, {}
         for routing_id, _ in pending.values():
             asyncio.ensure_future(self._answer(routing_id, error_reply(reason, lost=True)))
-        log.warning("%s", reason)
+        # Work it held is lost: a warning. A tab closed while idle is routine (its worker's leaving is said).
+        (log.warning if pending else log.info)("%s", reason)
 
     async def _answer(self, routing_id: bytes, message: bytes) -> None:
         try:

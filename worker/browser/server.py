@@ -180,7 +180,7 @@ class TabServer:
             return socket
         bridge = TabBridge(self._name(hello), Path(self._folder.name), self._context, socket.send_bytes)
         self.tabs[bridge.name] = bridge
-        log.warning("browser tab %r joined from %s", bridge.name, request.remote)
+        log.info("browser tab %r joined from %s", bridge.name, request.remote)
         await socket.send_str(json.dumps({"type": "welcome", "name": bridge.name, "joined": False}))
         bridge.start()  # answers the tab's executors until the tab's worker has left, the tab gone or not
         watch = asyncio.ensure_future(self._watch(bridge, socket))

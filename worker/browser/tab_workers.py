@@ -9,7 +9,6 @@ fails with what happened (the bridge answers for it), then the worker leaves the
 from __future__ import annotations
 
 import dataclasses
-import logging
 import ssl
 import time
 from pathlib import Path
@@ -23,7 +22,6 @@ if TYPE_CHECKING:  # aiohttp (the server's) is imported only when --browser asks
     from .bridge import TabBridge
     from .server import TabServer
 
-log = logging.getLogger(__name__)
 
 LEAVE_GRACE_S = 10.0
 """After its tab goes, how long a tab's worker has to report its failed job before it leaves."""
@@ -49,7 +47,8 @@ def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
 
 
 class TabWorkers:
-    """The tabs' workers: started as each tab joins, stopped once it has gone."""
+    """The tabs' workers: started as each tab joins, stopped once it has gone (both said on remote-worker's
+    output, as the routine events they are)."""
 
     def __init__(self, make_worker: MakeWorker, options: ExecutorOptions, placement: dict[str, Any]) -> None:
         self._make_worker = make_worker
@@ -66,7 +65,7 @@ class TabWorkers:
         except BaseException:  # the tab went while its worker started: its executors go too
             worker.stop()
             raise
-        log.warning("browser tab %r is worker %r", bridge.name, worker.name)
+        print(f"remote-worker: browser tab {bridge.name!r} joined as worker {worker.name!r}", flush=True)
         return worker
 
     def leave(self, bridge: TabBridge, worker: Supervisor) -> None:
@@ -75,7 +74,7 @@ class TabWorkers:
         while worker.job is not None and time.monotonic() < deadline:
             time.sleep(LEAVE_POLL_S)  # polling with a deadline: the job ends on the worker's own thread
         worker.stop()
-        log.warning("browser tab worker %r left: %s", worker.name, bridge.gone)
+        print(f"remote-worker: browser tab worker {worker.name!r} left: {bridge.gone}", flush=True)
 
 
 def serve_tabs(host: str, port: int, workers: TabWorkers, *, tls: ssl.SSLContext | None = None) -> TabServer:
