@@ -119,6 +119,30 @@ def test_a_new_executor_finds_the_programs_an_earlier_one_generated(ip: Interact
     assert ip.user_ns["programs"] == generated  # the same model: not one program generated anew
 
 
+def test_a_jitted_step_made_in_one_cell_runs_in_the_next(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(4)
+    ip.user_ns.update(features=rng.standard_normal((32, 4), dtype=np.float32),
+                      targets=rng.standard_normal((32, 1), dtype=np.float32), steps=0)
+    _run(ip, "%%offload\n" + MODEL + TRAIN + """
+from tinygrad import TinyJit
+
+@TinyJit
+def step():
+    opt.zero_grad()
+    loss = ((model(X) - Y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    return loss.realize()
+
+with Context(TRAINING=1):
+    jitted = [step().item() for _ in range(4)]  # captured at the second call, replayed after
+""")
+    assert isinstance(ip.user_ns["step"], RemoteValue)  # it holds the model's tensors: it stays there
+    _run(ip, "%%offload\nwith Context(TRAINING=1):\n    more = [step().item() for _ in range(4)]")
+    jitted, more = ip.user_ns["jitted"], ip.user_ns["more"]
+    assert all(later < earlier for earlier, later in zip(jitted + more, (jitted + more)[1:])), (jitted, more)
+
+
 def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
     rng = np.random.default_rng(2)
     x, w, target = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 5), (5, 3), (8, 3)))
