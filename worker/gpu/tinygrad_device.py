@@ -31,7 +31,7 @@ from tinygrad.uop.ops import UOp
 from remote_magic.errors import GpuError
 
 from .device import GpuDevice
-from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE
+from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool
 from .tinygrad_hook import executor_gpu_device
 from .tinygrad_programs import ProgramCache
 
@@ -83,16 +83,17 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
             return
         gpu = self.dev.gpu
         with gpu.guard("reading a tinygrad buffer back"):
-            staging = gpu.handle.create_buffer(size=size, usage=STAGING_USAGE)
-            encoder = self.dev.encoder()
-            encoder.copy_buffer_to_buffer(src, 0, staging, 0, size)
-            self.dev.submit()
-            staging.map_sync(wgpu.MapMode.READ, 0, size)
+            staging = self.dev.staging.take(size, STAGING_USAGE)  # reused: a training loop reads every step
             try:
-                dest[:] = staging.read_mapped(0, size)[:dest.nbytes]
+                self.dev.encoder().copy_buffer_to_buffer(src, 0, staging, 0, size)
+                self.dev.submit()
+                staging.map_sync(wgpu.MapMode.READ, 0, size)
+                try:
+                    dest[:] = staging.read_mapped(0, size, copy=False)[:dest.nbytes]
+                finally:
+                    staging.unmap()
             finally:
-                staging.unmap()
-                staging.destroy()
+                self.dev.staging.release(staging)
 
 
 class WebGpuProgram(Program["WebGpuDevice"]):
@@ -148,6 +149,8 @@ class WebGpuDevice(Compiled):
         self._encoder: Any = None
         self._pass: Any = None
         self._uniforms: dict[int, Any] = {}
+        self.staging = BufferPool(self.gpu.handle)
+        """Staging buffers for readbacks, kept for reuse (``memory.py``'s pool)."""
         with self.gpu.guard("opening tinygrad's WEBGPU device"):
             self.infinity = self._uniform_bytes(np.float32(np.inf).tobytes())
         self.programs = ProgramCache(f"{self.gpu.info.name} {self.gpu.info.backend} {self.gpu.info.browser_tab or ''}",
