@@ -359,7 +359,7 @@ class _Link:
 
 
 class Relay:
-    """A TCP forwarder on 127.0.0.1 (from tests/test_relay.py's Relay) that can lose the network.
+    """A TCP forwarder on 127.0.0.1 (from tests/hub/test_relay.py's Relay) that can lose the network.
 
     ``cut`` stops forwarding bytes in both directions and keeps every socket open: what arrives
     vanishes, a close on one side never reaches the other, and a new connection is accepted but

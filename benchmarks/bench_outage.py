@@ -7,7 +7,7 @@ on the "home" profile (60 ms round trip, 40 Mbit/s):
 
 - remote-magic: the hub (with its worker) in one namespace, the notebook in the other; a cell that
   starts, prints, sleeps 1 s and returns is running when the link is cut. Timed: from the network's
-  return to the cell's result in the notebook (``tests/test_outage.py``'s notebook).
+  return to the cell's result in the notebook (``tests/end_to_end/test_outage.py``'s notebook).
 - raw pyzmq: a DEALER (CurveZMQ, ZMTP heartbeats every 1 s with a 5 s timeout, as remote-magic's
   sockets, and libzmq's default reconnect settings) sends a message just after the cut to a ROUTER
   that echoes it, then a probe every 0.2 s. Timed: from the network's return to the first echo; the

@@ -12,7 +12,8 @@ from IPython.core.interactiveshell import InteractiveShell
 import remote_magic
 from support import WorkerProcess, build_wheel, connected_shell, start_worker
 
-collect_ignore = ["tinygrad"]  # tinygrad's own tests: tests/test_tinygrad_ops.py runs them in a process of their own
+# tinygrad's own tests: tests/gpu/test_tinygrad_ops.py runs them in a process of their own
+collect_ignore = ["gpu/tinygrad"]
 
 # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: the tests
 # that press Ctrl-C need Python's usual handler wherever the suite is started from.

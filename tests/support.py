@@ -328,3 +328,20 @@ def in_thread(call: Callable[[], Any], name: str) -> "Future[Any]":
 
     threading.Thread(target=target, name=name, daemon=True).start()
     return future
+
+
+def join_worker(hub: WorkerProcess, folder: Path, name: str) -> WorkerProcess:
+    """Start a worker process that joins ``hub`` as ``name``."""
+    return start_worker(folder, "--join", "--gpu", "off", "--name", name, token_file=False,
+                        env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token(hub)})
+
+
+def cell_text(cell: Any) -> str:
+    """Everything a notebook cell (as nbclient left it) shows: streams, plain text, markdown, tracebacks."""
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", ""))
+        parts.append(output.get("data", {}).get("text/plain", ""))
+        parts.append(output.get("data", {}).get("text/markdown", ""))
+        parts.extend(output.get("traceback", []))
+    return "".join(parts)

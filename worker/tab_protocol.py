@@ -1,6 +1,6 @@
 """The browser-tab protocol, written once: what an executor's tab device (``gpu/tab_device.py``), the
 worker's tab server (``browser/``) and the page (``browser/page/tab.js``) say to each other.
-docs/tab-protocol.md describes it; ``tests/test_tab_protocol.py`` holds tab.js to the names here.
+docs/tab-protocol.md describes it; ``tests/browser/test_tab_protocol.py`` holds tab.js to the names here.
 
 A binary message is a little-endian u32 header length, the header as JSON, then the blobs it refers
 to (array data going up, values read back coming down), each at an 8-byte-aligned offset so the tab

@@ -23,7 +23,7 @@ from support import WorkerProcess, start_worker, wait_for
 
 
 def _join(hub: WorkerProcess, folder: Path, name: str, *args: str, battery: str | None = None) -> WorkerProcess:
-    """A worker process that joins ``hub`` as ``name`` (as tests/test_hub.py's), with more options."""
+    """A worker process that joins ``hub`` as ``name`` (as tests/hub/test_hub.py's), with more options."""
     worker_token = subprocess.run(["remote-worker", "token", "--worker"], capture_output=True, text=True,
                                   env={**os.environ, "REMOTE_MAGIC_HOME": str(hub.home)}, check=True).stdout.strip()
     worker_token = Token.decode(worker_token).with_address(Token.decode(hub.token).address).encode()

@@ -20,7 +20,7 @@ from remote_magic.wire.keys import HubKeys
 from remote_magic.wire.protocol import PROTOCOL_VERSION, MessageType, Role
 from remote_magic.wire.schema import COMMON, HEADERS
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "protocol.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 TEXT = PAGE.read_text()
 _OPEN, _CLOSE = "([{", ")]}"
 

@@ -1,6 +1,6 @@
 """Progress (issue 11, item 3): a job that runs over a second shows how long it has run, where someone
 watches (a terminal here; a notebook's tqdm widget in Jupyter), and the bar is cleared when it ends;
-output that is captured gets none. Transfer bars over a slow link: tests/test_slow_link.py."""
+output that is captured gets none. Transfer bars over a slow link: tests/end_to_end/test_slow_link.py."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from remote_magic.errors import ProtocolError
 from remote_magic.worker import tab_protocol as tab
 from remote_magic.worker.browser.bridge import SEQUENCE, TabBridge
 
-TAB_JS = (Path(__file__).resolve().parent.parent / "worker" / "browser" / "page" / "tab.js").read_text()
+TAB_JS = (Path(__file__).resolve().parents[2] / "worker" / "browser" / "page" / "tab.js").read_text()
 
 
 def test_tab_js_runs_exactly_the_operations_and_says_exactly_the_control_messages_the_protocol_names() -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DEMO = Path(__file__).parent.parent / "examples" / "demo.py"
+DEMO = Path(__file__).parents[2] / "examples" / "demo.py"
 
 
 def test_demo_offloads_cells_and_shows_the_results(tmp_path: Path) -> None:

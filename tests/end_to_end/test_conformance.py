@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conformance import notebooks, offloaded_differences
 
-NOTEBOOKS = notebooks(Path(__file__).parent / "conformance")
+NOTEBOOKS = notebooks(Path(__file__).parents[1] / "conformance")
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -24,7 +24,7 @@ import remote_magic.wire.versions
 from remote_magic import ExecutorDied, NoSuchWorker, WorkerLost
 from remote_magic.wire.protocol import PROTOCOL_VERSION, MessageType as T, decode, encode
 from remote_magic.wire.tokens import Token
-from support import WorkerProcess, start_worker, wait_for
+from support import WorkerProcess, join_worker, start_worker, wait_for
 
 
 class CreateFileWhenUnpickled:
@@ -144,13 +144,6 @@ def test_a_client_token_cannot_act_as_a_worker(worker: WorkerProcess) -> None:
         context.destroy(linger=0)
 
 
-def _join(hub: WorkerProcess, folder: Path, name: str) -> WorkerProcess:
-    """Start a worker process that joins ``hub`` as ``name``."""
-    worker_token = subprocess.run(["remote-worker", "token", "--worker"], capture_output=True, text=True,
-                                  env={**os.environ, "REMOTE_MAGIC_HOME": str(hub.home)}, check=True).stdout.strip()
-    worker_token = Token.decode(worker_token).with_address(Token.decode(hub.token).address).encode()
-    return start_worker(folder, "--join", "--gpu", "off", "--name", name, token_file=False,
-                        env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token})
 
 
 @pytest.fixture
@@ -158,7 +151,7 @@ def fleet(tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
     """A hub with worker 'home', and a second worker process 'joiner' that joined it."""
     hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
                        "--heartbeat-interval", "0.2", "--outage-grace", "1", "--max-message-size", "1M")
-    joiner = _join(hub, tmp_path / "joiner", "joiner")
+    joiner = join_worker(hub, tmp_path / "joiner", "joiner")
     yield hub, joiner
     joiner.stop()
     hub.stop()
@@ -260,7 +253,7 @@ def test_a_job_waiting_when_a_worker_joins_starts_there_and_says_where(tmp_path:
             results: list[remote_magic.JobResult] = []
             waiting = threading.Thread(target=lambda: results.append(client.execute("x = 1")))
             waiting.start()  # it waits in the hub's queue: the only worker is busy
-            joiner = _join(hub, tmp_path / "joiner", "joiner")
+            joiner = join_worker(hub, tmp_path / "joiner", "joiner")
             try:
                 waiting.join(60)
                 assert [(r.values, r.worker) for r in results] == [({"x": 1}, "joiner")]

@@ -9,19 +9,11 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from support import WorkerProcess
+from support import WorkerProcess, cell_text
 
-NOTEBOOK = Path(__file__).parent.parent / "examples" / "quickstart.ipynb"
+NOTEBOOK = Path(__file__).parents[2] / "examples" / "quickstart.ipynb"
 
 
-def _text(cell) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        parts.append(output.get("text", ""))
-        parts.append(output.get("data", {}).get("text/plain", ""))
-        parts.append(output.get("data", {}).get("text/markdown", ""))
-        parts.extend(output.get("traceback", []))
-    return "".join(parts)
 
 
 def test_quickstart_notebook_runs_against_a_worker(worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch,
@@ -32,16 +24,16 @@ def test_quickstart_notebook_runs_against_a_worker(worker: WorkerProcess, monkey
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     cells = [c for c in nb.cells if c.cell_type == "code"]
     connect, _, offload, check, figure, failing, untouched, workers, _ = cells
-    assert "Connected to tcp://127.0.0.1" in _text(connect)
-    assert "computed on the worker: (256, 64)" in _text(offload)
+    assert "Connected to tcp://127.0.0.1" in cell_text(connect)
+    assert "computed on the worker: (256, 64)" in cell_text(offload)
     assert [o["output_type"] for o in offload.outputs] == ["stream", "execute_result"]
-    assert "c is back in the notebook: (256, 64) True" in _text(check)
-    assert "**mean of c:**" in _text(figure)
+    assert "c is back in the notebook: (256, 64) True" in cell_text(check)
+    assert "**mean of c:**" in cell_text(figure)
     png = [o["data"]["image/png"] for o in figure.outputs if "image/png" in o.get("data", {})]
     assert len(png) == 1 and base64.b64decode(png[0]).startswith(b"\x89PNG")
-    assert "RuntimeError: something went wrong on the worker" in _text(failing)
+    assert "RuntimeError: something went wrong on the worker" in cell_text(failing)
     assert failing.outputs[-1]["output_type"] == "error"
-    assert "kept, as after a local run: [0, 1, 2]" in _text(untouched)
+    assert "kept, as after a local run: [0, 1, 2]" in cell_text(untouched)
     html = [o["data"]["text/html"] for o in workers.outputs if "text/html" in o.get("data", {})]
     assert html and "<td>shared</td>" in html[0]
 
@@ -80,7 +72,7 @@ def test_clear_output_in_an_offloaded_cell_clears_the_cell_as_locally(worker: Wo
     NotebookClient(nb, kernel_name="python3", timeout=120,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     connect, frames_local, frames_offloaded, steps_local, steps_offloaded = nb.cells
-    assert "Connected to tcp://127.0.0.1" in _text(connect)
+    assert "Connected to tcp://127.0.0.1" in cell_text(connect)
     assert _shown(frames_local) == [("stream", "frame 2\n"), ("display_data", "image/png,text/plain")]
     assert _shown(frames_offloaded) == _shown(frames_local)
     # clear_output() clears at once; with wait=True and nothing after it, what was shown stays.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FOLDERS = {"remote_magic": REPO / "remote_magic", "remote_magic.worker": REPO / "worker",
            "remote_magic.kernel_provider": REPO / "kernel_provider", "remote_magic.shaders": REPO / "shaders"}
 """Where each package's source lies in the repository (setuptools installs them under one name)."""

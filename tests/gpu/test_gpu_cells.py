@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 
 GPU_MEMORY = "64MB"
 """The worker's budget for arrays kept on the GPU between cells (--gpu-memory)."""
-SCALE_SHIFT = (Path(__file__).parent.parent / "examples" / "scale_shift.wgsl").read_text()  # the docs example
+SCALE_SHIFT = (Path(__file__).parents[2] / "examples" / "scale_shift.wgsl").read_text()  # the docs example
 
 
 @pytest.fixture(scope="module")

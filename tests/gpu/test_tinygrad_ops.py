@@ -1,7 +1,7 @@
-"""tinygrad's own ``test_ops.py`` (``tests/tinygrad/``, unchanged) on the worker's GPU device, PyTorch on the CPU as
+"""tinygrad's own ``test_ops.py`` (``tests/gpu/tinygrad/``, unchanged) on the worker's GPU device, PyTorch on the CPU as
 its reference: every op tinygrad has, forward and backward, through ``worker/gpu/tinygrad_device.py`` on the real
 adapter (lavapipe without a GPU). In a process of its own, whose tinygrad device is the one an offloaded cell gets
-(``tests/tinygrad/on_worker_gpu.py``). The default suite runs 306 of its 422 tests, every operation included (the
+(``tests/gpu/tinygrad/on_worker_gpu.py``). The default suite runs 306 of its 422 tests, every operation included (the
 plugin's ``LEFT_OUT`` says which it leaves out); ``REMOTE_MAGIC_TINYGRAD_ALL_OPS=1`` runs them all (about 7 minutes)."""
 
 from __future__ import annotations

@@ -15,12 +15,11 @@ from browser_tabs import batches_run, chromium, chromium_path, open_tab
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
-from test_notebook import _text
 
 import remote_magic
 from remote_magic.errors import RemoteMagicError
 from remote_magic.wire.handles import RemoteValue
-from support import WorkerProcess, connected_shell, in_thread, require_a_gpu, start_worker, wait_for
+from support import WorkerProcess, cell_text, connected_shell, in_thread, require_a_gpu, start_worker, wait_for
 
 pytestmark = pytest.mark.gpu
 
@@ -211,7 +210,7 @@ while True:
 
 
 LINK = re.compile(r"(https?://127\.0\.0\.1:\d+)/#(\S+)")
-NOTEBOOK = Path(__file__).parent.parent / "examples" / "train_on_a_tab.ipynb"
+NOTEBOOK = Path(__file__).parents[2] / "examples" / "train_on_a_tab.ipynb"
 
 
 def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,11 +228,11 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
             NotebookClient(nb, kernel_name="python3", timeout=300,
                            resources={"metadata": {"path": str(tmp_path)}}).execute()
             _, fleet, _, model, train, check = [c for c in nb.cells if c.cell_type == "code"]
-            assert "tabs in the fleet: phone" in _text(fleet)
-            assert "tinygrad computes on WEBGPU" in _text(model)
-            first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", _text(train)).groups())  # type: ignore[union-attr]
-            assert last < first / 100, _text(train)
-            assert "close to the true weights: True" in _text(check)
+            assert "tabs in the fleet: phone" in cell_text(fleet)
+            assert "tinygrad computes on WEBGPU" in cell_text(model)
+            first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", cell_text(train)).groups())  # type: ignore[union-attr]
+            assert last < first / 100, cell_text(train)
+            assert "close to the true weights: True" in cell_text(check)
             assert batches_run(page) > 0, "the kernels ran in the tab"
 
             # tinygrad's ops in the tab against tinygrad's CPU device on the worker's machine

@@ -17,7 +17,7 @@ from remote_magic.wire.protocol import MAX_HEADER_BYTES
 from remote_magic.wire.sizes import size_in_bytes
 from remote_magic.worker.cli import build_parser
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = {path.relative_to(REPO).as_posix(): path.read_text() for path in [REPO / "README.md",
                                                                         *sorted((REPO / "docs").glob("*.md"))]}
 MAGICS = {name: getattr(magics, method) for magics in MAGICS_CLASSES  # each group the extension

@@ -12,7 +12,7 @@ from conformance import notebooks, offloaded_differences
 
 pytestmark = pytest.mark.gpu
 
-NOTEBOOKS = [p for p in notebooks(Path(__file__).parent / "conformance") if p.stem in {
+NOTEBOOKS = [p for p in notebooks(Path(__file__).parents[1] / "conformance") if p.stem in {
     "numpy100", "numpy_basics_tutorial", "numpy_simulation", "pdsh_numpy", "pdsh_pandas", "workflow_ml",
     "aliases_and_views", "identity_inside_values", "fitted_object"}]
 

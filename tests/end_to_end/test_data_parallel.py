@@ -9,12 +9,10 @@ from typing import Iterator
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from test_hub import _join
-from test_notebook import _text
 
-from support import WorkerProcess, start_worker
+from support import WorkerProcess, cell_text, join_worker, start_worker
 
-NOTEBOOK = Path(__file__).parent.parent / "examples" / "data_parallel.ipynb"
+NOTEBOOK = Path(__file__).parents[2] / "examples" / "data_parallel.ipynb"
 
 
 @pytest.fixture
@@ -22,7 +20,7 @@ def two(tmp_path: Path) -> Iterator[WorkerProcess]:
     """A hub with worker 'home' and a worker 'joiner' that joined it; yields the hub."""
     hub = start_worker(tmp_path / "home", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
                        "--heartbeat-interval", "0.2", "--outage-grace", "1")
-    joiner = _join(hub, tmp_path / "joiner", "joiner")
+    joiner = join_worker(hub, tmp_path / "joiner", "joiner")
     yield hub
     joiner.stop()
     hub.stop()
@@ -35,14 +33,15 @@ def test_data_parallel_notebook_trains_the_local_model_on_two_workers(
     NotebookClient(nb, kernel_name="python3", timeout=120,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     connect, _, shard, train, local, split, check = [c for c in nb.cells if c.cell_type == "code"]
-    assert "Connected to tcp://127.0.0.1" in _text(connect)
-    assert re.search(r"2 shards of \[2000, 2000\] rows on (home, joiner|joiner, home)", _text(shard)), _text(shard)
-    losses = [float(x) for x in re.search(r"mean loss every 10 steps: \[([^\]]*)\]", _text(train))[1].split(",")]
-    last = float(re.search(r"last: ([\d.]+)", _text(train))[1])
+    assert "Connected to tcp://127.0.0.1" in cell_text(connect)
+    shards = cell_text(shard)
+    assert re.search(r"2 shards of \[2000, 2000\] rows on (home, joiner|joiner, home)", shards), shards
+    losses = [float(x) for x in re.search(r"mean loss every 10 steps: \[([^\]]*)\]", cell_text(train))[1].split(",")]
+    last = float(re.search(r"last: ([\d.]+)", cell_text(train))[1])
     assert losses[0] == pytest.approx(0.6931, abs=1e-4) and last < losses[-1] < losses[0] and last < 0.3
-    assert "loss went down at every step: True" in _text(train)
-    assert "same weights as training on this machine: True" in _text(local)
+    assert "loss went down at every step: True" in cell_text(train)
+    assert "same weights as training on this machine: True" in cell_text(local)
     assert not any(o["output_type"] == "error" for o in split.outputs)
-    assert "gathered predictions equal the local ones: True" in _text(check)
-    accuracy = re.search(r"accuracy ([\d.]+), counted on 2 workers", _text(check))
-    assert accuracy and float(accuracy[1]) > 0.85, _text(check)
+    assert "gathered predictions equal the local ones: True" in cell_text(check)
+    accuracy = re.search(r"accuracy ([\d.]+), counted on 2 workers", cell_text(check))
+    assert accuracy and float(accuracy[1]) > 0.85, cell_text(check)

@@ -8,16 +8,15 @@ reconnect by itself.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Coroutine, Iterator
+from typing import Any, Iterator
 
 import numpy as np
-import psutil
 import pytest
+from tcp_relay import Relay, listening_port
 
 import remote_magic
 from remote_magic.wire.protocol import HEARTBEAT_LIVENESS
@@ -30,103 +29,6 @@ HEARTBEAT_INTERVAL_S = 0.2
 FAILURE_BOUND_S = HEARTBEAT_INTERVAL_S * HEARTBEAT_LIVENESS + 1.0 + 5.0
 """How long a job may take to fail once the relay is gone: the expiry and a 1 s grace, plus slack for a busy CI."""
 
-
-class Relay:
-    """A TCP byte forwarder on 127.0.0.1 (the stand-in for ngrok's public address).
-
-    It binds its port when made (port 0: any free one) and keeps it across ``stop``/``start``;
-    ``target`` is the port it forwards to, set once the hub's port is known. ``stop`` aborts every
-    relayed connection, as a tunnel that goes away does; while ``losing`` is set, what arrives is read
-    and thrown away, as a network that drops what was in flight before the connection breaks.
-    """
-
-    def __init__(self, port: int = 0) -> None:
-        self.port = port
-        self.target: int | None = None
-        self.connections = 0
-        self.losing = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._transports: set[asyncio.BaseTransport] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.start()
-
-    @property
-    def address(self) -> str:
-        return f"tcp://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        """Listen again (on the same port after a ``stop``)."""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="relay", daemon=True)
-        self._thread.start()
-        self._server = self._run(asyncio.start_server(self._relay, "127.0.0.1", self.port, reuse_address=True))
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def stop(self) -> None:
-        """Stop listening and cut every relayed connection."""
-        if self._loop is None:
-            return
-        self._run(self._close())
-        self.losing = False
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        assert self._thread is not None
-        self._thread.join(5)
-        self._loop.close()
-        self._loop = None
-
-    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(5)
-
-    async def _close(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for transport in self._transports:
-            transport.abort()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            try:
-                hub_reader, hub_writer = await asyncio.open_connection("127.0.0.1", self.target)
-            except OSError:
-                client_writer.transport.abort()
-                return
-            self.connections += 1
-            self._transports |= {client_writer.transport, hub_writer.transport}
-            await asyncio.gather(self._pump(client_reader, hub_writer), self._pump(hub_reader, client_writer))
-        finally:
-            self._tasks.discard(task)
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(1 << 16):
-                if not self.losing:
-                    writer.write(data)
-                    await writer.drain()
-        except OSError:
-            pass  # the other direction, or stop(), cut the connection: nothing left to relay
-        finally:
-            writer.transport.abort()
-            self._transports.discard(writer.transport)
-
-
-def _listening_port(pid: int) -> int:
-    """The one TCP port a remote-worker process listens on: its hub's."""
-    process = psutil.Process(pid)
-    connections = process.net_connections("tcp") if hasattr(process, "net_connections") else process.connections("tcp")
-    ports = {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
-    assert len(ports) == 1, f"expected the hub's port alone, found {ports}"
-    return ports.pop()
 
 
 @pytest.fixture
@@ -146,7 +48,7 @@ def test_a_cell_rides_out_a_tunnel_that_goes_and_comes_back_and_fails_clearly_pa
         printed = re.search(r"%offload_connect (\S+)", worker.log())
         assert printed is not None and Token.decode(printed.group(1)).address == relay.address
         assert worker.token == printed.group(1)  # the --token-file copy is the same token
-        relay.target = _listening_port(worker.process.pid)
+        relay.target = listening_port(worker.process.pid)
         assert relay.target != relay.port
         a = np.arange(12.0).reshape(3, 4)
         with remote_magic.connect(worker.token, timeout=10) as client:

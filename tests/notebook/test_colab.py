@@ -269,7 +269,7 @@ def test_conformance_notebooks_offloaded_from_colabs_python_end_as_they_do_there
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     kernel = _kernelspec(python, tmp_path / "jupyter")
-    notebook = Path(__file__).parent / "conformance" / f"{name}.ipynb"
+    notebook = Path(__file__).parents[1] / "conformance" / f"{name}.ipynb"
     offloaded = run_notebook(notebook, tmp_path / "offloaded", token=newest_worker.token, kernel_name=kernel)
     local = run_notebook(notebook, tmp_path / "local", kernel_name=kernel)
     differences = compare(local, offloaded)

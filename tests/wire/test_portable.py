@@ -1,6 +1,6 @@
 """pandas objects in their portable form (used when the two sides' pandas differ) come back equal.
 
-Across pandas releases this runs in tests/test_colab.py (pandas 2.2.3 in the notebook, the newest on
+Across pandas releases this runs in tests/notebook/test_colab.py (pandas 2.2.3 in the notebook, the newest on
 the worker); here the same pandas rebuilds what it encoded, so the result must be exactly equal.
 """
 

@@ -86,13 +86,13 @@ def test_a_job_collected_while_it_runs_streams_the_rest(hub: WorkerProcess, tmp_
 
 
 def test_output_in_flight_when_a_connection_breaks_arrives_once_in_order(tmp_path: Path) -> None:
-    from test_relay import Relay, _listening_port
+    from tcp_relay import Relay, listening_port
 
     tunnel = Relay()  # the stand-in for a tunnel between the notebook and the hub
     worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
                           "--heartbeat-interval", "0.25", "--outage-grace", "1")
     try:
-        tunnel.target = _listening_port(worker.process.pid)
+        tunnel.target = listening_port(worker.process.pid)
         printed: list[str] = []
         with remote_magic.connect(worker.token) as client:
             def on_stream(header: dict[str, str]) -> None:
@@ -139,13 +139,13 @@ def test_a_job_that_ends_while_its_notebook_is_cut_off_waits_for_it(tmp_path: Pa
 @contextmanager
 def _behind_a_tunnel(tmp_path: Path) -> Iterator[tuple[Any, WorkerProcess]]:
     """A worker whose token points at a relay (a tunnel stand-in) that the test can cut and restore."""
-    from test_relay import Relay, _listening_port
+    from tcp_relay import Relay, listening_port
 
     tunnel = Relay()
     worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
                           "--heartbeat-interval", "0.25", "--outage-grace", "1")
     try:
-        tunnel.target = _listening_port(worker.process.pid)
+        tunnel.target = listening_port(worker.process.pid)
         yield tunnel, worker
     finally:
         tunnel.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 TOP_LEVEL = {path.name for path in REPO.iterdir() if not path.name.startswith(".")
              and not path.name.endswith(".egg-info") and path.name not in ("build", "dist")}

@@ -74,7 +74,7 @@ def test_an_install_command_names_the_copy_it_installs_into() -> None:
     from scripts/setup.sh's editable install of this clone, so that is what the command names."""
     from remote_magic.wire.install import install_command
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     assert install_command("worker") == f'pip install -e "{repo}[worker]"'
     assert install_command("lan") == f'pip install -e "{repo}[lan]"'
 

@@ -1,6 +1,6 @@
 # tinygrad's own tests/backend/test_ops.py, unchanged, from github.com/tinygrad/tinygrad at commit
 # a9069c177a9da9cca18593edf55acd2e6073cca6 (2026-08-22; MIT license: LICENSE beside it), the newest this
-# project could read; the pinned release, tinygrad 0.14.0, ships no tests. tests/test_tinygrad_ops.py runs it on
+# project could read; the pinned release, tinygrad 0.14.0, ships no tests. tests/gpu/test_tinygrad_ops.py runs it on
 # the worker's GPU device (worker/gpu/tinygrad_device.py) against PyTorch on the CPU.
 import time, math, unittest, functools, platform, warnings, sys
 import numpy as np

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import remote_magic
 
-API = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+API = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def test_the_public_names_are_exactly_the_documented_ones() -> None:

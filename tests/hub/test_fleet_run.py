@@ -14,11 +14,10 @@ import psutil
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from test_hub import _join
 
 import remote_magic
 from remote_magic import FleetError, RemoteError, RemoteValue, WorkerLost
-from support import WorkerProcess, connected_shell, run, start_worker, wait_for
+from support import WorkerProcess, connected_shell, join_worker, run, start_worker, wait_for
 
 NAMES = ["home", "joiner", "third"]
 
@@ -29,7 +28,7 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProce
     tmp = tmp_path_factory.mktemp("three")
     hub = start_worker(tmp / "home", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
                        "--heartbeat-interval", "0.2", "--outage-grace", "1")
-    others = [_join(hub, tmp / name, name) for name in NAMES[1:]]
+    others = [join_worker(hub, tmp / name, name) for name in NAMES[1:]]
     yield [hub, *others]
     for worker in [*others, hub]:
         worker.stop()
@@ -137,7 +136,7 @@ def fresh_fleet(tmp_path: Path) -> Iterator[dict[str, WorkerProcess]]:
     """A hub 'home' that runs no jobs' victim, and two joined workers that may be killed."""
     hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
                        "--heartbeat-interval", "0.2", "--outage-grace", "1")
-    workers = {"home": hub, **{name: _join(hub, tmp_path / name, name) for name in ("one", "two")}}
+    workers = {"home": hub, **{name: join_worker(hub, tmp_path / name, name) for name in ("one", "two")}}
     yield workers
     for worker in workers.values():
         worker.stop()

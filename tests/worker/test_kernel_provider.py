@@ -30,7 +30,7 @@ import remote_magic
 from remote_magic.worker.cli import main as remote_worker
 from support import WorkerProcess, start_worker, wait_for
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "remote_kernel.ipynb"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "remote_kernel.ipynb"
 KERNEL = "remote-magic-test"
 TIMEOUT = 30
 
@@ -415,13 +415,13 @@ def test_kernels_run_in_the_python_the_worker_names(tmp_path: Path) -> None:
 
 def test_a_short_network_drop_loses_no_output_and_a_long_one_ends_the_kernel_saying_why(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    from test_relay import Relay, _listening_port
+    from tcp_relay import Relay, listening_port
 
     tunnel = Relay()
     remote = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
                           "--heartbeat-interval", "0.25", "--outage-grace", "1", "--kernel-grace", "2", "-v")
     try:
-        tunnel.target = _listening_port(remote.process.pid)
+        tunnel.target = listening_port(remote.process.pid)
         install("remote-magic-far", "--token-file", str(remote.token_file))
         km, kc = _start("remote-magic-far")
         try:
