@@ -18,7 +18,7 @@ from remote_magic.errors import GpuLimitError
 from remote_magic.wire.sizes import human_size
 
 from .device import GpuDevice
-from .memory import UNIFORM_USAGE, Allocation, BufferPool, Transfers
+from .memory import MAPPABLE_STORAGE_USAGE, STORAGE_USAGE, UNIFORM_USAGE, Allocation, BufferPool, Transfers
 from .pipelines import Pipelines
 from .resident import ResidentBuffers, content_key
 from .stats import GpuTimer, Stats
@@ -52,7 +52,8 @@ class DeviceContext:
         self.max_buffer = limits.get("max_buffer_size", self.max_binding)
         self.max_groups = limits.get("max_compute_workgroups_per_dimension", 65535)
         self.offset_alignment = limits.get("min_storage_buffer_offset_alignment", 256)
-        self.pool = BufferPool(self.handle)
+        self.pool = BufferPool(self.handle, storage_usage=MAPPABLE_STORAGE_USAGE if device.mappable_storage
+                               else STORAGE_USAGE)
         self.resident = ResidentBuffers(resident_bytes)
         self.transfers = Transfers(self.handle, self.pool, self._count)
         self.pipelines = Pipelines(device)
@@ -116,12 +117,13 @@ class DeviceContext:
         values' digest: a later operation or cell that uses these values finds them on the device.
         """
         encoder, held = self._take_recorded()
+        keep = count >= MIN_KEPT_VALUES and 4 * count == alloc.nbytes and self.resident.budget_bytes > 0
         with self.device.guard("a readback"):
-            data = self.transfers.download(alloc, count, encoder=encoder)
+            data, digest = self.transfers.download(alloc, count, encoder=encoder, digest=keep)
         self._release(held)
         self.timer.note_wait()
-        if count >= MIN_KEPT_VALUES and 4 * count == alloc.nbytes and self.resident.budget_bytes:
-            self.resident.keep(content_key(data), alloc)
+        if digest is not None:
+            self.resident.keep((digest, data.nbytes), alloc)
         return data
 
     def download_indices(self, alloc: Allocation, count: int) -> np.ndarray:

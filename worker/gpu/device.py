@@ -47,6 +47,14 @@ REPORTED_LIMITS = (
 )
 """The limits that matter for compute; requested explicitly if asking for all of them fails."""
 
+MAPPABLE_STORAGE_FEATURE = "mappable-primary-buffers"
+"""wgpu-native's feature that lets a storage buffer be mapped for reading: results are read where they were written,
+with no copy into a staging buffer first. Used on adapters that share the host's memory (integrated and software),
+where such a buffer costs kernels nothing; a discrete GPU would put it in slower host-visible memory."""
+
+SHARED_MEMORY_TYPES = ("integrated", "software")
+"""Adapter types whose memory is the host's."""
+
 SUBGROUP_FEATURES = ("subgroups", "subgroup")
 """WebGPU's "subgroups" feature as an adapter may list it: wgpu-native (wgpu-py 0.32) lists its own "subgroup"."""
 
@@ -162,12 +170,14 @@ class GpuDevice:
     """
 
     def __init__(self, handle: Any, info: AdapterInfo, *, timestamps: bool = False, subgroups: bool = False,
-                 adapter: Any = None) -> None:
+                 mappable_storage: bool = False, adapter: Any = None) -> None:
         self.adapter = adapter
         self.info = info
         self.timestamps = timestamps
         self.subgroups = subgroups
         """True if the device has WebGPU's "subgroups" feature (never for a browser tab's)."""
+        self.mappable_storage = mappable_storage
+        """True if storage buffers may be mapped for reading (:data:`MAPPABLE_STORAGE_FEATURE`; never for a tab's)."""
         self.handle = handle
         self.limits: dict[str, int] = {k.replace("-", "_"): int(v) for k, v in handle.limits.items()
                                        if isinstance(v, int)}
@@ -187,6 +197,9 @@ class GpuDevice:
         subgroups = next((f for f in SUBGROUP_FEATURES if f in adapter.features), None)
         if subgroups is not None:
             features.append(subgroups)
+        mappable = MAPPABLE_STORAGE_FEATURE in adapter.features and info.adapter_type in SHARED_MEMORY_TYPES
+        if mappable:
+            features.append(MAPPABLE_STORAGE_FEATURE)
         try:
             handle = adapter.request_device_sync(required_features=features, required_limits=dict(adapter.limits))
         except Exception as exc:  # some drivers refuse limits they report; ask for the compute ones
@@ -196,7 +209,8 @@ class GpuDevice:
                 handle = adapter.request_device_sync(required_features=features, required_limits=limits)
             except Exception as exc2:
                 raise GpuError(f"the GPU adapter {info.name} refused to create a device: {exc2}") from exc2
-        return cls(handle, info, timestamps=timestamps, subgroups=subgroups is not None, adapter=adapter)
+        return cls(handle, info, timestamps=timestamps, subgroups=subgroups is not None, mappable_storage=mappable,
+                   adapter=adapter)
 
     @contextmanager
     def guard(self, what: str) -> Iterator[None]:

@@ -15,12 +15,19 @@ from typing import Any, Callable
 
 import numpy as np
 import wgpu
+import xxhash
 
 log = logging.getLogger(__name__)
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 UNIFORM_USAGE = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
 STAGING_USAGE = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+MAPPABLE_STORAGE_USAGE = STORAGE_USAGE | wgpu.BufferUsage.MAP_READ
+"""Storage buffers read back where they are (a device with ``mappable_storage``), with no staging copy."""
+
+DIGEST_CHUNK_BYTES = 256 << 10
+"""A readback that is digested too is copied and hashed this much at a time, so the hash reads what the copy has
+just put in the cache instead of reading the whole array from memory a second time."""
 
 MIN_BUFFER_BYTES = 256
 """Smallest buffer made; a zero-size binding is invalid, so empty arrays still get one."""
@@ -53,15 +60,20 @@ class Allocation:
 class BufferPool:
     """Free lists of buffers per (usage, size class), bounded by ``max_free_bytes``."""
 
-    def __init__(self, device: Any, max_free_bytes: int = DEFAULT_POOL_BYTES) -> None:
+    def __init__(self, device: Any, max_free_bytes: int = DEFAULT_POOL_BYTES,
+                 storage_usage: int = STORAGE_USAGE) -> None:
         self._device = device
+        self.storage_usage = storage_usage
+        """The usage of :meth:`allocate`'s buffers (:data:`MAPPABLE_STORAGE_USAGE` where the device allows it)."""
         self._free: dict[tuple[int, int], list[Any]] = defaultdict(list)
         self._free_bytes = 0
         self.max_free_bytes = max_free_bytes
         self.closed = False
 
-    def take(self, nbytes: int, usage: int = STORAGE_USAGE) -> Any:
-        """A buffer of at least ``nbytes`` with ``usage``: a free one if any, else a new one."""
+    def take(self, nbytes: int, usage: int | None = None) -> Any:
+        """A buffer of at least ``nbytes`` with ``usage`` (default: the pool's storage usage): a free one if any,
+        else a new one."""
+        usage = self.storage_usage if usage is None else usage
         size = size_class(nbytes)
         free = self._free.get((int(usage), size))
         if free:
@@ -114,28 +126,51 @@ class Transfers:
         """Write small bookkeeping data (uniforms); not counted as user traffic."""
         self._device.queue.write_buffer(buffer, 0, data)
 
-    def download(self, alloc: Allocation, count: int, offset_bytes: int = 0, *, encoder: Any = None) -> np.ndarray:
-        """Read ``count`` float32 values from ``alloc`` (a copy; the staging buffer is reused).
+    def download(self, alloc: Allocation, count: int, offset_bytes: int = 0, *, encoder: Any = None,
+                 digest: bool = False) -> tuple[np.ndarray, bytes | None]:
+        """Read ``count`` float32 values from ``alloc`` (a copy), and with ``digest`` the xxh3-128 digest of their
+        bytes, hashed as they are copied.
 
-        ``encoder``: work recorded before, submitted with the copy (in one command buffer).
+        ``encoder``: work recorded before, submitted with the copy (in one command buffer). A mappable
+        storage buffer is read where it is; any other goes through a reused staging buffer.
         """
         nbytes = 4 * count
         if nbytes == 0:
             if encoder is not None:
                 self._device.queue.submit([encoder.finish()])
-            return np.empty(0, np.float32)
-        staging = self._pool.take(nbytes, STAGING_USAGE)
-        try:
-            encoder = encoder or self._device.create_command_encoder()
-            encoder.copy_buffer_to_buffer(alloc.buffer, offset_bytes, staging, 0, nbytes)
-            self._device.queue.submit([encoder.finish()])
-            staging.map_sync(wgpu.MapMode.READ, 0, nbytes)  # slow: waits for the GPU
+            return np.empty(0, np.float32), (xxhash.xxh3_128_digest(b"") if digest else None)
+        if alloc.buffer.usage & wgpu.BufferUsage.MAP_READ and offset_bytes % 8 == 0:
+            if encoder is not None:
+                self._device.queue.submit([encoder.finish()])
+            result = _read_mapped(alloc.buffer, offset_bytes, nbytes, digest)
+        else:
+            staging = self._pool.take(nbytes, STAGING_USAGE)
             try:
-                mapped = staging.read_mapped(0, nbytes, copy=False)  # wgpu has no type hints
-                data: np.ndarray = np.frombuffer(mapped, np.float32).copy()
+                encoder = encoder or self._device.create_command_encoder()
+                encoder.copy_buffer_to_buffer(alloc.buffer, offset_bytes, staging, 0, nbytes)
+                self._device.queue.submit([encoder.finish()])
+                result = _read_mapped(staging, 0, nbytes, digest)
             finally:
-                staging.unmap()
-        finally:
-            self._pool.release(staging)
+                self._pool.release(staging)
         self._count("down", nbytes)
-        return data
+        return result
+
+
+def _read_mapped(buffer: Any, offset: int, nbytes: int, digest: bool) -> tuple[np.ndarray, bytes | None]:
+    """Map ``nbytes`` of ``buffer`` at ``offset`` (waits for the GPU work that writes it), copy them out as float32
+    values, unmap; with ``digest``, hash the copy chunk by chunk while it is in the cache."""
+    buffer.map_sync(wgpu.MapMode.READ, offset, nbytes)  # slow: waits for the GPU
+    try:
+        mapped = np.frombuffer(buffer.read_mapped(offset, nbytes, copy=False), np.uint8)  # wgpu has no type hints
+        data = np.empty(nbytes // 4, np.float32)
+        if not digest:
+            np.copyto(data.view(np.uint8), mapped)
+            return data, None
+        out, hasher = data.view(np.uint8), xxhash.xxh3_128()
+        for start in range(0, nbytes, DIGEST_CHUNK_BYTES):
+            chunk = slice(start, start + DIGEST_CHUNK_BYTES)
+            np.copyto(out[chunk], mapped[chunk])
+            hasher.update(out[chunk])
+        return data, hasher.digest()
+    finally:
+        buffer.unmap()
