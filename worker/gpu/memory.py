@@ -170,7 +170,7 @@ def _read_mapped(buffer: Any, offset: int, nbytes: int, digest: bool) -> tuple[n
         for start in range(0, nbytes, DIGEST_CHUNK_BYTES):
             chunk = slice(start, start + DIGEST_CHUNK_BYTES)
             np.copyto(out[chunk], mapped[chunk])
-            hasher.update(out[chunk])
+            hasher.update(out[chunk].data)
         return data, hasher.digest()
     finally:
         buffer.unmap()
