@@ -18,7 +18,7 @@ from remote_magic.errors import GpuLimitError
 from remote_magic.wire.sizes import human_size
 
 from .device import GpuDevice
-from .memory import MAPPABLE_STORAGE_USAGE, STORAGE_USAGE, UNIFORM_USAGE, Allocation, BufferPool, Transfers
+from .memory import MAPPABLE_STORAGE_USAGE, STORAGE_USAGE, UNIFORM_USAGE, Allocation, BufferPool, HostCopies
 from .pipelines import Pipelines
 from .resident import ResidentBuffers, content_key
 from .stats import GpuTimer, Stats
@@ -35,7 +35,7 @@ less to upload again than the room they would take."""
 
 
 class DeviceContext:
-    """A device with its buffer pool, resident buffers, transfers, pipeline cache and GPU timer.
+    """A device with its buffer pool, resident buffers, host copies, pipeline cache and GPU timer.
 
     ``resident_bytes`` bounds the buffers kept by content between cells (0: none kept).
     """
@@ -55,7 +55,7 @@ class DeviceContext:
         self.pool = BufferPool(self.handle, storage_usage=MAPPABLE_STORAGE_USAGE if device.mappable_storage
                                else STORAGE_USAGE)
         self.resident = ResidentBuffers(resident_bytes)
-        self.transfers = Transfers(self.handle, self.pool, self._count)
+        self.copies = HostCopies(self.handle, self.pool, self._count)
         self.pipelines = Pipelines(device)
         self.timer = GpuTimer(self.handle, device.timestamps, stats)
         self._encoder: Any = None
@@ -104,7 +104,7 @@ class DeviceContext:
                 self.stats.bytes_resident += kept.nbytes
                 return kept
         with self.device.guard("an upload"):
-            alloc = self.transfers.upload(data)
+            alloc = self.copies.upload(data)
         if key is not None:
             self.resident.keep(key, alloc)
         return alloc
@@ -119,7 +119,7 @@ class DeviceContext:
         encoder, held = self._take_recorded()
         keep = count >= MIN_KEPT_VALUES and 4 * count == alloc.nbytes and self.resident.budget_bytes > 0
         with self.device.guard("a readback"):
-            data, digest = self.transfers.download(alloc, count, encoder=encoder, digest=keep)
+            data, digest = self.copies.download(alloc, count, encoder=encoder, digest=keep)
         self._release(held)
         self.timer.note_wait()
         if digest is not None:
@@ -170,7 +170,7 @@ class DeviceContext:
             entries = [{"binding": index, "resource": _resource(binding)} for index, binding in bindings.items()]
             if params is not None:
                 uniform = self.pool.take(len(params), UNIFORM_USAGE)
-                self.transfers.write(uniform, params)
+                self.copies.write(uniform, params)
                 self._held.append(uniform)  # back to the pool once submitted: a later write would overtake it
                 entries.append({"binding": params_at, "resource": {"buffer": uniform, "offset": 0,
                                                                     "size": len(params)}})

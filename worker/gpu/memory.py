@@ -105,8 +105,9 @@ class BufferPool:
         self._free_bytes = 0
 
 
-class Transfers:
-    """Uploads through the queue and readbacks through reused staging buffers."""
+class HostCopies:
+    """Copies between the executor's memory and the device's: uploads through the queue, readbacks of mapped
+    buffers (the result's own, or a reused staging buffer)."""
 
     def __init__(self, device: Any, pool: BufferPool, count: Callable[[str, int], None]) -> None:
         self._device = device
