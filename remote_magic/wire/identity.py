@@ -18,9 +18,13 @@ change, as locally.
 
 from __future__ import annotations
 
+import array
+import collections
+import copyreg
 import gc
 import hashlib
 import itertools
+import random
 import sys
 import types
 from typing import Any, Iterator, Mapping, Sequence
@@ -234,6 +238,8 @@ def update_in_place(old: Any, new: Any) -> bool:
     elif isinstance(old, (dict, set)):
         old.clear()
         old.update(new)
+        if isinstance(old, collections.defaultdict):
+            old.default_factory = new.default_factory
     elif (numpy := sys.modules.get("numpy")) is not None and isinstance(old, numpy.ndarray):
         if old.shape != new.shape or old.dtype != new.dtype or not old.flags.writeable:
             return False
@@ -252,8 +258,63 @@ def update_in_place(old: Any, new: Any) -> bool:
         old.__dict__.clear()  # an instance of a notebook class: its attributes are its state
         old.__dict__.update(new.__dict__)
     else:
-        return False
+        return _update_library_object(old, new)
     return True
+
+
+def _update_library_object(old: Any, new: Any) -> bool:
+    """``update_in_place`` for the standard library's containers and generators of numbers, and for any
+    object that pickles as its class and a state (a scikit-learn estimator, an ``argparse.Namespace``):
+    that state, set on ``old`` as unpickling sets it on a new object."""
+    if isinstance(old, collections.deque):
+        if old.maxlen != new.maxlen:
+            return False
+        old.clear()
+        old.extend(new)
+    elif isinstance(old, array.array):  # of one typecode: an array's typecode can't change
+        old[:] = new
+    elif isinstance(old, random.Random):
+        old.setstate(new.getstate())
+    elif (state := _plain_state(new)) is not None and _plain_state(old) is not None:
+        own, slots = state if isinstance(state, tuple) else (state, None)
+        if hasattr(old, "__dict__"):
+            old.__dict__.clear()
+        if hasattr(type(old), "__setstate__"):  # the class's own (scikit-learn checks its version there)
+            old.__setstate__(state)
+        else:
+            vars(old).update(own or {})
+            for name, value in (slots or {}).items():
+                setattr(old, name, value)
+    else:
+        return False
+    if hasattr(old, "__dict__") and isinstance(old, (collections.deque, array.array, random.Random)):
+        vars(old).clear()  # a subclass's own attributes
+        vars(old).update(vars(new))
+    return True
+
+
+_NEWOBJ: Any = getattr(copyreg, "__newobj__")  # (not in typeshed)
+
+
+def _plain_state(value: Any) -> Any:
+    """The state ``value`` pickles as, where its pickle is its class and that state only (``copyreg.__newobj__``
+    with no arguments: what ``object.__reduce_ex__`` gives, scikit-learn's estimators too): a dict of its
+    attributes, or a (dict or None, slots' dict) pair. None for any other pickle."""
+    if isinstance(value, type) or not hasattr(value, "__dict__") and not hasattr(type(value), "__slots__"):
+        return None
+    try:
+        reduced = value.__reduce_ex__(5)
+    except Exception:  # pickling runs the class's own code; what can't be pickled has no state to take
+        return None
+    if not isinstance(reduced, tuple) or len(reduced) < 3 or reduced[0] is not _NEWOBJ:
+        return None
+    if tuple(reduced[1]) != (type(value),) or any(item is not None for item in reduced[3:]):
+        return None
+    state = reduced[2]
+    if isinstance(state, dict) or (isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict)
+                                   and (state[0] is None or isinstance(state[0], dict))):
+        return state
+    return None
 
 
 def shared_objects(values: Mapping[str, Any]) -> tuple[list[Any], str] | None:
@@ -307,6 +368,11 @@ def _contents(value: Any) -> Iterator[Any]:
         from .definitions import class_data
 
         yield from class_data(value).values()
+    elif kind in _LIBRARY_CONTAINERS:
+        yield from value.values() if isinstance(value, dict) else value
+    elif (state := _plain_state(value)) is not None:  # an object that pickles as its attributes
+        for part in state if isinstance(state, tuple) else (state,):
+            yield from (part or {}).values()
 
 
 def _notebook_class(value: Any) -> bool:
@@ -334,8 +400,15 @@ def _pandas_data(value: Any) -> bool:
 def _updatable(value: Any) -> bool:
     """Can ``update_in_place`` make this object hold another of its kind's state?"""
     kind = type(value)
-    if kind in (list, dict, set, bytearray) or _plain_notebook_instance(value) or _pandas_data(value):
+    if (kind in (list, dict, set, bytearray, array.array, random.Random, *_LIBRARY_CONTAINERS)
+            or _plain_notebook_instance(value) or _pandas_data(value)):
         return True
     numpy = sys.modules.get("numpy")
-    return numpy is not None and (kind is numpy.ndarray
-                                  or isinstance(value, (numpy.random.Generator, numpy.random.RandomState)))
+    if numpy is not None and (kind is numpy.ndarray
+                              or isinstance(value, (numpy.random.Generator, numpy.random.RandomState))):
+        return True
+    return _plain_state(value) is not None
+
+
+_LIBRARY_CONTAINERS = (collections.deque, collections.OrderedDict, collections.defaultdict, collections.Counter)
+"""The standard library's containers that pickle as their items, looked into as lists and dicts are."""

@@ -464,3 +464,48 @@ def test_a_closed_file_says_nothing_and_a_value_that_cant_be_pickled_offers_no_p
         ip.run_line_magic("offload_pull", "lock")
     result, out = run(ip, "%%offload\nwith lock:\n    held = lock.locked()")  # in place there, as the notice says
     assert result.success and ip.user_ns["held"] is True, out.stderr
+
+
+def test_a_library_object_changed_through_a_container_or_another_name_stays_the_object_every_name_holds(
+        ip: InteractiveShell) -> None:
+    """Issue 32: a deque or array.array appended to, a random.Random drawn from, a library object whose
+    method set its attributes, read through a container or another name, came back as a new object,
+    and the other names that held it kept the old one, without a word."""
+    ip.reset(new_session=False)
+    run(ip, "import argparse, array, collections, random\ndq = collections.deque([1], maxlen=5)\n"
+            "arr = array.array('i', [1])\nrnd = random.Random(0)\nopts = argparse.Namespace(seen=[])\n"
+            "counts = collections.defaultdict(list)\nordered = collections.OrderedDict(a=1)\n"
+            "held = {'dq': dq, 'arr': arr, 'rnd': rnd, 'opts': opts, 'counts': counts, 'ordered': ordered}\n"
+            "seen = opts.seen\nexpected = random.Random(0)\nexpected.random()")
+    ns = ip.user_ns
+    originals = {name: ns[name] for name in ("dq", "arr", "rnd", "opts", "counts", "ordered", "seen")}
+    result, out = run(ip, "%%offload\nheld['dq'].append(2)\nheld['arr'].append(2)\ndrawn = held['rnd'].random()\n"
+                          "held['opts'].seen.append('x')\nheld['opts'].verbose = True\nheld['counts']['k'].append(1)\n"
+                          "held['ordered']['b'] = 2\nheld['ordered'].move_to_end('a')")
+    assert result.success, result.error_in_exec
+    assert all(ns[name] is value and ns["held"].get(name, value) is value for name, value in originals.items())
+    assert list(ns["dq"]) == [1, 2] and ns["dq"].maxlen == 5 and ns["arr"].tolist() == [1, 2]
+    assert ns["opts"].verbose is True and ns["seen"] == ["x"] and ns["opts"].seen is ns["seen"]
+    assert ns["counts"] == {"k": [1]} and ns["counts"]["new"] == [] and list(ns["ordered"]) == ["b", "a"]
+    assert ns["rnd"].random() == ns["expected"].random()  # drawn once there: the next draw here is the second
+    assert "came back as a new object" not in out.stderr and "can't be here" not in out.stderr, out.stderr
+    # Read by another name than the container's, too.
+    result, out = run(ip, "%%offload\ndq.append(3)\nrnd.random()")
+    assert result.success and ns["held"]["dq"] is ns["dq"] and list(ns["held"]["dq"]) == [1, 2, 3]
+    assert ns["held"]["rnd"].random() == (ns["expected"].random(), ns["expected"].random())[1]
+
+
+def test_a_scikit_learn_model_fitted_through_a_dict_of_models_is_the_model_every_name_holds(
+        ip: InteractiveShell) -> None:
+    pytest.importorskip("sklearn")
+    ip.reset(new_session=False)
+    run(ip, "import numpy as np\nfrom sklearn.linear_model import LinearRegression\nfrom sklearn.pipeline import "
+            "make_pipeline\nfrom sklearn.preprocessing import StandardScaler\nlr = LinearRegression()\n"
+            "pipe = make_pipeline(StandardScaler(), LinearRegression())\nmodels = {'lr': lr, 'pipe': pipe}\n"
+            "scaler = pipe[0]\nX = np.arange(8.0).reshape(-1, 2)\ny = X @ [1.0, 2.0]")
+    ns = ip.user_ns
+    result, out = run(ip, "%%offload\nfor model in models.values():\n    model.fit(X, y)")
+    assert result.success, result.error_in_exec
+    assert ns["models"]["lr"] is ns["lr"] and ns["models"]["pipe"] is ns["pipe"] and ns["pipe"][0] is ns["scaler"]
+    assert np.allclose(ns["lr"].coef_, ns["models"]["lr"].coef_) and hasattr(ns["scaler"], "mean_")
+    assert "came back as a new object" not in out.stderr, out.stderr
