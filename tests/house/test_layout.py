@@ -12,7 +12,9 @@ import ast
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -172,6 +174,73 @@ def test_the_gpu_layer_imports_nothing_of_the_tab_server() -> None:
         "remote_magic.errors", "remote_magic.worker.tab_protocol", "remote_magic.worker.gpu.device"}
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A side of the house (``side``: a package) that must not reach modules ``forbidden`` says, directly or
+    through others."""
+
+    name: str
+    side: str
+    forbidden: Callable[[str], bool]
+    example: str  # one forbidden module, for the check that a planted import is caught
+
+    def crossings(self, graph: dict[str, set[str]]) -> dict[str, list[str]]:
+        """The side's modules that reach a forbidden one, each with what it reaches."""
+        reached = {module: sorted(t for t in _reachable(graph, module) if self.forbidden(t))
+                   for module in graph if _within(module, self.side)}
+        return {module: targets for module, targets in reached.items() if targets}
+
+
+WIRE_BELOW = ("remote_magic.wire", "remote_magic.errors", "remote_magic._version")
+
+BOUNDARIES = [
+    Boundary("the hub never imports the notebook side (the client, its job tables, the Dask client, the magics)",
+             "remote_magic.hub", lambda m: m in NOTEBOOK_SIDE or _within(m, "remote_magic.notebook"),
+             "remote_magic.hub_jobs"),
+    Boundary("the hub never imports a worker's code (remote-worker hosts the hub, not the other way round)",
+             "remote_magic.hub", lambda m: _within(m, "remote_magic.worker"), "remote_magic.worker.supervisor"),
+    Boundary("the GPU layer never imports the tab server (it reaches a tab through the tab protocol)",
+             "remote_magic.worker.gpu", lambda m: _within(m, "remote_magic.worker.browser"),
+             "remote_magic.worker.browser.server"),
+    Boundary("the wire imports only the exception tree and the version", "remote_magic.wire",
+             lambda m: not m.startswith(WIRE_BELOW), "remote_magic.hub.fleet"),
+    Boundary("the kernel provisioner (in Jupyter's process) imports no hub, worker or notebook side",
+             "remote_magic.kernel_provider", lambda m: not m.startswith((*WIRE_BELOW, "remote_magic.kernel_provider")),
+             "remote_magic.client"),
+]
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=lambda b: b.side + "-" + b.example.rsplit(".", 1)[1])
+def test_no_side_reaches_across_its_boundary(boundary: Boundary) -> None:
+    assert boundary.crossings(_graph(packages_as_modules=False)) == {}, boundary.name
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES, ids=lambda b: b.side + "-" + b.example.rsplit(".", 1)[1])
+def test_an_import_planted_across_a_boundary_is_caught_also_through_another_module(boundary: Boundary) -> None:
+    """The check above fails when the boundary breaks: a direct import, and one through a module of another side."""
+    graph = _graph(packages_as_modules=False)
+    inside = sorted(module for module in graph if _within(module, boundary.side))[-1]
+    assert boundary.example in graph and boundary.forbidden(boundary.example)
+    direct = {**graph, inside: graph[inside] | {boundary.example}}
+    assert boundary.example in boundary.crossings(direct)[inside]
+    allowed = "remote_magic.errors"  # every side may import it; planted, it reaches the forbidden module
+    through = {**graph, inside: graph[inside] | {allowed}, allowed: graph[allowed] | {boundary.example}}
+    assert boundary.example in boundary.crossings(through)[inside]
+
+
+def test_imports_are_read_inside_functions_and_under_type_checking(tmp_path: Path) -> None:
+    """A late import or one only the type checker sees is an edge too (what the module docstring says)."""
+    source = tmp_path / "planted.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..client import Client\n"
+                      "def late():\n    from .. import hub_jobs\n    import remote_magic.dask_client\n")
+    assert _imports("remote_magic.hub.planted", source) == {"remote_magic.client", "remote_magic.hub_jobs",
+                                                            "remote_magic.dask_client"}
+
+
 SEAM_USERS = ("remote_magic.hub.scheduler", "remote_magic.hub.delivery", "remote_magic.hub.jupyter_kernels")
 """The hub's modules that act on messages and send only through ``PeerSender`` (remote_magic/hub/sender.py)."""
 
@@ -211,7 +280,7 @@ def test_a_worker_hub_or_executor_process_loads_nothing_of_the_notebook_side() -
 
 def test_importing_the_package_loads_only_its_errors_until_a_name_is_used() -> None:
     assert _loaded_by("remote_magic") == ["remote_magic", "remote_magic._version", "remote_magic.errors"]
-    used = _fresh("import sys, remote_magic\nremote_magic.connect\nprint('remote_magic.client' in sys.modules, "
+    used = _fresh("import sys, remote_magic\nremote_magic.connect\nprint('remote_magic.engines' in sys.modules, "
                   "remote_magic.Client.__module__, 'Client' in dir(remote_magic))")
     assert used.split() == ["True", "remote_magic.client", "True"]
 
