@@ -177,6 +177,58 @@ def test_float64_says_webgpu_has_none(ip: InteractiveShell) -> None:
     assert "WebGPU has no float64" in str(result.error_in_exec) and ".float()" in str(result.error_in_exec)
 
 
+def test_a_device_array_becomes_a_tensor_without_an_upload(ml_worker: WorkerProcess) -> None:
+    x = np.random.default_rng(5).standard_normal((128, 64)).astype(np.float32)
+    with remote_magic.connect(ml_worker.token) as client:
+        first = client.execute("doubled = x * 2", inputs={"x": x}, gpu=True)  # a kernel: x is kept on the GPU
+        assert first.stats["bytes_uploaded"] == x.nbytes, first.stats
+        second = client.execute("from tinygrad import Tensor\nplus_one = (Tensor(x) + 1).numpy()", inputs={"x": x},
+                                gpu=True)
+    np.testing.assert_array_equal(second.values["plus_one"], x + 1)
+    assert second.stats["bytes_uploaded"] == 0, second.stats  # copied on the GPU from the buffer the kernel used
+    assert second.stats["resident_hits"] == 1 and second.stats["bytes_resident"] == x.nbytes, second.stats
+
+
+def test_running_out_of_gpu_memory_names_the_sizes(ip: InteractiveShell) -> None:
+    with capture_output():
+        result = ip.run_cell("%%offload\nfrom tinygrad import Tensor, Device\n"
+                             "kept = Tensor.ones(1000).contiguous().realize()\ndevice = Device['WEBGPU']\n"
+                             "held = sum(device.allocator.held.values())\ndevice.memory_limit = held + 6000\n"
+                             "try:\n    Tensor.ones(2000).contiguous().realize()\n"
+                             "finally:\n    device.memory_limit = None")
+    message = str(result.error_in_exec)
+    assert not result.success and "ran out of GPU memory" in message, message
+    assert "a tensor of 8,000 bytes was asked for" in message and "memory_limit = " in message, message
+    held = re.search(r"with ([\d,]+) bytes in (\d+) tensors' buffers held already \(the largest: ", message)
+    assert held and int(held.group(1).replace(",", "")) >= 4000, message
+    _run(ip, "%%offload\nfrom tinygrad import Tensor\nafter = (Tensor.ones(4) + 1).numpy()")  # allocations go on
+    np.testing.assert_array_equal(ip.user_ns["after"], [2.0] * 4)
+
+
+ALIASED = """
+from tinygrad import Tensor
+from tinygrad.engine.realize import runtime_cache
+
+x, y = Tensor([1.0, 2.0, 3.0, 4.0]).realize(), Tensor([10.0, 20.0, 30.0, 40.0]).realize()
+before = set(runtime_cache)
+out = (x * 2.5 + y).realize()
+[program] = [runtime_cache[key] for key in set(runtime_cache) - before]  # its kernel: out = x * 2.5 + y
+buffer = lambda tensor: tensor.uop.buffer._buf
+program(buffer(out), buffer(x), buffer(x))  # x read through two bindings
+read_twice = out.numpy()
+program(buffer(x), buffer(x), buffer(y))  # x written through one binding and read through another
+in_place = x.numpy()
+"""
+
+
+def test_a_kernel_binding_one_buffer_twice_reads_a_copy(ip: InteractiveShell) -> None:
+    """WebGPU forbids binding one buffer twice where either binding is writable (Chrome rejects the dispatch,
+    wgpu runs it): the worker binds a copy for the reads, as a tab does, with the values the kernel reads first."""
+    _run(ip, "%%offload\n" + ALIASED)
+    np.testing.assert_array_equal(ip.user_ns["read_twice"], np.array([1, 2, 3, 4], np.float32) * 3.5)
+    np.testing.assert_array_equal(ip.user_ns["in_place"], np.array([1, 2, 3, 4], np.float32) * 2.5 + [10, 20, 30, 40])
+
+
 OPS_IN_A_TAB = """
 from tinygrad import Tensor
 import numpy as np

@@ -274,7 +274,8 @@ class GpuRuntime:
         """Make tinygrad's ``WEBGPU`` device this runtime's GPU device (``tinygrad_device.py``), and tinygrad's
         default device when kernels run on the GPU (:attr:`active`). Without a device, tinygrad keeps its own."""
         if self._device is not None:
-            tinygrad_hook.install(lambda: self.dispatcher.ctx.device, default=self.active)
+            tinygrad_hook.install(lambda: self.dispatcher.ctx.device, default=self.active,
+                                  context=lambda: self.dispatcher.current_context)
 
     def before_cell(self) -> None:
         """Before each cell: a tinygrad device on a lost GPU device is dropped (the next use opens one)."""

@@ -18,7 +18,9 @@ stretch of tinygrad work instead of one per kernel.
 
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -29,10 +31,12 @@ from tinygrad.renderer.wgsl import WGSLRenderer
 from tinygrad.uop.ops import UOp
 
 from remote_magic.errors import GpuError
+from remote_magic.wire.sizes import human_size
 
 from .device import GpuDevice
 from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool
-from .tinygrad_hook import executor_gpu_device
+from .resident import content_key
+from .tinygrad_hook import executor_context, executor_gpu_device
 from .tinygrad_programs import ProgramCache
 
 MAX_UNIFORMS = 1024
@@ -52,7 +56,13 @@ class WebGpuWGSLRenderer(WGSLRenderer):
 
 
 class WebGpuAllocator(Allocator["WebGpuDevice"]):
-    """tinygrad buffers as wgpu storage buffers (sizes rounded up to 4 bytes, as WebGPU wants)."""
+    """tinygrad buffers as wgpu storage buffers (sizes rounded up to 4 bytes, as WebGPU wants), counted, so that
+    running out of GPU memory (or past :attr:`WebGpuDevice.memory_limit`) says what was asked and what is held."""
+
+    def __init__(self, dev: "WebGpuDevice") -> None:
+        super().__init__(dev)
+        self.held: dict[int, int] = {}
+        """Bytes of each buffer tinygrad holds on the device, by ``id`` of the wgpu buffer."""
 
     def _alloc(self, size: int, options: BufferSpec) -> Any:
         # tinygrad binds whole buffers to its kernels, so the binding limit is the size limit
@@ -61,21 +71,66 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
             raise GpuError(f"a tinygrad tensor of {size:,} bytes is larger than one kernel may bind on "
                            f"{self.dev.gpu.info.name} ({limit:,} bytes, WebGPU's max_storage_buffer_binding_size): "
                            "split it into smaller tensors")
-        with self.dev.gpu.guard("allocating a tinygrad buffer"):
-            return self.dev.gpu.handle.create_buffer(size=_round4(size), usage=STORAGE_USAGE)
+        bound = self.dev.memory_limit
+        if bound is not None and sum(self.held.values()) + _round4(size) > bound:
+            raise GpuError(self._out_of_memory(size, f"past the {human_size(bound)} its tensors may hold "
+                                                     f"(Device['WEBGPU'].memory_limit = {bound:,})"))
+        try:
+            with self.dev.gpu.guard("allocating a tinygrad buffer"):
+                buffer = self.dev.gpu.handle.create_buffer(size=_round4(size), usage=STORAGE_USAGE)
+        except GpuError as exc:
+            if self.dev.gpu.lost:
+                raise
+            raise GpuError(self._out_of_memory(size, f"({exc})")) from exc
+        self.held[id(buffer)] = buffer.size
+        return buffer
+
+    def _out_of_memory(self, size: int, why: str) -> str:
+        largest = ", ".join(f"{human_size(nbytes)} x {count}" for nbytes, count
+                            in sorted(Counter(self.held.values()).items(), reverse=True)[:4])
+        return (f"tinygrad ran out of GPU memory on {self.dev.gpu.info.name}: a tensor of {size:,} bytes was asked "
+                f"for, {why}, with {sum(self.held.values()):,} bytes in {len(self.held)} tensors' buffers held "
+                f"already{f' (the largest: {largest})' if largest else ''}. Free tensors the cell no longer needs "
+                "(del them, or keep .numpy() copies), or make the batch or the model smaller")
 
     def _free(self, opaque: Any, options: BufferSpec) -> None:
+        self.held.pop(id(opaque), None)
         self.dev.submit()  # a buffer that recorded kernels use can't go before they are submitted
         if not self.dev.gpu.lost:
             opaque.destroy()
 
     def _copyin(self, dest: Any, src: memoryview) -> None:
+        self.dev.submit()  # the queue's writes run before anything submitted after them
+        if self._copy_resident(dest, src):
+            return
         data = bytes(src)
         if len(data) % 4:
             data += bytes(4 - len(data) % 4)
-        self.dev.submit()  # the queue's writes run before anything submitted after them
         with self.dev.gpu.guard("copying a tinygrad buffer to the GPU"):
             self.dev.gpu.handle.queue.write_buffer(dest, 0, data)
+        context = executor_context()
+        if context is not None:
+            context.stats.uploads += 1
+            context.stats.bytes_uploaded += src.nbytes
+
+    def _copy_resident(self, dest: Any, src: memoryview) -> bool:
+        """Copy ``src``'s values into ``dest`` on the GPU from the GPU cell's buffer already holding them (an array
+        a kernel used, kept by digest: ``resident.py``), if there is one; False if not."""
+        context = executor_context()
+        if context is None or context.device is not self.dev.gpu or not context.resident.budget_bytes:
+            return False
+        values = src.cast("B")
+        if not values.nbytes or values.nbytes % 4:
+            return False
+        kept = context.resident.get(content_key(np.frombuffer(values, np.float32)))
+        if kept is None:
+            return False
+        with self.dev.gpu.guard("copying an array already on the GPU into a tinygrad buffer"):
+            self.dev.encoder().copy_buffer_to_buffer(kept.buffer, 0, dest, 0, values.nbytes)
+            self.dev.submit()  # now, while ``kept`` holds the buffer: once released it may be written again
+        context.stats.resident_hits += 1
+        context.stats.bytes_resident += values.nbytes
+        return True
 
     def _copyout(self, dest: memoryview, src: Any) -> None:
         size = _round4(dest.nbytes)
@@ -94,6 +149,10 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
                     staging.unmap()
             finally:
                 self.dev.staging.release(staging)
+        context = executor_context()
+        if context is not None:
+            context.stats.readbacks += 1
+            context.stats.bytes_downloaded += dest.nbytes
 
 
 class WebGpuProgram(Program["WebGpuDevice"]):
@@ -102,8 +161,11 @@ class WebGpuProgram(Program["WebGpuDevice"]):
     def __init__(self, dev: "WebGpuDevice", obj: TinyELF) -> None:
         self.dev = dev
         self.name = obj.name
+        source = obj.lib.decode()
+        self.written = written_buffers(source)
+        """Which of the kernel's buffers (0: its first) it stores to."""
         with dev.gpu.guard(f"compiling tinygrad's kernel {obj.name}"):
-            self.module = dev.gpu.handle.create_shader_module(code=obj.lib.decode())
+            self.module = dev.gpu.handle.create_shader_module(code=source)
         self._pipelines: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     def _pipeline(self, buffers: int, values: int) -> tuple[Any, Any]:
@@ -120,13 +182,36 @@ class WebGpuProgram(Program["WebGpuDevice"]):
             self._pipelines[key] = (layout, pipeline)
         return self._pipelines[key]
 
+    def _unaliased(self, bufs: tuple[Any, ...]) -> list[Any]:
+        """``bufs`` with no buffer bound twice: WebGPU (Chrome enforces it, wgpu doesn't) rejects a dispatch that
+        binds one buffer twice where either binding is writable, and tinygrad declares every buffer
+        ``read_write``. Where the kernel stores through at most one of the bindings, the others read a copy made
+        just before it (the values it would have read first); storing through two is refused, on the worker as in
+        a tab."""
+        places: dict[int, list[int]] = {}
+        for n, buffer in enumerate(bufs):
+            places.setdefault(id(buffer), []).append(n)
+        bound = list(bufs)
+        for same in (p for p in places.values() if len(p) > 1):
+            stores = [n for n in same if n in self.written]
+            if len(stores) > 1:
+                raise GpuError(f"tinygrad's kernel {self.name} would store into one buffer through two of its "
+                               f"bindings (its buffers {', '.join(map(str, stores))}), which WebGPU forbids (a "
+                               "browser rejects it; wgpu would compute it racily): give the tensors it writes "
+                               "storage of their own (.contiguous() or .clone() one of them)")
+            for n in same:
+                if n not in stores:
+                    bound[n] = self.dev.copy_for_reading(bufs[n])
+        return bound
+
     def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1),
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (),
                  wait: bool = False, **_: Any) -> float | None:
         dev = self.dev
         with dev.gpu.guard(f"running tinygrad's kernel {self.name}"):
             layout, pipeline = self._pipeline(len(bufs), len(vals))
-            resources = [dev.infinity, *bufs, *(dev.uniform(v) for v in vals)]
+            storage = self._unaliased(bufs) if len({id(b) for b in bufs}) < len(bufs) else bufs
+            resources = [dev.infinity, *storage, *(dev.uniform(v) for v in vals)]
             group = dev.gpu.handle.create_bind_group(layout=layout, entries=[
                 {"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
                 for n, buffer in enumerate(resources)])
@@ -141,6 +226,14 @@ class WebGpuProgram(Program["WebGpuDevice"]):
             return time.perf_counter() - start
 
 
+def written_buffers(source: str) -> frozenset[int]:
+    """The buffers (0: the first ``read_write`` binding) that a kernel of tinygrad's ``WGSLRenderer`` stores to:
+    its stores are statements ``name[index] = value;`` or atomics on ``&name[index]``."""
+    names = re.findall(r"var<storage,\s*read_write>\s*(\w+)\s*:", source)
+    return frozenset(n for n, name in enumerate(names)
+                     if re.search(rf"^\s*{name}\[.*\]\s*=[^=]|atomic\w*\(&{name}\b", source, re.MULTILINE))
+
+
 class WebGpuDevice(Compiled):
     """tinygrad's ``WEBGPU`` device on the executor's :class:`GpuDevice` (wgpu's or a browser tab's)."""
 
@@ -149,6 +242,11 @@ class WebGpuDevice(Compiled):
         self._encoder: Any = None
         self._pass: Any = None
         self._uniforms: dict[int, Any] = {}
+        self._copies: list[Any] = []
+        self.memory_limit: int | None = None
+        """Bytes tinygrad's tensors may hold on this GPU (None: what the GPU gives); past it, an allocation fails
+        saying what was asked and what is held. Set it in a cell to share the GPU: ``Device['WEBGPU'].memory_limit
+        = 2 * 10**9``."""
         self.staging = BufferPool(self.gpu.handle)
         """Staging buffers for readbacks, kept for reuse (``memory.py``'s pool)."""
         with self.gpu.guard("opening tinygrad's WEBGPU device"):
@@ -180,9 +278,20 @@ class WebGpuDevice(Compiled):
             return
         encoder = self.encoder()  # (its pass ended)
         self._encoder = None
+        copies, self._copies = self._copies, []
         if not self.gpu.lost:
             with self.gpu.guard("running tinygrad's kernels"):
                 self.gpu.handle.queue.submit([encoder.finish()])
+                for copy in copies:  # (WebGPU keeps a destroyed buffer until the work submitted with it is done)
+                    copy.destroy()
+
+    def copy_for_reading(self, buffer: Any) -> Any:
+        """A copy of ``buffer`` as it is when the next kernel recorded runs (destroyed at the next :meth:`submit`),
+        for a kernel that would bind ``buffer`` twice."""
+        copy = self.gpu.handle.create_buffer(size=buffer.size, usage=STORAGE_USAGE)
+        self.encoder().copy_buffer_to_buffer(buffer, 0, copy, 0, buffer.size)
+        self._copies.append(copy)
+        return copy
 
     def synchronize(self) -> None:
         """Submit what was recorded and wait for the GPU to finish it."""

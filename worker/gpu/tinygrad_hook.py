@@ -27,6 +27,8 @@ DEVICE_NAME = "WEBGPU"
 
 _gpu_device: Callable[[], Any] | None = None
 """Gives the executor's GPU device (set by :func:`install`)."""
+_context: Callable[[], Any] | None = None
+"""Gives the executor's current device context, or None (set by :func:`install`)."""
 
 
 class _RuntimeFinder(importlib.abc.MetaPathFinder):
@@ -45,12 +47,14 @@ class _DeviceModuleLoader(importlib.abc.Loader):
         """Nothing to run: the module was imported under its own name."""
 
 
-def install(gpu_device: Callable[[], Any], *, default: bool) -> None:
+def install(gpu_device: Callable[[], Any], *, default: bool, context: Callable[[], Any] | None = None) -> None:
     """Make tinygrad's ``WEBGPU`` device run on ``gpu_device()`` (the executor's
     :class:`~.device.GpuDevice`); ``default``: and make it tinygrad's default device, unless the worker's
-    environment names another with ``DEV``. Call before any cell runs."""
-    global _gpu_device
-    _gpu_device = gpu_device
+    environment names another with ``DEV``. ``context``: gives the GPU cell's
+    :class:`~.context.DeviceContext` (or None), whose arrays already on the device tinygrad copies there instead
+    of uploading them again, and whose stats count tinygrad's uploads. Call before any cell runs."""
+    global _gpu_device, _context
+    _gpu_device, _context = gpu_device, context
     # (tinygrad's compile pool would leave threads running)
     module_state.set_at_start({"PARALLEL": "0", **({"DEV": DEVICE_NAME} if default else {})})
     if not any(isinstance(finder, _RuntimeFinder) for finder in sys.meta_path):
@@ -63,6 +67,11 @@ def executor_gpu_device() -> Any:
         raise GpuError("tinygrad's WEBGPU device is the worker's GPU, and this worker computes without one "
                        "(start remote-worker with --gpu on, or use tinygrad's CPU device: DEV=CPU)")
     return _gpu_device()
+
+
+def executor_context() -> Any:
+    """The GPU cell's :class:`~.context.DeviceContext` (its resident arrays and stats), or None."""
+    return _context() if _context is not None else None
 
 
 def opened_device() -> Any:
