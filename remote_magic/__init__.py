@@ -25,6 +25,7 @@ from .errors import (
     ConnectionFailed,
     DaskError,
     DiscoveryError,
+    EngineError,
     ExecutorDied,
     FileTransferError,
     FleetError,
@@ -55,8 +56,10 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .client import Client, connect
+    from .client import Client
     from .dask_client import DaskClient
+    from .engine import Engine
+    from .engines import connect
     from .file_copy import Transfer
     from .lan import discover
     from .results import FileChanges, JobResult
@@ -64,9 +67,9 @@ if TYPE_CHECKING:
     from .wire.discovery import DiscoveredHub
     from .wire.handles import RemoteValue
 
-_LAZY = {"Client": ".client", "connect": ".client", "DaskClient": ".dask_client", "Transfer": ".file_copy",
-         "discover": ".lan", "FileChanges": ".results", "JobResult": ".results", "SplitResult": ".split_gather",
-         "DiscoveredHub": ".wire.discovery", "RemoteValue": ".wire.handles"}
+_LAZY = {"Client": ".client", "connect": ".engines", "Engine": ".engine", "DaskClient": ".dask_client",
+         "Transfer": ".file_copy", "discover": ".lan", "FileChanges": ".results", "JobResult": ".results",
+         "SplitResult": ".split_gather", "DiscoveredHub": ".wire.discovery", "RemoteValue": ".wire.handles"}
 """Each public name that loads on first use, and the module it comes from."""
 
 __all__ = [
@@ -76,7 +79,7 @@ __all__ = [
     "ExecutorDied", "JobCancelled", "JobTimeout", "NoSuchJob", "NoSuchWorker", "NoMatchingWorker", "RequirementError",
     "GpuError", "ShaderError", "GpuLimitError", "TunnelError", "FileTransferError", "FleetError",
     "SplitResult", "SplitError", "GatherError",
-    "discover", "DiscoveredHub", "DiscoveryError", "DaskError", "KernelError",
+    "discover", "DiscoveredHub", "DiscoveryError", "DaskError", "EngineError", "Engine", "KernelError",
     "load_ipython_extension", "unload_ipython_extension",
 ]
 

@@ -5,7 +5,7 @@
 
 The magics are built on this; scripts and tests use it directly. ``Client`` is the hub's ``Engine``
 (``engine.py``); its jobs, and what the connection's I/O thread does with their messages, are
-``hub_jobs.HubJobs``. ``connect`` opens the engine an address's scheme names (``ENGINES``).
+``hub_jobs.HubJobs``. ``engines.connect`` opens it for a token.
 """
 
 from __future__ import annotations
@@ -16,13 +16,23 @@ import os
 import platform
 import queue
 from concurrent.futures import Future
-from typing import Any, Callable, Iterable, Mapping, Sequence, overload
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import zmq
 
 from . import errors, file_copy, fleet_jobs
-from .dask_client import DaskClient
-from .engine import Engine, JobRequest, MapRequest, OnModuleError, OnStream, worker_names
+from .engine import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    Address,
+    ConnectOptions,
+    Engine,
+    JobRequest,
+    LinkTraffic,
+    MapRequest,
+    OnModuleError,
+    OnStream,
+    worker_names,
+)
 from .errors import JobError
 from .file_copy import Transfer
 from .hub_jobs import HubJobs, Job
@@ -36,8 +46,6 @@ from .wire.tokens import Token
 from .wire.versions import describe_differences, local_versions
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
 class Client(Engine):
@@ -54,6 +62,7 @@ class Client(Engine):
             raise errors.TokenError("this is a worker token (rmw1.…): it joins a fleet with "
                                     "`REMOTE_MAGIC_JOIN_TOKEN=TOKEN remote-worker --join`. "
                                     "A notebook needs the client token (rmc1.…).")
+        self.address = self.token.address
         self.hub_cache: dict[str, int] = {}  # from the last workers(): {"bytes", "max_bytes"}
         self._context = zmq.Context()
         self._versions = local_versions()
@@ -75,6 +84,12 @@ class Client(Engine):
             log.info("%s", note)
         self._jobs.connection.start()
         log.info("connected to %s", self.token.redacted())
+
+    @classmethod
+    def open(cls, address: Address, options: ConnectOptions) -> "Client":
+        """``connect`` with a token: a Client of its hub."""
+        return cls(address.location, timeout=options.timeout, name=options.name, send_timeout=options.send_timeout,
+                   max_transfer=options.max_transfer)
 
     # -- public API ------------------------------------------------------------------------
 
@@ -115,6 +130,17 @@ class Client(Engine):
     @outage_grace.setter
     def outage_grace(self, seconds: float) -> None:
         self._jobs.connection.outage_grace = float(seconds)
+
+    def traffic(self) -> LinkTraffic:
+        """Bytes over the link to the hub so far, as they crossed, and ``max_transfer``."""
+        return LinkTraffic(self.bytes_sent, self.bytes_received, self.max_transfer)
+
+    def limit_link(self, *, max_transfer: int | None = None, outage_grace: float | None = None) -> None:
+        """Set ``max_transfer`` and ``outage_grace``, those given."""
+        if max_transfer is not None:
+            self.max_transfer = max_transfer
+        if outage_grace is not None:
+            self.outage_grace = outage_grace
 
     @property
     def max_message_bytes(self) -> int:
@@ -328,64 +354,3 @@ class Client(Engine):
         return describe_differences(self._versions, worker.get("versions") or {},
                                          f"worker {worker.get('name')!r}")
 
-
-def _open_hub(token: str | Token, *, timeout: float, name: str | None, send_timeout: float | None,
-              max_transfer: int | None) -> Client:
-    return Client(token, timeout=timeout, name=name, send_timeout=send_timeout, max_transfer=max_transfer)
-
-
-def _open_dask(address: str, *, timeout: float, name: str | None, send_timeout: float | None,
-               max_transfer: int | None) -> DaskClient:
-    # Dask moves the data between its own workers and scheduler: no link here to bound or to wait on.
-    return DaskClient(address, timeout=timeout, name=name)
-
-
-ENGINES: dict[str, Callable[..., "Client | DaskClient"]] = {"tcp": _open_hub, "dask": _open_dask}
-"""The engine ``connect`` opens for each scheme of address, with ``connect``'s arguments. A token has no
-scheme: its hub is reached over tcp."""
-
-
-def scheme(address: str | Token) -> str:
-    """The scheme of what ``connect`` takes: ``dask`` for ``dask://HOST:PORT``, ``tcp`` for a token."""
-    if isinstance(address, str) and "://" in address:
-        return address.split("://", 1)[0].lower()
-    return "tcp"
-
-
-@overload
-def connect(token: Token, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S, name: str | None = None,
-            send_timeout: float | None = None, max_transfer: int | None = None) -> Client: ...
-
-
-@overload
-def connect(token: str | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S, name: str | None = None,
-            send_timeout: float | None = None, max_transfer: int | None = None) -> "Client | DaskClient": ...
-
-
-def connect(token: str | Token | None = None, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-            name: str | None = None, send_timeout: float | None = None,
-            max_transfer: int | None = None) -> "Client | DaskClient":
-    """Connect to the hub a token points at (default: $REMOTE_MAGIC_TOKEN), or to a Dask scheduler.
-
-    ``dask://HOST:PORT`` connects to that Dask scheduler instead and returns a DaskClient: the same
-    ``run``, ``execute``, ``execute_all``, ``split`` and ``map``, with Dask placing the jobs
-    (no GPU kernels, retries, require or prefer there: name a worker instead).
-
-    Raises ConnectionFailed within ``timeout`` seconds with what to check when the hub can't
-    be reached or refuses the token. The Client is a context manager.
-
-    Jobs are never dropped: when more are submitted than the link to the hub carries, ``submit``
-    and ``run`` wait for room; with ``send_timeout`` they wait at most that long, then raise Busy.
-
-    ``max_transfer`` bounds the bytes this client sends and receives in all (a tunnel's monthly cap):
-    a job that would send more than is left raises OverBudget before anything is sent, and results that
-    would pass it stay on the worker as handles, saying so (``bytes_sent``, ``bytes_received``).
-    """
-    token = token or os.environ.get("REMOTE_MAGIC_TOKEN")
-    if not token:
-        raise errors.TokenError("no token: pass the line remote-worker printed, or set REMOTE_MAGIC_TOKEN")
-    opener = ENGINES.get(scheme(token))
-    if opener is None:
-        raise errors.TokenError(f"{scheme(token)}:// is not something connect opens: pass the line remote-worker "
-                                "printed (a token), or dask://HOST:PORT for a Dask scheduler")
-    return opener(token, timeout=timeout, name=name, send_timeout=send_timeout, max_transfer=max_transfer)

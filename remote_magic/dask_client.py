@@ -20,7 +20,17 @@ from typing import Any, Callable, Sequence
 
 from . import fleet_jobs
 from .dask_jobs import DaskJobs, Job
-from .engine import Engine, JobRequest, MapRequest
+from .engine import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    Address,
+    ConnectOptions,
+    Engine,
+    JobRequest,
+    MapRequest,
+    OnModuleError,
+    OnStream,
+    parse,
+)
 from .errors import ConnectionFailed, DaskError, NoSuchWorker
 from .results import JobResult, finish
 from .wire.install import install_command
@@ -28,12 +38,7 @@ from .wire.versions import local_versions
 
 log = logging.getLogger(__name__)
 
-SCHEME = "dask://"
-
-
-def is_dask_address(address: object) -> bool:
-    """Is this what ``connect`` takes for a Dask scheduler (``dask://HOST:PORT``)?"""
-    return isinstance(address, str) and address.startswith(SCHEME)
+SCHEME = "dask"
 
 
 class DaskClient(Engine):
@@ -47,27 +52,38 @@ class DaskClient(Engine):
     workers report no measured speed).
     """
 
-    def __init__(self, address: str, *, timeout: float = 10.0, name: str | None = None) -> None:
+    workers_called = "Dask workers"
+
+    def __init__(self, address: str | Address, *, timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 name: str | None = None) -> None:
         try:
             import distributed
         except ImportError:
             raise DaskError(f"connecting to a Dask cluster needs distributed: {install_command('dask')}") from None
-        if not is_dask_address(address) or not address[len(SCHEME):]:
-            raise DaskError(f"{address!r} is not a Dask scheduler's address: write dask://HOST:PORT")
-        self.address = address
+        read = parse(address) if isinstance(address, str) else address
+        if read.scheme != SCHEME or not isinstance(read.location, str) or not read.location:
+            raise DaskError(f"{read.text!r} is not a Dask scheduler's address: write dask://HOST:PORT")
+        self.address = read.text
         self.hub_cache: dict[str, int] = {}  # no hub keeps values here (Client.hub_cache)
         self.version_notes: list[str] = []
         self._versions = local_versions()
-        scheduler = address[len(SCHEME):]
+        scheduler = read.location
         make: Any = distributed.Client  # distributed has no type hints
         try:
             self._dask: Any = make(scheduler if "://" in scheduler else f"tcp://{scheduler}", timeout=timeout,
                                    set_as_default=False, name=name)
         except (OSError, TimeoutError) as exc:
-            raise ConnectionFailed(f"no Dask scheduler answered at {address} within {timeout:g} s ({exc}): check that "
-                                   "it runs (dask scheduler, or distributed.LocalCluster) and its address") from None
-        self._jobs = DaskJobs(self._dask, address, local_versions())
+            raise ConnectionFailed(f"no Dask scheduler answered at {self.address} within {timeout:g} s ({exc}): "
+                                   "check that it runs (dask scheduler, or distributed.LocalCluster) and its "
+                                   "address") from None
+        self._jobs = DaskJobs(self._dask, self.address, local_versions())
         log.info("connected to the Dask scheduler at %s", scheduler)
+
+    @classmethod
+    def open(cls, address: Address, options: ConnectOptions) -> "DaskClient":
+        """``connect("dask://HOST:PORT")``. Dask moves the data between its own workers and scheduler: there is
+        no link here to bound (``send_timeout``, ``max_transfer``) or to wait on."""
+        return cls(address, timeout=options.timeout, name=options.name)
 
     @property
     def dask(self) -> Any:
@@ -152,6 +168,21 @@ class DaskClient(Engine):
             self._jobs.close()
         finally:
             self._dask.close()
+
+    def limit_link(self, *, max_transfer: int | None = None, outage_grace: float | None = None) -> None:
+        """Not on a Dask connection: it has no link of its own to bound."""
+        if max_transfer is not None or outage_grace is not None:
+            raise DaskError("--max-transfer and --outage-grace are about a remote-worker hub's link; on Dask, "
+                            "data moves between the Dask workers and the scheduler")
+
+    def jobs(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
+        """Not on a Dask connection: no job outlives its notebook there."""
+        raise DaskError("%offload_jobs lists a remote-worker hub's jobs; on Dask, use the Dask dashboard")
+
+    def attach(self, job_id: str, *, on_stream: OnStream | None = None, on_display: OnStream | None = None,
+               on_module_error: OnModuleError | None = None) -> JobResult:
+        """Not on a Dask connection (see ``jobs``)."""
+        raise DaskError("%offload_attach collects a remote-worker hub's jobs; a Dask connection has none")
 
     def submit(self, *args: Any, **kwargs: Any) -> Any:
         """Not on a Dask connection: use ``client.dask.submit`` (Dask's own), or ``map``."""

@@ -13,11 +13,10 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping, TypeAlias
 
-from .engine import JobRequest, OnStream
+from .engine import JobRequest, OnStream, submit_message
 from .errors import (
     ConnectionFailed,
     DaskError,
-    InputError,
     JobCancelled,
     JobError,
     JobTimeout,
@@ -25,7 +24,6 @@ from .errors import (
     WorkerLost,
 )
 from .results import show_display, write_stream
-from .wire import serialization
 from .wire.failures import error_header
 from .wire.install import install_command
 from .wire.protocol import Message, MessageType as T
@@ -108,15 +106,17 @@ class DaskJobs:
     def _pack(self, header: dict[str, Any], values: Mapping[str, Any], addresses: list[str] | None
               ) -> tuple[str, dict[str, Any], list[Any]]:
         """A job's id, its SUBMIT header and its frames (large ones scattered to ``addresses`` already)."""
-        packed = serialization.pack(values, InputError, portable_pandas=True)  # the workers' pandas is unknown
         job_id = uuid.uuid4().hex
+        header = dict(header)
+        packed = submit_message(header, values, job_id=job_id, versions=self._versions,
+                                portable_pandas=True)  # the Dask workers' pandas is unknown
         frames = [as_array(frame) for frame in packed.frames]
         large = [i for i, frame in enumerate(frames) if frame.nbytes >= SCATTER_BYTES]
         if large:  # straight to a worker (the one named), not through the scheduler inside the task
             scattered = self._dask.scatter([frames[i] for i in large], workers=addresses, hash=False)
             for i, future in zip(large, scattered):
                 frames[i] = future
-        return job_id, {**header, **packed.header(), "job": job_id, "versions": self._versions}, frames
+        return job_id, header, frames
 
     def _track(self, job_id: str, future: Any, values: Mapping[str, Any], worker: str, events: Events,
                on_stream: OnStream, on_display: OnStream, update_inputs: bool = True) -> Job:

@@ -1,8 +1,8 @@
 """The seam between the notebook API and the engines that run its jobs.
 
 ``Engine`` is what ``%%offload`` (``execute``), ``--all`` (``execute_all``), ``--split`` (``split``) and
-``map`` need of a backend. Two implement it, and ``connect`` picks one by the address's scheme
-(``client.ENGINES``)::
+``map`` need of a backend. Two implement it, and ``engines.connect`` opens the one the address's scheme names
+(``engines.ENGINES``)::
 
     Engine ─┬─ client.Client           a remote-worker hub: sessions, files, placement, retries
             └─ dask_client.DaskClient  a Dask scheduler: Dask places the jobs
@@ -10,28 +10,82 @@
 Both inherit the public calls from here, so their signatures and the work they share are written once:
 the arguments become a ``JobRequest`` (as httpx's ``client.get(...)`` builds a ``Request``), ``execute_all``
 labels each worker's output, ``split`` plans the pieces and gathers them, ``map`` becomes a ``MapRequest``.
-An engine supplies three hooks, each taking requests:
+A ``JobRequest`` becomes its SUBMIT here, once for every engine (``JobRequest.submit``, then
+``submit_message`` packs it); an engine differs only in how a finished SUBMIT travels, as httpx's
+transports do. An engine supplies three hooks, each taking requests:
 
 - ``run_job(request)``: one job, to its JobResult or its error;
 - ``run_each(requests)``: one job per request at once, each on its request's worker;
 - ``run_map(request)``: ``map``'s chunks (``fleet_jobs.chunks`` sizes them).
+
+What else differs between engines is said by the engine, never asked of it: what it is connected to
+(``address``) and what its workers are called (``workers_called``), the bytes over its own link
+(``traffic``, None without one) and that link's bounds (``limit_link``), and, for what needs a
+remote-worker's session (``submit``, ``scatter``, ``gather``, ``pull``, files, ``reset``, jobs that outlive
+their notebook), an EngineError that says what to do instead.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 from . import fleet_jobs, split_gather
-from .errors import FleetError
+from .errors import EngineError, FleetError, InputError
 from .results import FileChanges, JobResult, show_display, write_stream
 from .split_gather import SplitResult
-from .wire import identity
+from .wire import identity, serialization
 from .wire.module_state import NAME as MODULE_STATE
 from .wire.requirements import placement_header
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from .file_copy import Transfer
+    from .wire.handles import RemoteValue
+    from .wire.tokens import Token
+
 log = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+
+HUB_SCHEME = "tcp"
+"""A token's scheme: it carries its hub's tcp:// address inside."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """What ``connect`` was given, read once: its scheme, and the rest."""
+
+    scheme: str
+    """``tcp`` for a token, ``dask`` for ``dask://HOST:PORT``."""
+    location: "str | Token"
+    """After the scheme: a Dask scheduler's ``HOST:PORT``; for a token, the token itself."""
+    text: str
+    """For messages: as written, but a token never (it holds credentials)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectOptions:
+    """``connect``'s options, as each engine's ``open`` takes them; an engine with no link of its own (Dask
+    moves the data itself) has none of it to bound and ignores ``send_timeout`` and ``max_transfer``."""
+
+    timeout: float = DEFAULT_CONNECT_TIMEOUT_S
+    name: str | None = None
+    send_timeout: float | None = None
+    max_transfer: int | None = None
+
+
+def parse(address: "str | Token") -> Address:
+    """``address`` read: ``dask://HOST:PORT`` is scheme ``dask``, location ``HOST:PORT``; a token (no scheme) is
+    scheme ``tcp``, location the token."""
+    if isinstance(address, str) and "://" in address:
+        scheme, location = address.split("://", 1)
+        return Address(scheme.lower(), location, address)
+    return Address(HUB_SCHEME, address, address.redacted() if not isinstance(address, str) else "a token")
+
 
 _Self = TypeVar("_Self", bound="Engine")
 
@@ -118,6 +172,26 @@ class CellSubmit:
     """Where the job's inputs went otherwise than they are here (a view that could only cross as a copy)."""
 
 
+def submit_message(header: dict[str, Any], values: Mapping[str, Any], *, job_id: str, versions: Mapping[str, str],
+                   portable_pandas: bool) -> serialization.Packed:
+    """Finish a job's SUBMIT, as every engine sends it: ``values`` packed with one memo (an object several of
+    them hold arrives as one), and ``header`` updated in place to describe the frames, with the job's id and
+    this side's versions. InputError names a value that can't be pickled. ``portable_pandas``: pandas
+    objects in a form any pandas release loads (the workers' pandas differs, or is unknown)."""
+    packed = serialization.pack(values, InputError, portable_pandas=portable_pandas, one_memo=True)
+    header.update(packed.header(), job=job_id, versions=dict(versions))
+    return packed
+
+
+class LinkTraffic(NamedTuple):
+    """The bytes over an engine's own link so far, as they crossed, and the most it may carry in all."""
+
+    sent: int
+    received: int
+    budget: int | None
+    """``max_transfer``: None for no bound."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class MapRequest:
     """``Engine.map``'s arguments: ``fn`` over ``items`` in chunks."""
@@ -139,12 +213,21 @@ class Engine(Protocol):
     and ``workers``. It is a context manager (``close`` on exit).
     """
 
+    address: str
+    """What this engine is connected to, as people write it: ``tcp://HOST:PORT``, ``dask://HOST:PORT``."""
+    workers_called: str = "workers"
+    """What this engine's workers are called, in words ("workers", "Dask workers")."""
     version_notes: list[str]
     """Version differences with the workers at connect, in words."""
     hub_cache: dict[str, int]
     """How many bytes of this client's large values the hub keeps (``bytes``, ``max_bytes``; empty without a hub)."""
 
     # -- what an engine implements ---------------------------------------------------------
+
+    @classmethod
+    def open(cls: type[_Self], address: "Address", options: "ConnectOptions") -> _Self:
+        """Connect to ``address`` (``engines.connect`` read its scheme, which names this engine)."""
+        ...
 
     def run_job(self, request: JobRequest) -> JobResult:
         """Run one job to its end: its JobResult, or its error raised (a RemoteError carries ``partial``)."""
@@ -167,6 +250,64 @@ class Engine(Protocol):
     def close(self) -> None:
         """Disconnect; jobs still running are cancelled."""
         ...
+
+    # -- what differs between engines, with what an engine without a hub's link and sessions does ------
+
+    def traffic(self) -> LinkTraffic | None:
+        """Bytes over this engine's own link so far, and its budget; None when it has no link of its own (Dask
+        moves the data between its own workers and scheduler)."""
+        return None
+
+    def limit_link(self, *, max_transfer: int | None = None, outage_grace: float | None = None) -> None:
+        """Bound this engine's link: the bytes it may send and receive in all (``max_transfer``), how long a
+        waiting job rides out a link that went down (``outage_grace``). EngineError when it has none."""
+        if max_transfer is not None or outage_grace is not None:
+            raise EngineError("--max-transfer and --outage-grace bound the link to a remote-worker hub; "
+                              f"{self.address} is reached without one")
+
+    def jobs(self, timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[dict[str, Any]]:
+        """Jobs that outlived the notebook that submitted them and wait to be collected (``attach``)."""
+        raise self._needs_a_hub("%offload_jobs / jobs")
+
+    def attach(self, job_id: str, *, on_stream: OnStream = write_stream, on_display: OnStream = show_display,
+               on_module_error: OnModuleError | None = None) -> JobResult:
+        """Collect a job that outlived the notebook that submitted it (see ``jobs``)."""
+        raise self._needs_a_hub("%offload_attach / attach")
+
+    def submit(self, fn: Callable[..., Any], *args: Any, require: Iterable[str] | str | None = None,
+               prefer: str | None = None, **kwargs: Any) -> "Future[Any]":
+        """Call ``fn(*args, **kwargs)`` on a worker; a Future holds its return value."""
+        raise self._needs_a_hub("submit")
+
+    def scatter(self, data: Iterable[Any], workers: Iterable[str] | None = None) -> "list[RemoteValue]":
+        """Put each value of ``data`` on a worker, in its session there; a handle to each, in order."""
+        raise self._needs_a_hub("scatter")
+
+    def gather(self, handles: "Iterable[RemoteValue]") -> list[Any]:
+        """The values behind ``handles``, in order."""
+        raise self._needs_a_hub("gather")
+
+    def pull(self, handle: "RemoteValue", *, timeout: float | None = None) -> Any:
+        """The value behind one handle, brought here."""
+        raise self._needs_a_hub("%offload_pull / pull")
+
+    def get_file(self, remote_path: str, local_path: str | os.PathLike[str] | None = None, *,
+                 worker: str | None = None, overwrite: bool = False, progress: bool | None = None) -> "Transfer":
+        """Copy a file or a folder from a worker's working directory to this machine."""
+        raise self._needs_a_hub("%offload_get / get_file")
+
+    def put_file(self, local_path: str | os.PathLike[str], remote_path: str | None = None, *,
+                 worker: str | None = None, overwrite: bool = False, progress: bool | None = None) -> "Transfer":
+        """Copy a file or a folder from this machine to a worker's working directory."""
+        raise self._needs_a_hub("%offload_put / put_file")
+
+    def reset(self, worker: str | None = None) -> list[str]:
+        """End this client's session on a worker (None: on every worker it ran a job on)."""
+        raise self._needs_a_hub("%offload_reset / reset")
+
+    def _needs_a_hub(self, what: str) -> EngineError:
+        return EngineError(f"{what} needs a remote-worker hub (sessions on its workers, their working directories, "
+                           f"jobs it keeps); {self.address} has none: connect with the token remote-worker printed")
 
     # -- the public calls, the same on every engine ----------------------------------------
 

@@ -34,7 +34,8 @@ Every error a user can catch derives from one root::
     │   ├── ShaderError       WGSL failed to compile (carries line and column)
     │   └── GpuLimitError     the data exceeds a device limit and cannot be split
     ├── TunnelError           an ngrok tunnel could not be opened
-    ├── DaskError             a Dask cluster can't do what was asked (no session, no GPU there), or is missing
+    ├── EngineError           the engine connected can't do what was asked (names the option, and what instead)
+    │   └── DaskError         ... a Dask cluster (no session, no GPU there), or distributed is missing
     ├── KernelError           a whole Jupyter kernel on a worker could not start, or was lost
     └── DiscoveryError        LAN discovery could not run, or found no hub that a token opens
 
@@ -287,7 +288,12 @@ class TunnelError(RemoteMagicError):
     """An ngrok tunnel could not be opened."""
 
 
-class DaskError(RemoteMagicError):
+class EngineError(RemoteMagicError):
+    """The engine this client is connected through can't do what was asked (an option that needs a
+    remote-worker's session, GPU or link): the message names it and what to use instead."""
+
+
+class DaskError(EngineError):
     """Offloading to a Dask cluster (``dask://HOST:PORT``) can't do what was asked: a Dask worker keeps no
     session per notebook and has no GPU runtime, so the options that need one are refused, naming the
     option and what to use instead; or ``distributed`` (or remote-magic on the Dask workers) is missing."""

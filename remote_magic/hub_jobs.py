@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import zmq
 
 from . import errors, progress
-from .engine import JobRequest, OnModuleError, OnStream
+from .engine import JobRequest, OnModuleError, OnStream, submit_message
 from .errors import ConnectionFailed, RemoteMagicError
 from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .wire import displays, serialization
@@ -131,11 +131,12 @@ class HubJobs:
     def submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None, timeout: float | None,
                future: "Future[Any] | None" = None, frames: Sequence[Any] = (),
                events: "queue.SimpleQueue[Message] | None" = None) -> Job:
-        """Pack ``values`` and send a job with ``header`` (updated in place) and ``frames`` after them."""
-        packed = serialization.pack(values, errors.InputError, portable_pandas=self.portable_pandas, one_memo=True)
-        self._check_size(packed)
+        """Finish the job's SUBMIT (``engine.submit_message``: ``header`` is updated in place) and send it, with
+        ``frames`` after the values' own: through the link, the hub keeping large frames it holds already."""
         job = Job(uuid.uuid4().hex, future=future) if events is None else Job(uuid.uuid4().hex, events, future)
-        header.update(packed.header(), job=job.id, versions=self._versions)
+        packed = submit_message(header, values, job_id=job.id, versions=self._versions,
+                                portable_pandas=self.portable_pandas)
+        self._check_size(packed)
         if worker is not None:
             header["worker"] = worker
         if timeout is not None:

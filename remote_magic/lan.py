@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import errors
-from .client import Client, connect
+from .engine import Engine
+from .engines import connect
 from .wire.discovery import DEFAULT_BROWSE_S, SERVICE_TYPE, DiscoveredHub, hub_from_record, require_zeroconf
 from .wire.tokens import Token
 
@@ -70,7 +71,7 @@ def discover(timeout: float = DEFAULT_BROWSE_S, *, token: str | Token | None = N
     return sorted(found.values(), key=lambda hub: (hub.name, hub.host, hub.address))
 
 
-def connect_discovered(token: str | Token, hub: DiscoveredHub, *, timeout: float) -> Client:
+def connect_discovered(token: str | Token, hub: DiscoveredHub, *, timeout: float) -> Engine:
     """Connect with ``token`` to a discovered hub, trying each address it was advertised at in turn.
 
     Raises TokenError when the token is for another hub, ConnectionFailed (the last address's) when

@@ -12,16 +12,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..dask_client import DaskClient
 from ..engine import Engine
-from ..errors import DaskError, InputError, NoSuchJob, RemoteError, RequirementError
+from ..errors import EngineError, InputError, NoSuchJob, RemoteError, RequirementError
 from ..results import JobResult
 from ..wire.sizes import human_size
 from . import cell_context, on_several
 from .apply_result import apply_result
 from .arguments import placement_options, several_options
 from .cell_display import CellDisplay
-from .connection import MagicsGroup, NotebookConnection, bytes_crossed
+from .connection import MagicsGroup, NotebookConnection
 from .notices import (
     describe_files,
     describe_jobs,
@@ -117,7 +116,7 @@ class CellMagics(MagicsGroup):
                         options: dict[str, Any]) -> Any:
         """%%offload on one worker: what the cell did lands here, also when it raised, as locally."""
         worker = cell_context.worker_holding(inputs, args.worker)
-        crossed = bytes_crossed(client)
+        before = client.traffic()
         try:
             result = client.execute(
                 cell, inputs, worker=worker, **options, on_display=self.cell_display.show,
@@ -125,7 +124,7 @@ class CellMagics(MagicsGroup):
                 require=cell_context.unquoted(args.require), prefer=args.prefer, keep=cell_context.listed(args.keep),
                 # Random seeds, print and display options, rcParams: one process's locally; the cell takes ours.
                 module_state=self.shared_state.for_cell())
-        except (RequirementError, DaskError) as exc:
+        except (RequirementError, EngineError) as exc:
             raise UsageError(str(exc)) from None
         except RemoteError as error:
             if error.partial is not None:  # as locally: what the cell did before it raised stays done
@@ -142,9 +141,11 @@ class CellMagics(MagicsGroup):
             raise
         self._apply(result, inputs)
         if args.stats:
-            sent, received = (after - before for after, before in zip(bytes_crossed(client), crossed))
-            notice(f"{describe_stats(result.worker, result.stats)}; over the link: sent {human_size(sent)}, "
-                   f"received {human_size(received)}")
+            after = client.traffic()
+            crossed = "" if before is None or after is None else (
+                f"; over the link: sent {human_size(after.sent - before.sent)}, "
+                f"received {human_size(after.received - before.received)}")
+            notice(describe_stats(result.worker, result.stats) + crossed)
         return self._shown(result)
 
     @magic_arguments()
@@ -167,7 +168,7 @@ class CellMagics(MagicsGroup):
             raise UsageError(f"{args.name!r} is not a valid Python name for gpu.{args.name}")
         try:
             self.connection.connected().execute("pass", gpu=True, kernels={**self.kernels, args.name: cell})
-        except DaskError as exc:
+        except EngineError as exc:
             raise UsageError(str(exc)) from None
         self.kernels[args.name] = cell
         print(f"kernel gpu.{args.name} compiled")
@@ -177,10 +178,11 @@ class CellMagics(MagicsGroup):
         """List the jobs that outlived the notebook that submitted them (a runtime that restarted, a link down
         past the heartbeat bound) and wait to be collected with %offload_attach JOB: any submitted with this
         notebook's token, running or ended."""
-        client = self.connection.connected()
-        if isinstance(client, DaskClient):
-            raise UsageError("%offload_jobs lists a remote-worker hub's jobs; on Dask, use the Dask dashboard")
-        print(describe_jobs(client.jobs()))
+        try:
+            waiting = self.connection.connected().jobs()
+        except EngineError as exc:
+            raise UsageError(str(exc)) from None
+        print(describe_jobs(waiting))
 
     @magic_arguments()
     @argument("job", help="the job's id, as %%offload_jobs lists it")
@@ -191,12 +193,9 @@ class CellMagics(MagicsGroup):
         notebook had run the cell. Usage: %offload_attach JOB
         """
         args = parse_argstring(self.offload_attach, line)
-        client = self.connection.connected()
-        if isinstance(client, DaskClient):
-            raise UsageError("%offload_attach collects a remote-worker hub's jobs; a Dask connection has none")
         try:
-            result = client.attach(args.job, on_display=self.cell_display.show)
-        except NoSuchJob as exc:
+            result = self.connection.connected().attach(args.job, on_display=self.cell_display.show)
+        except (NoSuchJob, EngineError) as exc:
             raise UsageError(str(exc)) from None
         except RemoteError as error:
             if error.partial is not None:

@@ -11,9 +11,8 @@ from IPython.core.magic import Magics
 from traitlets import Float
 from traitlets.config import Configurable
 
-from ..client import Client, connect
-from ..dask_client import DaskClient
 from ..engine import Engine
+from ..engines import connect
 from ..hub.served import ServedHub
 from ..wire.keys import HubKeys
 from ..wire.protocol import Role
@@ -28,29 +27,29 @@ class OffloadMagics(Configurable):
 
 
 class NotebookConnection:
-    """The hub (or Dask scheduler) this notebook is connected to, the hub it serves, if any, and the
-    magics' settings."""
+    """The engine this notebook is connected through (a hub's ``Client``, or a ``DaskClient``: the magics never
+    ask which), the hub it serves, if any, and the magics' settings."""
 
     def __init__(self, settings: OffloadMagics) -> None:
         self.settings = settings
-        self.client: Client | DaskClient | None = None  # DaskClient: %offload_connect dask://HOST:PORT
+        self.client: Engine | None = None
         self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)
 
-    def connected(self) -> Client | DaskClient:
-        """The client, or a UsageError saying how to connect."""
+    def connected(self) -> Engine:
+        """The engine, or a UsageError saying how to connect."""
         if self.client is None:
             raise UsageError("not connected: run %offload_connect TOKEN first "
                              "(the token is the line remote-worker printed)")
         return self.client
 
-    def connect(self, token: str | None, timeout: float) -> Client | DaskClient:
-        """Connect to the hub ``token`` opens (or the Dask scheduler it names; default: $REMOTE_MAGIC_TOKEN),
+    def connect(self, token: str | None, timeout: float) -> Engine:
+        """Connect to the hub ``token`` opens (or the engine its scheme names; default: $REMOTE_MAGIC_TOKEN),
         in place of any connection."""
         self.disconnect()
         self.client = connect(token, timeout=timeout)
         return self.client
 
-    def connect_on_lan(self, token: str | None, browse_s: float | None, timeout: float) -> Client | None:
+    def connect_on_lan(self, token: str | None, browse_s: float | None, timeout: float) -> Engine | None:
         """List the hubs advertised on this network; with a token, connect to its hub where it is found now.
 
         Without a token this only lists (None): the connection this notebook has stays.
@@ -87,11 +86,6 @@ class NotebookConnection:
         if self.served is not None:
             self.served.close()
             self.served = None
-
-
-def bytes_crossed(engine: Engine) -> tuple[int, int]:
-    """Bytes a hub's client has sent and received over its link so far (another engine: none counted)."""
-    return (engine.bytes_sent, engine.bytes_received) if isinstance(engine, Client) else (0, 0)
 
 
 class MagicsGroup(Magics):

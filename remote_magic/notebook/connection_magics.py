@@ -11,13 +11,13 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..dask_client import DaskClient, is_dask_address
-from ..errors import DaskError, NoSuchWorker, TokenError
+from ..engine import HUB_SCHEME, parse
+from ..errors import EngineError, NoSuchWorker, TokenError
 from ..wire.addresses import check_endpoint, parse_host_port
 from ..wire.protocol import Role
 from ..wire.sizes import parse_size
 from .arguments import worker_option
-from .connection import MagicsGroup, bytes_crossed
+from .connection import MagicsGroup
 from .notices import describe_connection, describe_reset, notice
 from .tables import WorkersTable
 
@@ -72,26 +72,21 @@ class ConnectionMagics(MagicsGroup):
             raise UsageError("%offload_connect needs the token remote-worker printed "
                              "(or set REMOTE_MAGIC_TOKEN in the environment); %offload_connect --lan "
                              "lists the hubs on this network")
-        if args.lan and is_dask_address(token):
-            raise UsageError("--lan finds remote-worker hubs; a Dask scheduler is named by its address alone: "
-                             f"%offload_connect {token}")
+        if args.lan and token and parse(token).scheme != HUB_SCHEME:
+            raise UsageError(f"--lan finds remote-worker hubs; {parse(token).scheme}:// is reached by its address "
+                             f"alone: %offload_connect {token}")
         try:
             wait = self.connection.settings.connect_timeout
             client = (self.connection.connect_on_lan(token, args.timeout, wait) if args.lan
                       else self.connection.connect(token, args.timeout or wait))
-        except (TokenError, DaskError) as exc:
+        except (TokenError, EngineError) as exc:
             raise UsageError(str(exc)) from None
         if client is None:  # --lan without a token lists the hubs only: the connection this notebook has stays
             return
-        if isinstance(client, DaskClient):
-            if budget is not None or args.outage_grace is not None:
-                raise UsageError("--max-transfer and --outage-grace are about a remote-worker hub's link; on Dask, "
-                                 "data moves between the Dask workers and the scheduler")
-        else:
-            if budget is not None:
-                client.max_transfer = budget
-            if args.outage_grace is not None:
-                client.outage_grace = args.outage_grace
+        try:
+            client.limit_link(max_transfer=budget, outage_grace=args.outage_grace)
+        except EngineError as exc:
+            raise UsageError(str(exc)) from None
         print(describe_connection(client, client.workers()))
         for note in client.version_notes:
             notice(note)
@@ -132,10 +127,7 @@ class ConnectionMagics(MagicsGroup):
         (battery and whether it takes jobs), state, work done (jobs, busy and GPU seconds, bytes in and
         out), the sessions each keeps (how many, their memory, and this notebook's), and labels."""
         client = self.connection.connected()
-        workers = client.workers()
-        if isinstance(client, DaskClient):
-            return WorkersTable(workers)
-        return WorkersTable(workers, client.hub_cache, (*bytes_crossed(client), client.max_transfer))
+        return WorkersTable(client.workers(), client.hub_cache, client.traffic())
 
     @magic_arguments()
     @worker_option("reset this notebook's session only on")
@@ -153,6 +145,6 @@ class ConnectionMagics(MagicsGroup):
         args = parse_argstring(self.offload_reset, line)
         try:
             reset = self.connection.connected().reset(args.worker)
-        except (NoSuchWorker, DaskError) as exc:
+        except (NoSuchWorker, EngineError) as exc:
             raise UsageError(str(exc)) from None
         print(describe_reset(reset, args.worker))

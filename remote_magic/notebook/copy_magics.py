@@ -8,7 +8,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..errors import DaskError, FileTransferError, OutputError
+from ..errors import EngineError, FileTransferError, OutputError
 from ..wire.handles import RemoteValue
 from .arguments import copy_options
 from .connection import MagicsGroup
@@ -37,7 +37,7 @@ class CopyMagics(MagicsGroup):
         try:
             copied = self.connection.connected().get_file(args.path, args.local, worker=args.worker,
                                                           overwrite=args.force)
-        except (FileTransferError, DaskError) as exc:
+        except (FileTransferError, EngineError) as exc:
             raise UsageError(str(exc)) from None
         print(f"Copied {describe_copy(copied)} from worker {copied.worker!r} to {copied.destination}")
 
@@ -59,7 +59,7 @@ class CopyMagics(MagicsGroup):
         try:
             copied = self.connection.connected().put_file(args.local, args.path, worker=args.worker,
                                                           overwrite=args.force)
-        except (FileTransferError, DaskError) as exc:
+        except (FileTransferError, EngineError) as exc:
             raise UsageError(str(exc)) from None
         print(f"Copied {describe_copy(copied)} to worker {copied.worker!r} at {copied.destination}")
 

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..client import Client
-from ..dask_client import DaskClient
+from ..engine import Engine
 from ..file_copy import Transfer
 from ..results import FileChanges
 from ..wire.definitions import INSTALLED
@@ -32,12 +31,10 @@ def notice(text: str) -> None:
     print(f"remote-magic: {text}", file=sys.stderr)
 
 
-def describe_connection(client: Client | DaskClient, workers: Sequence[Mapping[str, Any]]) -> str:
-    """'Connected to tcp://… — workers: box, laptop': what %offload_connect prints."""
+def describe_connection(engine: Engine, workers: Sequence[Mapping[str, Any]]) -> str:
+    """'Connected to tcp://… — workers: box, laptop' (or '— Dask workers: 0, 1'): what %offload_connect prints."""
     names = ", ".join(w["name"] for w in workers) or "none yet"
-    if isinstance(client, DaskClient):
-        return f"Connected to {client.address} — Dask workers: {names}"
-    return f"Connected to {client.token.address} — workers: {names}"
+    return f"Connected to {engine.address} — {engine.workers_called}: {names}"
 
 
 def describe_reset(reset: Sequence[str], asked: str | None) -> str:

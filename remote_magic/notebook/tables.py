@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any, Sequence
 
+from ..engine import LinkTraffic
 from ..wire.sizes import human_size
 
 
@@ -110,16 +111,16 @@ class WorkersTable:
     """What ``%offload_workers`` shows; ``.workers`` holds the raw dicts."""
 
     def __init__(self, workers: Sequence[dict[str, Any]], hub_cache: dict[str, int] | None = None,
-                 transferred: tuple[int, int, int | None] | None = None) -> None:
+                 traffic: LinkTraffic | None = None) -> None:
         self.workers = list(workers)
         self.hub_cache = hub_cache or {}
-        self.transferred = transferred  # this notebook's bytes sent and received, and its budget (or None)
+        self.traffic = traffic  # this notebook's bytes over its engine's link, and its budget (None: no link)
 
     def _notes(self) -> list[str]:
         """Below the table: this notebook's bytes over its connection, and what the hub keeps of its values."""
         notes = []
-        if self.transferred is not None:
-            sent, received, budget = self.transferred
+        if self.traffic is not None:
+            sent, received, budget = self.traffic
             left = f", {human_size(max(0, budget - sent - received))} left of its {human_size(budget)} budget" \
                 if budget is not None else ""
             notes.append(f"This notebook sent {human_size(sent)} and received {human_size(received)}{left}.")
