@@ -19,8 +19,9 @@ bytes made from a seed, what it printed).
   that print) while both proxies blip at random moments, half of them timed to land inside a
   transfer. At the end: no job hung, none ran twice, none returned a wrong result, none failed.
 
-The soak blips for 30 s in the default suite (``REMOTE_MAGIC_BLIP_S=600`` for longer); ``REMOTE_MAGIC_BLIP_SEED=N`` replays
-its workload and blip choices (the seed is printed; thread timing still differs between runs).
+The soak blips for 30 s in the default suite (``REMOTE_MAGIC_BLIP_S=600`` for longer);
+``REMOTE_MAGIC_BLIP_SEED=N`` replays its workload and blip choices (the seed is printed; thread timing still
+differs between runs).
 """
 
 from __future__ import annotations
