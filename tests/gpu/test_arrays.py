@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gpu_checks import ELEMENTWISE_TOL, MATMUL_TOL, rel_err
+from gpu_checks import ELEMENTWISE_TOL, MATMUL_TOL, make_runtime, rel_err
 
 from remote_magic.errors import GpuError
 from remote_magic.worker.gpu import DeviceArray, GpuRuntime
@@ -192,3 +192,19 @@ def test_an_input_is_viewed_in_place(runtime: GpuRuntime) -> None:
     namespace = {"a": x, "y": x[1:]}
     runtime.end_cell(namespace)
     assert namespace["a"] is a and np.shares_memory(namespace["y"], a)
+
+
+def test_an_array_too_small_to_pay_for_a_kernel_computes_with_numpy_without_a_word(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Under --gpu auto small arrays compute with numpy: counted so, but no notice claims the operation has
+    no GPU kernel (argmax, sort, median and the ufuncs all have one)."""
+    rt = make_runtime()
+    try:
+        rt.dispatcher.min_values = 1000  # what --gpu auto uses on a hardware adapter
+        x = rt.to_device({"x": np.array([3.0, 1.0, 2.0], np.float32)})["x"]
+        assert (int(x.argmax()), np.sort(x).tolist(), float(np.median(x)), float((x * 2).sum())) == (
+            0, [1.0, 2.0, 3.0], 2.0, 12.0)
+        assert not rt.take_stats()["kernels"]
+        assert "GPU kernel" not in capsys.readouterr().err
+    finally:
+        rt.close()

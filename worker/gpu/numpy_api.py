@@ -72,12 +72,8 @@ def array_ufunc(dispatcher: Dispatcher | None, ufunc: np.ufunc, method: str, inp
             if method == "at":
                 return numpy_counting.add_at(dispatcher, inputs, kwargs)
             return numpy_kernels.elementwise(dispatcher, ufunc, kernel, inputs, kwargs)
-        except NotExact as exc:
-            why = str(exc)
-        except launch.Unsupported as exc:
-            why = f"with {exc}"
-        except Silently:
-            why = None
+        except (NotExact, launch.Unsupported, Silently) as exc:
+            why = _why_numpy(exc)
     if not dispatcher.nested:
         dispatcher.with_numpy(label, why)
     result = _numpy_ufunc(dispatcher, ufunc, method, inputs, kwargs)
@@ -115,10 +111,8 @@ def array_function(dispatcher: Dispatcher | None, func: Any, args: tuple[Any, ..
     if handler is not None and dispatcher.active and _enabled(dispatcher, kernel, args):
         try:
             return handler(dispatcher, *args, **kwargs)
-        except NotExact as exc:
-            why = str(exc)
-        except (Silently, launch.Unsupported, TypeError):
-            pass  # numpy's implementation answers (and raises numpy's errors)
+        except Exception as exc:  # numpy's implementation answers (and raises numpy's errors)
+            why = _why_numpy(exc)
     return wrapped(dispatcher, counted(dispatcher, _qualified(func), numpy_implementation, why), args)
 
 
@@ -130,15 +124,25 @@ def with_kernel(dispatcher: Dispatcher | None, kernel: str, label: str, on_gpu: 
     if dispatcher is not None and dispatcher.active and _enabled(dispatcher, kernel, (operand,)):
         try:
             return on_gpu(dispatcher)
-        except NotExact as exc:
-            why = str(exc)
-        except (Silently, launch.Unsupported, TypeError):
-            pass
+        except Exception as exc:
+            why = _why_numpy(exc)
     return counted(dispatcher, label, with_numpy, why)
 
 
+def _why_numpy(refusal: Exception) -> str | None:
+    """What a kernel's refusal makes the notice say: its reason (``with float16 values``), nothing when numpy's
+    answer needs no word (``Silently``: too small to pay, or numpy's own error to raise), else re-raised."""
+    if isinstance(refusal, NotExact):
+        return str(refusal)
+    if isinstance(refusal, launch.Unsupported):
+        return f"with {refusal}"
+    if isinstance(refusal, (Silently, TypeError)):
+        return None
+    raise refusal
+
+
 def counted(dispatcher: Dispatcher | None, label: str, call: Callable[[], Any],
-            why: str = NO_KERNEL) -> Any:
+            why: str | None = NO_KERNEL) -> Any:
     """numpy's code for an operation without a kernel of its own (``np.cumsum``, ``x.argmax()``), or whose
     kernel refused these values (``why``): its ufuncs may use kernels; when none ran, it counts as computed
     with numpy, said once."""
