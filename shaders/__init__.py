@@ -12,7 +12,7 @@ from importlib import resources
 KERNEL_FILES: tuple[str, ...] = ("matmul", "matmul_subgroups", "elementwise", "reduce", "softmax", "transpose",
                                   "sort", "select",
                                   "arg_reduce", "scan",
-                                  "integer", "counting", "unique")
+                                  "integer", "counting", "unique", "gather")
 """The built-in shader files, without the ``.wgsl`` suffix."""
 EXTENDS: dict[str, str] = {"matmul_subgroups": "matmul", "unique": "sort"}
 """Files that use another's declarations: the source is the file, then the one it extends (WGSL's

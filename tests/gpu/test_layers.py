@@ -21,10 +21,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipelines", "resident", "tab_device", "tinygrad_device"),
     ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
     ("launch", "custom", "sort", "arg_reduce", "scan", "counting"),  # launching the built-in shaders and users' kernels
-    ("matmul", "select", "integer", "unique"),  # kernels built on launch (unique: on sort and scan)
+    ("matmul", "select", "integer", "unique", "gather"),  # kernels built on launch (unique: on sort and scan)
     ("dispatch",),  # running kernels on host values; counting what ran with numpy
     ("numpy_kernels",),  # numpy operations as kernels, with numpy's answers
-    ("numpy_counting",),  # bincount, add.at, sort, partition, quantiles, unique: on numpy_kernels' rules
+    ("numpy_counting", "numpy_indexing"),  # bincount, add.at, sort, quantiles, unique; x[rows]: numpy_kernels' rules
     ("numpy_api",),  # __array_ufunc__ / __array_function__: what goes to a kernel
     ("arrays",),  # DeviceArray
     ("namespace",),  # the cell's `gpu`; knows the runtime through a Protocol

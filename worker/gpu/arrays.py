@@ -24,6 +24,7 @@ import numpy as np
 from .dispatch import Dispatcher
 from .numpy_api import array_function, array_ufunc, counted, with_kernel
 from .numpy_counting import argpartition, partition, sort
+from .numpy_indexing import LABEL as INDEXING, picks_rows, take_rows
 from .numpy_kernels import arg_extreme, plain
 
 HOST_METHODS = ("argsort", "cumsum", "cumprod", "prod",
@@ -54,6 +55,13 @@ class DeviceArray(np.ndarray):
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickle as the plain numpy array it views, so values leave the cell as numpy arrays."""
         return plain(self).__reduce_ex__(protocol)
+
+    def __getitem__(self, key: Any) -> Any:
+        """numpy's indexing; by an integer array (``x[rows]``), the take kernel where it gives numpy's answer."""
+        if picks_rows(key):
+            return with_kernel(self._dispatcher, "take", INDEXING, lambda d: take_rows(d, self, key),
+                               lambda: np.ndarray.__getitem__(self, key), self)
+        return np.ndarray.__getitem__(self, key)
 
     def argmax(self, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> Any:
         """numpy's argmax: the arg_reduce kernel where it gives numpy's answer."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from remote_magic.errors import GpuError
 
-from . import arg_reduce, counting, integer, launch, scan, select, sort, unique
+from . import arg_reduce, counting, gather, integer, launch, scan, select, sort, unique
 from .context import DeviceContext
 from .matmul import matmul as matmul_kernel
 from .memory import Allocation
@@ -202,6 +202,14 @@ class Dispatcher:
                                   keys=x.dtype.name, name=name)
         sorted_indices = ctx.download_indices(order, x.size).reshape(x.shape) if order is not None else None
         return self._download(ctx, values, x.shape).view(x.dtype), sorted_indices
+
+    def take_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Rows of a float32, int32 or uint32 array ``x`` (along its first axis) picked by ``rows``, row numbers
+        already checked and made non-negative: numpy's ``x[rows]``, in ``x``'s dtype."""
+        ctx = self.ctx
+        alloc = gather.take_rows(ctx, self._upload_bits(ctx, x), self._upload_bits(ctx, rows.astype(np.uint32)),
+                                 rows.size, math.prod(x.shape[1:]))
+        return self._download(ctx, alloc, rows.shape + x.shape[1:]).view(x.dtype)
 
     def unique(self, x: np.ndarray, *, firsts: bool = False, inverse: bool = False) -> unique.Runs:
         """``unique.unique`` of a float32, int32 or uint32 array (1 to ``unique.MAX_VALUES`` values, flattened):

@@ -69,7 +69,7 @@ def add_at(a: Any, indices: Any, values: Any) -> None:
 
 
 OTHER: dict[str, Callable[..., Any]] = {"matmul": np.matmul, "softmax": softmax, "transpose": np.transpose,
-                                        "sort": np.sort}
+                                        "sort": np.sort, "take": np.take}
 COUNTING: dict[str, Callable[..., Any]] = {
     "bincount": np.bincount, "add_at": add_at, "partition": np.partition, "median": np.median,
     "percentile": np.percentile, "quantile": np.quantile, "unique": np.unique}

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import integer, launch, numpy_counting, numpy_kernels
+from . import integer, launch, numpy_counting, numpy_indexing, numpy_kernels
 from .convert import NotExact
 from .dispatch import Dispatcher
 from .numpy_kernels import Silently, merged, plain
@@ -107,7 +107,7 @@ def array_function(dispatcher: Dispatcher | None, func: Any, args: tuple[Any, ..
     if dispatcher is None or name in QUIET_FUNCTIONS:
         return numpy_implementation()
     kernel, handler = FUNCTIONS.get(func, ("", None))
-    why = NO_KERNEL
+    why = NO_KERNEL if handler is None else None  # a kernel the cell didn't enable: numpy, silently
     if handler is not None and dispatcher.active and _enabled(dispatcher, kernel, args):
         try:
             return handler(dispatcher, *args, **kwargs)
@@ -120,7 +120,7 @@ def with_kernel(dispatcher: Dispatcher | None, kernel: str, label: str, on_gpu: 
                 with_numpy: Callable[[], Any], operand: Any) -> Any:
     """An operation numpy has no ufunc for but a kernel does (``x.argmax()``, ``x.sort()``): ``on_gpu`` gives
     numpy's answer with the kernel or raises; then ``with_numpy`` does, counted under ``label`` and said once."""
-    why = NO_KERNEL
+    why = None  # a kernel the cell didn't enable: numpy, silently
     if dispatcher is not None and dispatcher.active and _enabled(dispatcher, kernel, (operand,)):
         try:
             return on_gpu(dispatcher)
@@ -202,7 +202,8 @@ FUNCTIONS: dict[Any, tuple[str, Callable[..., Any]]] = {
     np.einsum: ("matmul", numpy_kernels.einsum), np.bincount: ("bincount", numpy_counting.bincount),
     np.partition: ("partition", numpy_counting.partition), np.argpartition: ("partition", numpy_counting.argpartition),
     np.median: ("median", numpy_counting.median), np.percentile: ("percentile", numpy_counting.percentile),
-    np.quantile: ("quantile", numpy_counting.quantile), np.unique: ("unique", numpy_counting.unique)}
+    np.quantile: ("quantile", numpy_counting.quantile), np.unique: ("unique", numpy_counting.unique),
+    np.take: (numpy_indexing.KERNEL, numpy_indexing.take)}
 """numpy functions (not ufuncs) with a kernel of their own: its name, and what runs it."""
 
 

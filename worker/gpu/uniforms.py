@@ -232,6 +232,9 @@ COUNTING = UniformLayout("counting.wgsl Params", [
     ("n", "u32"), ("m", "u32"), ("width", "u32"), ("rows", "u32"),
     ("scalar", "u32"), ("value", "u32"), ("_pad1", "u32"), ("_pad2", "u32"),
 ])
+GATHER = UniformLayout("gather.wgsl Params", [
+    ("n", "u32"), ("width", "u32"), ("_pad1", "u32"), ("_pad2", "u32"),
+])
 
 LAYOUTS: Mapping[str, UniformLayout] = {
     "elementwise": ELEMENTWISE, "reduce": REDUCE, "softmax": SOFTMAX, "transpose": TRANSPOSE, "matmul": MATMUL,
@@ -240,5 +243,6 @@ LAYOUTS: Mapping[str, UniformLayout] = {
     "arg_reduce": ARG_REDUCE, "scan": SCAN,
     "integer": INTEGER,
     "counting": COUNTING,
+    "gather": GATHER,
 }
 """Built-in shader file (``shaders/NAME.wgsl``) -> the layout of its ``var<uniform>``."""
