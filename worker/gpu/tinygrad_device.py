@@ -171,14 +171,9 @@ class WebGpuProgram(Program["WebGpuDevice"]):
     def _pipeline(self, buffers: int, values: int) -> tuple[Any, Any]:
         key = (buffers, values)
         if key not in self._pipelines:
-            handle = self.dev.gpu.handle
-            kinds = ["uniform"] + ["storage"] * buffers + ["uniform"] * values
-            layout = handle.create_bind_group_layout(entries=[
-                {"binding": n, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kind}}
-                for n, kind in enumerate(kinds)])
-            pipeline = handle.create_compute_pipeline(
-                layout=handle.create_pipeline_layout(bind_group_layouts=[layout]),
-                compute={"module": self.module, "entry_point": self.name})
+            layout, pipeline_layout = self.dev.layout(buffers, values)
+            pipeline = self.dev.gpu.handle.create_compute_pipeline(
+                layout=pipeline_layout, compute={"module": self.module, "entry_point": self.name})
             self._pipelines[key] = (layout, pipeline)
         return self._pipelines[key]
 
@@ -243,6 +238,7 @@ class WebGpuDevice(Compiled):
         self._pass: Any = None
         self._uniforms: dict[int, Any] = {}
         self._copies: list[Any] = []
+        self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
         self.memory_limit: int | None = None
         """Bytes tinygrad's tensors may hold on this GPU (None: what the GPU gives); past it, an allocation fails
         saying what was asked and what is held. Set it in a cell to share the GPU: ``Device['WEBGPU'].memory_limit
@@ -255,6 +251,19 @@ class WebGpuDevice(Compiled):
                                      WebGpuWGSLRenderer)
         self.programs.load()
         super().__init__(device, WebGpuAllocator(self), [WebGpuWGSLRenderer], WebGpuProgram)
+
+    def layout(self, buffers: int, values: int) -> tuple[Any, Any]:
+        """The bind group layout and pipeline layout of kernels binding ``buffers`` storage buffers and ``values``
+        variables (after the ``INFINITY`` uniform), made once for all the kernels that share them."""
+        key = (buffers, values)
+        if key not in self._layouts:
+            handle = self.gpu.handle
+            kinds = ["uniform"] + ["storage"] * buffers + ["uniform"] * values
+            layout = handle.create_bind_group_layout(entries=[
+                {"binding": n, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kind}}
+                for n, kind in enumerate(kinds)])
+            self._layouts[key] = (layout, handle.create_pipeline_layout(bind_group_layouts=[layout]))
+        return self._layouts[key]
 
     def encoder(self) -> Any:
         """The command encoder recording until the next :meth:`submit`, for a copy (its compute pass ended)."""
