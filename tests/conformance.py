@@ -100,6 +100,7 @@ class CellRecord:
     offloaded: bool = False
     outputs: list[tuple[str, str]] = field(default_factory=list)  # (kind, content), streams merged
     float32: bool = False  # it said on stderr that it computed float64 data in float32 (GPU runs)
+    stderr: str = ""  # what it wrote to stderr (remote-magic's notices among it), not compared
 
 
 @dataclass
@@ -125,10 +126,10 @@ def offloaded_source(cell: Any, magic: str = "%%offload") -> str | None:
 
 
 def run_notebook(path: Path, workdir: Path, token: str | None = None, kernel_name: str = "python3",
-                 gpu: bool = False) -> Run:
+                 gpu: bool = False, magic: str | None = None) -> Run:
     """Execute the notebook in a fresh kernel (offloading its cells when a token is given: under
-    ``%%offload --gpu`` with ``gpu``)."""
-    magic = "%%offload --gpu" if gpu else "%%offload"
+    ``%%offload --gpu`` with ``gpu``, or under ``magic``)."""
+    magic = magic or ("%%offload --gpu" if gpu else "%%offload")
     nb = nbformat.read(path, as_version=4)
     records = []
     for index, cell in enumerate(nb.cells):
@@ -154,6 +155,8 @@ def run_notebook(path: Path, workdir: Path, token: str | None = None, kernel_nam
     for record, cell in zip(records, executed):
         record.outputs = _outputs(cell)
         record.float32 = record.offloaded and _says_float32(cell)
+        record.stderr = "".join(o["text"] for o in cell.outputs
+                                if o["output_type"] == "stream" and o["name"] == "stderr")
     dumped = nb.cells[-1]
     assert not any(o["output_type"] == "error" for o in dumped.outputs), f"the dump cell failed: {dumped.outputs}"
     with dump.open("rb") as f:
