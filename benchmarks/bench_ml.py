@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ml.py                       # the three models, results.md updated
     python benchmarks/bench_ml.py --models mlp --no-write
+    python benchmarks/bench_ml.py --matmuls-only        # tinygrad's matmul beside this project's, its own section
 
 Three models, each a step a notebook would run in a loop:
 
@@ -21,6 +22,10 @@ Columns (median seconds of a warm step, the steps interleaved round by round):
 * **tinygrad, CPU**: tinygrad's own CPU device (clang), the same jitted step.
 * **PyTorch, CPU**: the same model in eager PyTorch on the host's cores.
 * **numpy**: the MLP's forward, backward and Adam written out in numpy (the other two have no numpy column).
+
+``--matmuls-only`` measures, in a section of its own, the models' matrix products alone on the worker's GPU:
+tinygrad's kernel for ``a @ b`` (jitted) beside this project's tuned matmul (``worker/gpu/matmul.py``) on the same
+device, and numpy, each GPU product run to completion, both checked against numpy.
 
 Both tinygrad columns start from the same weights (tinygrad's seeded generator), and their first losses are
 checked to agree; PyTorch's weights are its own, so its loss is only checked to be finite.
@@ -50,6 +55,10 @@ from remote_magic.worker.gpu import tinygrad_hook  # noqa: E402
 from remote_magic.worker.gpu.device import open_device  # noqa: E402
 
 SECTION = "## ML training steps: tinygrad on the worker's GPU beside PyTorch (issue 31)"
+MATMUL_SECTION = "## tinygrad's matmul beside remote-magic's tuned matmul on the worker's GPU (issue 31)"
+MATMULS = {"MLP layer 1, forward": (128, 784, 512), "block's qkv, forward": (128, 768, 2304),
+           "block's MLP down, forward": (128, 3072, 768), "block's MLP up, weight gradient": (768, 128, 3072)}
+"""(m, k, n) of products the models' steps compute: an m x k by k x n float32 matmul each."""
 MODELS = ("mlp", "cnn", "block")
 TITLES = {"mlp": "MLP 784-512-512-10, batch 128, Adam step", "cnn": "CNN 2 conv + linear, batch 32, Adam step",
           "block": "GPT-2 small block, 1x128 tokens, forward + backward"}
@@ -231,6 +240,68 @@ def numpy_mlp_step() -> Step:
     return step
 
 
+# -- matmuls alone -----------------------------------------------------------------------------------
+def matmul_runs(device: Any, dims: tuple[int, int, int]) -> dict[str, Callable[[], float]]:
+    """One m x k by k x n product on ``device`` (the worker's GPU) by tinygrad and by this project's matmul, and
+    by numpy; each run returns its seconds, the GPU's to completion. Both GPU results are checked against numpy."""
+    from tinygrad import Device, Tensor, TinyJit
+
+    from remote_magic.worker.gpu.context import DeviceContext
+    from remote_magic.worker.gpu.matmul import matmul
+    from remote_magic.worker.gpu.stats import Stats
+
+    m, k, n = dims
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    tolerance = 1e-5 * float((np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)).max())
+
+    webgpu = Device[tinygrad_hook.DEVICE_NAME]
+    ta, tb = (Tensor(x, device=tinygrad_hook.DEVICE_NAME).realize() for x in (a, b))
+    product = TinyJit(lambda x, y: (x @ y).realize())
+    for _ in range(3):  # captured at the second call
+        result = product(ta, tb)
+    np.testing.assert_allclose(result.numpy(), expected, atol=tolerance)
+
+    ctx = DeviceContext(device, Stats())
+    ua, ub = ctx.upload(a), ctx.upload(b)
+    out, _ = matmul(ctx, ua, (m, k), ub, (k, n))
+    np.testing.assert_allclose(ctx.download(out, m * n).reshape(m, n), expected, atol=tolerance)
+
+    def tinygrad_run() -> float:
+        start = time.perf_counter()
+        product(ta, tb)
+        webgpu.synchronize()
+        return time.perf_counter() - start
+
+    def ours_run() -> float:
+        start = time.perf_counter()
+        matmul(ctx, ua, (m, k), ub, (k, n))
+        ctx.submit()
+        ctx.wait()
+        return time.perf_counter() - start
+
+    def numpy_run() -> float:
+        start = time.perf_counter()
+        np.matmul(a, b)
+        return time.perf_counter() - start
+
+    return {"tinygrad": tinygrad_run, "remote-magic": ours_run, "numpy": numpy_run}
+
+
+def measure_matmuls(device: Any, repeat: int, budget_s: float) -> str:
+    """The section of ``--matmuls-only``: the products of :data:`MATMULS`, each column's median."""
+    rows = []
+    for title, dims in MATMULS.items():
+        medians = interleaved_medians(matmul_runs(device, dims), repeat, budget_s)
+        m, k, n = dims
+        rows.append(f"| {title}: {m}x{k} @ {k}x{n} | {medians['tinygrad'] * 1000:.1f} | "
+                    f"{medians['remote-magic'] * 1000:.1f} | {medians['numpy'] * 1000:.1f} | "
+                    f"{medians['tinygrad'] / medians['remote-magic']:.2f} |")
+    return "\n".join(["| float32 product, ms | tinygrad, worker's GPU | remote-magic's matmul, worker's GPU | numpy | "
+                      "tinygrad ÷ remote-magic |", "| --- | ---: | ---: | ---: | ---: |", *rows])
+
+
 # -- the table ---------------------------------------------------------------------------------------
 def first_step_in_a_new_process(name: str, home: str) -> float:
     """Seconds of the first step of ``name`` on the worker's GPU in a new process whose saved programs are in
@@ -347,6 +418,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per model after which no round starts")
     parser.add_argument("--tab-models", default="mlp,cnn", help="models also run in a browser tab ('' for none)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave results.md as it is")
+    parser.add_argument("--matmuls-only", action="store_true",
+                        help="only the models' matrix products: tinygrad's kernel beside this project's matmul")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
     parser.add_argument("--tab-steps", metavar="MODEL", help=argparse.SUPPRESS)  # (steps in a tab, in a new process)
     args = parser.parse_args()
@@ -359,6 +432,20 @@ def main() -> None:
     device = open_device()
     tinygrad_hook.install(lambda: device, default=False)
     adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
+    if args.matmuls_only:
+        table = measure_matmuls(device, args.repeat, args.budget)
+        body = "\n".join([f"Measured by `python benchmarks/bench_ml.py --matmuls-only --repeat {args.repeat}`.", "",
+                          f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
+                          f"- Load average (1 min) before / after the run: {load_before:.2f} / "
+                          f"{os.getloadavg()[0]:.2f}", "", table, "",
+                          "Median of each column's runs, the columns interleaved round by round; each GPU product "
+                          "runs to completion (tinygrad's jitted `a @ b` and a synchronize; remote-magic's "
+                          "`worker/gpu/matmul.py` and a wait), inputs already on the GPU; both checked against "
+                          "numpy in float64 once."])
+        print(body)
+        if not args.no_write:
+            write_section(MATMUL_SECTION, body)
+        return
     results = {name: measure(name, args.repeat, args.budget) for name in args.models.split(",")}
     tabs = {name: tab_in_a_new_process(name, args.repeat) for name in filter(None, args.tab_models.split(","))}
     body = render(results, adapter, args, (load_before, os.getloadavg()[0]), tabs)
