@@ -17,6 +17,7 @@ Prints a markdown table and, unless ``--no-write``, replaces its section of ``be
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import re
 import sys
@@ -75,6 +76,7 @@ def main() -> None:
             totals = [a + b for a, b in zip(totals, (cells, on_gpu, with_numpy, differing))]
     rows.append(f"| **all** | {totals[0]} | {totals[1]} | {totals[2]} | {totals[3]} |")
     body = "\n".join([
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}; {code_version()}; load average (1 min) before / after: {load:.2f} / "
         f"{os.getloadavg()[0]:.2f}",
         "- `python benchmarks/bench_gpu_notebooks.py`: a worker with `--gpu on` (lavapipe here: Mesa's software "
