@@ -5,7 +5,7 @@
 
 The magics are built on this; scripts and tests use it directly. ``Client`` is the hub's ``Engine``
 (``engine.py``); its jobs, and what the connection's I/O thread does with their messages, are
-``hub_jobs.HubJobs``. ``engines.connect`` opens it for a token.
+``client_jobs.ClientJobs``. ``engines.connect`` opens it for a token.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import zmq
 
 from . import errors, file_copy, fleet_jobs
+from .client_jobs import ClientJob, ClientJobs
 from .engine import (
     DEFAULT_CONNECT_TIMEOUT_S,
     Address,
@@ -35,7 +36,6 @@ from .engine import (
 )
 from .errors import JobError
 from .file_copy import Transfer
-from .hub_jobs import HubJobs, Job
 from .results import JobResult, show_display, write_stream
 from .wire.connection import dial
 from .wire.failures import error_from_header
@@ -74,7 +74,7 @@ class Client(Engine):
             raise
         # The hub names this client's session on each worker after its routing id, which reconnects keep.
         self.session = session_id(sock.getsockopt(zmq.ROUTING_ID))  # type: ignore[arg-type]
-        self._jobs = HubJobs(self._context, sock, welcome, hello, self._versions, send_timeout=send_timeout,
+        self._jobs = ClientJobs(self._context, sock, welcome, hello, self._versions, send_timeout=send_timeout,
                              max_transfer=max_transfer)
         self._fleet: list[dict[str, Any]] = []
         self._know_fleet(list(welcome.header.get("workers", [])))
@@ -165,7 +165,7 @@ class Client(Engine):
             raise errors.NoSuchWorker("no worker is connected to the hub: start one (`remote-worker --join`), "
                                       "then run this again")
         events: queue.SimpleQueue[Message] = queue.SimpleQueue()
-        sent: list[tuple[Job, JobRequest]] = []
+        sent: list[tuple[ClientJob, JobRequest]] = []
         try:
             for request in requests:
                 sent.append((self._jobs.submit_code(request, events), request))

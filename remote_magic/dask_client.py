@@ -19,7 +19,7 @@ import queue
 from typing import Any, Callable, Sequence
 
 from . import fleet_jobs
-from .dask_jobs import DaskJobs, Job
+from .dask_jobs import DaskJob, DaskJobs
 from .engine import (
     DEFAULT_CONNECT_TIMEOUT_S,
     Address,
@@ -45,7 +45,7 @@ class DaskClient(Engine):
     """Offloaded cells on a Dask cluster. Use ``remote_magic.connect("dask://HOST:PORT")`` to make one.
 
     ``run``, ``execute``, ``execute_all``, ``split`` and ``map`` are the ``Engine``'s, with the same results and
-    errors as a ``Client``'s. What needs a remote-worker raises DaskError saying why: ``gpu``, ``kernels``,
+    errors as a ``Client``'s. What needs a remote-worker raises DaskError saying why: ``gpu``, ``gpu_kernels``,
     ``retries``, ``require``, ``prefer`` and ``keep``; ``submit``, ``scatter``, ``gather``, ``pull``,
     ``get_file``, ``put_file`` and ``reset``. A ``timeout`` stops the waiting (Dask can't stop a task that
     started); files the code writes stay on the Dask worker, unlisted; ``split``'s pieces are equal (Dask
@@ -94,7 +94,7 @@ class DaskClient(Engine):
 
     def run_job(self, request: JobRequest) -> JobResult:
         """``execute``: one Dask task, on the worker named (else where Dask puts it)."""
-        _refuse(gpu=request.gpu or request.kernels, retries=request.retries, require=request.require,
+        _refuse(gpu=request.gpu or request.gpu_kernels, retries=request.retries, require=request.require,
                 prefer=request.prefer, keep=request.keep)
         addresses = None if request.worker is None else self._addresses([request.worker])
         job = self._jobs.submit(request, addresses, queue.SimpleQueue())
@@ -106,10 +106,10 @@ class DaskClient(Engine):
         """``execute_all``: one task pinned to each request's worker, all handed to Dask at once."""
         if not requests:
             raise NoSuchWorker(f"the Dask cluster at {self.address} has no workers: start some, then run this again")
-        _refuse(gpu=any(request.gpu or request.kernels for request in requests))
+        _refuse(gpu=any(request.gpu or request.gpu_kernels for request in requests))
         addresses = self._addresses([request.worker or "" for request in requests])
         events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        jobs: dict[str, Job] = {}
+        jobs: dict[str, DaskJob] = {}
         try:
             for request, address in zip(requests, addresses):
                 job = self._jobs.submit(request, [address], events)
@@ -136,7 +136,7 @@ class DaskClient(Engine):
         first = {job.id: start for job, (start, _) in zip(submitted, chunked)}
         results: list[Any] = [None] * len(request.items)
 
-        def place(job: Job) -> None:  # as each chunk ends: a failure raises at once, cancelling the rest
+        def place(job: DaskJob) -> None:  # as each chunk ends: a failure raises at once, cancelling the rest
             assert job.ended is not None
             outcome: list[Any] | fleet_jobs.ItemFailed = finish(job.ended, job.worker, {}, False, None).values["result"]
             if isinstance(outcome, fleet_jobs.ItemFailed):

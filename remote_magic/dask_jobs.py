@@ -50,8 +50,9 @@ def run_on_dask(header: dict[str, Any], frames: list[Any], topic: str) -> tuple[
     return kind, ended, [as_array(buffer) for buffer in buffers]
 
 
-class Job:
-    """One job: its Dask future, the inputs its result refers to, and its output's callbacks."""
+class DaskJob:
+    """One job the ``DaskClient`` waits for: its Dask future, the inputs its result refers to, and its output's
+    callbacks."""
 
     def __init__(self, job_id: str, future: Any, inputs: Mapping[str, Any], worker: str,
                  on_stream: OnStream, on_display: OnStream, update_inputs: bool = True) -> None:
@@ -80,7 +81,7 @@ class DaskJobs:
         """Stop receiving this client's events."""
         self._dask.unsubscribe_topic(self._topic)
 
-    def submit_calls(self, calls: list[dict[str, Any]], addresses: list[str] | None, events: Events) -> list[Job]:
+    def submit_calls(self, calls: list[dict[str, Any]], addresses: list[str] | None, events: Events) -> list[DaskJob]:
         """Call jobs (each ``{"fn", "args", "kwargs"}``), handed to Dask in one graph as Dask's own
         ``client.map`` does; Dask's scheduler places each (on ``addresses`` only, when given)."""
         packed = [self._pack({"kind": "call"}, values, addresses) for values in calls]
@@ -90,7 +91,7 @@ class DaskJobs:
         return [self._track(job_id, future, {}, "", events, write_stream, show_display)
                 for (job_id, _, _), future in zip(packed, futures)]
 
-    def submit(self, request: JobRequest, addresses: list[str] | None, events: Events) -> Job:
+    def submit(self, request: JobRequest, addresses: list[str] | None, events: Events) -> DaskJob:
         """Pack a cell's job as a hub would forward it and hand it to Dask as one task; what it sends and
         its end go into ``events``, shared by the jobs of one call. ``addresses``: the Dask workers it may
         run on (None: any), the request's ``worker`` their name."""
@@ -119,14 +120,14 @@ class DaskJobs:
         return job_id, header, frames
 
     def _track(self, job_id: str, future: Any, values: Mapping[str, Any], worker: str, events: Events,
-               on_stream: OnStream, on_display: OnStream, update_inputs: bool = True) -> Job:
+               on_stream: OnStream, on_display: OnStream, update_inputs: bool = True) -> DaskJob:
         """Follow a submitted task: its events and its end go into ``events``."""
         self._queues[job_id] = events
         future.add_done_callback(lambda _: events.put(("done", job_id, None)))
-        return Job(job_id, future, values, worker, on_stream, on_display, update_inputs)
+        return DaskJob(job_id, future, values, worker, on_stream, on_display, update_inputs)
 
-    def wait(self, jobs: Mapping[str, Job], timeout: float | None,
-             on_end: Callable[[Job], None] | None = None) -> dict[str, Message]:
+    def wait(self, jobs: Mapping[str, DaskJob], timeout: float | None,
+             on_end: Callable[[DaskJob], None] | None = None) -> dict[str, Message]:
         """Each job's ending, showing each one's output meanwhile, in the order it was printed. Ctrl-C, or
         ``timeout``, or ``on_end`` (called as each job ends) raising, cancels the tasks not yet done."""
         events = self._queues[next(iter(jobs))]  # the jobs of one call share one queue
@@ -174,7 +175,7 @@ class DaskJobs:
             for job_id in jobs:
                 self._queues.pop(job_id, None)
 
-    def _read_ended(self, ended: list[Job]) -> None:
+    def _read_ended(self, ended: list[DaskJob]) -> None:
         """Read finished tasks: their RESULT or ERROR, or the Dask failure that kept each from one. The
         results come from the workers in one ``gather``, not one round trip each."""
         finished = [job for job in ended if job.future.status == "finished"]
@@ -192,7 +193,7 @@ class DaskJobs:
             if job.ended is None:
                 self._ended(job)
 
-    def _ended(self, job: Job) -> None:
+    def _ended(self, job: DaskJob) -> None:
         """Read one finished task."""
         try:
             kind, header, buffers = job.future.result()
@@ -207,7 +208,7 @@ class DaskJobs:
         job.events = int(header.get("events") or 0)
         job.ended = Message(T(kind), header, list(buffers))
 
-    def _show(self, job: Job, event: dict[str, Any]) -> None:
+    def _show(self, job: DaskJob, event: dict[str, Any]) -> None:
         """Show an event in order: one that overtook an earlier one waits for it."""
         job.early[int(event.get("seq") or 0)] = event
         while job.shown + 1 in job.early:
@@ -224,7 +225,7 @@ class DaskJobs:
             if events is not None:
                 events.put(("event", job_id, message))
 
-    def forget(self, jobs: Iterable[Job]) -> None:
+    def forget(self, jobs: Iterable[DaskJob]) -> None:
         """Cancel the jobs' tasks not yet done (Dask drops queued ones; a running task runs to its end)."""
         futures = [job.future for job in jobs if not job.future.done()]
         if futures:

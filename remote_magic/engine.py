@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
@@ -107,7 +108,8 @@ class JobRequest:
     worker: str | None = None
     timeout: float | None = None
     gpu: bool | tuple[str, ...] | None = None
-    kernels: Mapping[str, str] | None = None
+    gpu_kernels: Mapping[str, str] | None = None
+    """Users' GPU kernels (``%%offload_kernel``): WGSL by name, for the code to call as ``gpu.NAME``."""
     on_stream: OnStream = write_stream
     on_display: OnStream = show_display
     on_module_error: OnModuleError | None = None
@@ -134,8 +136,8 @@ class JobRequest:
             header["text_format"] = dict(self.text_format)
         if self.gpu:
             header["gpu"] = list(self.gpu) if isinstance(self.gpu, tuple) else True
-        if self.kernels:
-            header["kernels"] = dict(self.kernels)
+        if self.gpu_kernels:
+            header["kernels"] = dict(self.gpu_kernels)  # the protocol's name for them
         if self.keep:
             header["keep"] = list(self.keep)
         return header
@@ -335,16 +337,18 @@ class Engine(Protocol):
 
     def execute(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
                 *, worker: str | None = None, timeout: float | None = None, gpu: bool | list[str] | None = None,
-                kernels: Mapping[str, str] | None = None, on_stream: OnStream = write_stream,
+                gpu_kernels: Mapping[str, str] | None = None, on_stream: OnStream = write_stream,
                 on_display: OnStream = show_display, on_module_error: OnModuleError | None = None,
                 figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
                 on_files: Callable[[FileChanges], None] | None = None,
                 retries: int = 0, on_retry: Callable[[str], None] | None = None,
                 require: Iterable[str] | str | None = None, prefer: str | None = None,
-                keep: Iterable[str] | None = None, module_state: Mapping[str, Any] | None = None) -> JobResult:
+                keep: Iterable[str] | None = None, module_state: Mapping[str, Any] | None = None,
+                kernels: Mapping[str, str] | None = None) -> JobResult:
         """Like ``run``, but returns a JobResult with the last expression's value and GPU stats.
 
-        ``kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME``.
+        ``gpu_kernels`` maps names to custom WGSL sources that the cell may call as ``gpu.NAME`` (``kernels``,
+        their former name, is still taken, with a DeprecationWarning).
         Matplotlib figures come back as images in ``figure_formats`` (png, retina, jpeg, svg, pdf).
         ``text_format``: how the notebook shows values as text (IPython's PlainTextFormatter settings
         ``pprint``, ``float_precision``, ``max_width``, ``max_seq_length``; ``%precision``, ``%pprint``),
@@ -368,23 +372,25 @@ class Engine(Protocol):
         for this process to take.
 
         On a Dask cluster, ``timeout`` stops the waiting (JobTimeout; Dask can't stop a task that started),
-        ``gpu``, ``kernels``, ``retries``, ``require``, ``prefer`` and ``keep`` raise DaskError, and files the
+        ``gpu``, ``gpu_kernels``, ``retries``, ``require``, ``prefer`` and ``keep`` raise DaskError, and files the
         code writes stay on the Dask worker, unlisted.
         """
         return self.run_job(JobRequest(
             code=code, inputs=dict(inputs or {}), outputs=None if outputs is None else tuple(outputs), worker=worker,
-            timeout=timeout, gpu=_kernel_names(gpu), kernels=kernels, on_stream=on_stream, on_display=on_display,
+            timeout=timeout, gpu=_kernel_names(gpu), gpu_kernels=_gpu_kernels(gpu_kernels, kernels),
+            on_stream=on_stream, on_display=on_display,
             on_module_error=on_module_error, figure_formats=tuple(figure_formats), text_format=text_format,
             on_files=on_files, retries=retries, on_retry=on_retry, require=_requirements(require), prefer=prefer,
             keep=tuple(keep or ()), module_state=module_state))
 
     def execute_all(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None,
                     *, workers: Iterable[str] | None = None, timeout: float | None = None,
-                    gpu: bool | list[str] | None = None, kernels: Mapping[str, str] | None = None,
+                    gpu: bool | list[str] | None = None, gpu_kernels: Mapping[str, str] | None = None,
                     on_stream: OnWorkerOutput | None = None, on_display: OnWorkerOutput | None = None,
                     on_module_error: OnModuleError | None = None,
                     figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
-                    inputs_for: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, JobResult]:
+                    inputs_for: Mapping[str, Mapping[str, Any]] | None = None,
+                    kernels: Mapping[str, str] | None = None) -> dict[str, JobResult]:
         """Run ``code`` on several workers at once, each in this client's session there; ``{worker: JobResult}``.
 
         ``workers``: their names (default: every worker connected now). Each gets the same ``inputs``,
@@ -400,7 +406,8 @@ class Engine(Protocol):
         labelled = fleet_jobs.LabelledOutput(write_stream, show_display)
         stream, display = on_stream or labelled.stream, on_display or labelled.display
         common = JobRequest(code=code, outputs=None if outputs is None else tuple(outputs), timeout=timeout,
-                            gpu=_kernel_names(gpu), kernels=kernels, on_module_error=on_module_error,
+                            gpu=_kernel_names(gpu), gpu_kernels=_gpu_kernels(gpu_kernels, kernels),
+                            on_module_error=on_module_error,
                             figure_formats=tuple(figure_formats), text_format=text_format, update_inputs=False)
         requests = [replace(common, worker=name, inputs={**(inputs or {}), **(inputs_for or {}).get(name, {})},
                             on_stream=_for_worker(stream, name), on_display=_for_worker(display, name))
@@ -410,10 +417,10 @@ class Engine(Protocol):
     def split(self, code: str, inputs: Mapping[str, Any] | None = None, outputs: Iterable[str] | None = None, *,
               split: Iterable[str] | str, gather: Iterable[str] | str = (), workers: Iterable[str] | None = None,
               timeout: float | None = None, gpu: bool | list[str] | None = None,
-              kernels: Mapping[str, str] | None = None, on_stream: OnWorkerOutput | None = None,
+              gpu_kernels: Mapping[str, str] | None = None, on_stream: OnWorkerOutput | None = None,
               on_display: OnWorkerOutput | None = None, on_module_error: OnModuleError | None = None,
-              figure_formats: Iterable[str] = ("png",),
-              text_format: Mapping[str, Any] | None = None) -> SplitResult:
+              figure_formats: Iterable[str] = ("png",), text_format: Mapping[str, Any] | None = None,
+              kernels: Mapping[str, str] | None = None) -> SplitResult:
         """Run ``code`` on pieces of the ``split`` inputs, one piece per worker at once; concatenate ``gather``.
 
         Each input named in ``split`` (numpy arrays, lists, tuples, pandas DataFrames and Series, all of one
@@ -439,7 +446,8 @@ class Engine(Protocol):
         try:
             results = self.execute_all(
                 code, common, wanted, workers=list(plan.pieces), inputs_for=plan.inputs_for, timeout=timeout, gpu=gpu,
-                kernels=kernels, on_stream=on_stream, on_display=on_display, on_module_error=on_module_error,
+                gpu_kernels=_gpu_kernels(gpu_kernels, kernels), on_stream=on_stream, on_display=on_display,
+                on_module_error=on_module_error,
                 figure_formats=figure_formats, text_format=text_format)
         except FleetError as error:
             split_gather.say_nothing_gathered(error, gather_names)
@@ -483,6 +491,16 @@ def _for_worker(callback: OnWorkerOutput, worker: str) -> OnStream:
 
 def _kernel_names(gpu: bool | Iterable[str] | None) -> bool | tuple[str, ...] | None:
     return gpu if gpu is None or isinstance(gpu, bool) else tuple(gpu)
+
+
+def _gpu_kernels(gpu_kernels: Mapping[str, str] | None,
+                 kernels: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """``gpu_kernels``, with those passed by their former name, ``kernels`` (a word that also names Jupyter's)."""
+    if kernels is None:
+        return gpu_kernels
+    warnings.warn("kernels= is now gpu_kernels= (users' GPU kernels, as %%offload_kernel defines them)",
+                  DeprecationWarning, stacklevel=3)
+    return {**kernels, **(gpu_kernels or {})}
 
 
 def _requirements(require: Iterable[str] | str | None) -> tuple[str, ...] | str | None:

@@ -2,7 +2,7 @@
 
 The engines keep the job machinery (submit, wait, finish); this module decides which jobs to send and
 puts what comes back together. ``map_chunks``, ``scatter`` and ``gather`` send call jobs through
-``Calls``, the one method they need of a hub client's job table (``hub_jobs.HubJobs``). The helpers
+``Calls``, the one method they need of a hub client's job table (``client_jobs.ClientJobs``). The helpers
 ``run_chunk`` and ``values_there`` run on the worker (they travel by reference: the worker has the same
 remote-magic).
 """

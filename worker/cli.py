@@ -162,9 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "default), never, or always")
     parser.add_argument("--min-battery", type=_percent, default=DEFAULT_MIN_BATTERY, metavar="PERCENT",
                         help=f"on battery below PERCENT, take no jobs (default {DEFAULT_MIN_BATTERY})")
-    parser.add_argument("--kernels", choices=["on", "off"], default="on",
+    parser.add_argument("--jupyter-kernels", choices=["on", "off"], default="on",
                         help="on (the default): notebooks may run whole Jupyter kernels here through the hub "
                              "(`remote-worker kernelspec install` adds the kernel to Jupyter); off: refuse them")
+    parser.add_argument("--kernels", choices=["on", "off"], dest="jupyter_kernels",
+                        help=argparse.SUPPRESS)  # --jupyter-kernels' former name, still taken
     parser.add_argument("--kernel-python", metavar="PATH",
                         help="the Python that runs those kernels (needs ipykernel; default: this worker's own)")
     parser.add_argument("--max-kernels", type=_positive_int, metavar="N",
@@ -269,7 +271,7 @@ class LocalHub(ServedHub):
         super().__init__(keystore.load_or_create(), host, port, ngrok=args.ngrok, advertise=args.advertise,
                          heartbeat_interval=args.heartbeat_interval, outage_grace=args.outage_grace,
                          max_message_bytes=args.max_message_size,
-                         cache_bytes=args.cache_size, kernels=args.kernels == "on")
+                         cache_bytes=args.cache_size, jupyter_kernels=args.jupyter_kernels == "on")
         self.key_mtime = keystore.key_file().stat().st_mtime
         write_private(_address_file(), self.address)
         write_private(_running_file(os.getpid()), self.address)
@@ -280,14 +282,15 @@ class LocalHub(ServedHub):
         super().close()
 
     def local_worker(self, name: str, options: ExecutorOptions, max_sessions: int,
-                     placement: dict[str, Any] | None = None, **kernels: Any) -> Supervisor:
+                     placement: dict[str, Any] | None = None, **kernel_options: Any) -> Supervisor:
         """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies);
-        ``kernels``: the Supervisor's ``kernels`` and ``kernel_python``."""
+        ``kernel_options``: the Supervisor's ``jupyter_kernels``, ``kernel_python``, ``kernel_grace_s`` and
+        ``max_kernels``."""
         from .supervisor import Supervisor
 
         token = self.keys.token(Role.WORKER, self.hub.local_endpoint)
         return Supervisor(token, name, options, context=self.hub.context, max_sessions=max_sessions,
-                          placement=placement, **kernels)
+                          placement=placement, **kernel_options)
 
     def reload_rotated_keys(self) -> bool:
         """Pick up keys replaced by `remote-worker token --rotate`; True when they changed."""
@@ -342,29 +345,30 @@ def main(argv: list[str] | None = None) -> int:
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit(),
                               gpu_memory_bytes=args.gpu_memory)
     placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
-    kernels = {"kernels": args.kernels == "on", "kernel_python": args.kernel_python,
-               "kernel_grace_s": args.kernel_grace, "max_kernels": args.max_kernels}
+    kernel_options = {"jupyter_kernels": args.jupyter_kernels == "on", "kernel_python": args.kernel_python,
+                      "kernel_grace_s": args.kernel_grace, "max_kernels": args.max_kernels}
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     advertisement: LanAdvertisement | None = None
     tabs: Tabs | None = None
 
-    def make_worker(name: str, options: ExecutorOptions, placement: dict[str, Any], **kernels: Any) -> Supervisor:
+    def make_worker(name: str, options: ExecutorOptions, placement: dict[str, Any],
+                    **kernel_options: Any) -> Supervisor:
         if local is not None:
-            return local.local_worker(name, options, args.max_sessions, placement, **kernels)
+            return local.local_worker(name, options, args.max_sessions, placement, **kernel_options)
         assert join is not None
         return Supervisor(Token.decode(join), name, options, max_sessions=args.max_sessions, placement=placement,
-                          **kernels)
+                          **kernel_options)
 
     try:
         if join is None:
             local = LocalHub(args)
-        supervisor = make_worker(args.name, options, placement, **kernels)
+        supervisor = make_worker(args.name, options, placement, **kernel_options)
         supervisor.start()
         if local is not None and lan is not None:
             advertisement = LanAdvertisement(args.name, local.keys.server_public, local.hub.port, lan)
         if args.browser is not None:
-            tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, kernels=False), options, placement), tls,
+            tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, jupyter_kernels=False), options, placement), tls,
                         local.tunnel if local is not None else None)
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)

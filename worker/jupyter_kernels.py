@@ -226,7 +226,7 @@ class KernelHost:
         if not kernel_id or kernel_id in self._kernels:
             return
         if not self.enabled:
-            self._died(kernel_id, None, "this worker does not run kernels (remote-worker --kernels off)")
+            self._died(kernel_id, None, "this worker does not run kernels (remote-worker --jupyter-kernels off)")
             return
         if self.max_kernels is not None and len(self._kernels) >= self.max_kernels:
             self._died(kernel_id, None, f"worker {self._worker_name()!r} runs {len(self._kernels)} kernel(s) "

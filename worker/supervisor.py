@@ -101,7 +101,7 @@ class Supervisor:
 
     def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
                  context: zmq.Context[Any] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
-                 placement: Mapping[str, Any] | None = None, kernels: bool = True,
+                 placement: Mapping[str, Any] | None = None, jupyter_kernels: bool = True,
                  kernel_python: str | None = None, kernel_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
                  max_kernels: int | None = None) -> None:
         if token.role is not Role.WORKER:
@@ -119,8 +119,8 @@ class Supervisor:
         self._context = context or zmq.Context()
         self._link = ExecutorLink(self._context, options)
         self.sessions = Sessions(self._link, max_sessions)
-        self.kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable, kernels,
-                                  kernel_grace_s, max_kernels, options.max_memory_bytes)
+        self.jupyter_kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable,
+                                          jupyter_kernels, kernel_grace_s, max_kernels, options.max_memory_bytes)
         self._connection: Connection | None = None
         self._batches = StreamBatches(self._send_frames)  # the running job's output, short writes together
         self.welcome: Message | None = None
@@ -139,14 +139,14 @@ class Supervisor:
         self.gpu = dict(self.sessions.spare.capabilities)  # what every executor of this worker has
         machine = where_python_runs() if self.options.tab else host_capabilities()  # a tab's CPUs etc.: unknown
         hello = {"role": Role.WORKER.value, "name": self.name, "versions": local_versions(),
-                 "capabilities": {**machine, **self.placement, **self.kernels.describe(), "gpu": self.gpu}}
+                 "capabilities": {**machine, **self.placement, **self.jupyter_kernels.describe(), "gpu": self.gpu}}
         sock, self.welcome = dial(self._context, self.token, hello, self.connect_timeout)
         self.name = str(self.welcome.header.get("name", self.name))
         self._connection = Connection(
             self._context, sock, self.welcome, hello, self._on_hub_message, self._on_hub_lost,
             heartbeat_header=self._heartbeat, watch={self._link.socket: self._on_executor_message},
             on_tick=self._tick, name="remote-worker-io", on_reconnect=self._resume)
-        self.kernels.start(self._connection.send)
+        self.jupyter_kernels.start(self._connection.send)
         self._connection.start()  # only now: its callbacks use self._connection
         log.info("worker %r joined %s", self.name, self.token.redacted())
 
@@ -155,7 +155,7 @@ class Supervisor:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
-        self.kernels.close()  # after the connection's thread, the one that hands it messages, is gone
+        self.jupyter_kernels.close()  # after the connection's thread, the one that hands it messages, is gone
         self.sessions.close()
         self._link.close()
         if self._own_context:
@@ -168,7 +168,7 @@ class Supervisor:
             self._versions, self._versions_due = local_versions(fresh=True), now + VERSIONS_REFRESH_S
         return {"stats": {"gpu": self.totals, "sessions": self.sessions.memory(),
                           "max_sessions": self.sessions.max_sessions, "battery": battery,
-                          "kernels": self.kernels.stats()}, "versions": self._versions}
+                          "kernels": self.jupyter_kernels.stats()}, "versions": self._versions}
 
     # -- from the hub ----------------------------------------------------------------------
 
@@ -199,7 +199,7 @@ class Supervisor:
         elif msg.type is T.SESSION_END:
             self._end_session(str(msg.header.get("session") or ""), str(msg.header.get("reason") or "it ended"))
         elif msg.type in (T.KERNEL_START, T.KERNEL_FRAMES, T.KERNEL_SIGNAL, T.KERNEL_STOP):
-            self.kernels.handle(msg)
+            self.jupyter_kernels.handle(msg)
         elif msg.type is T.ERROR:
             log.warning("the hub says: %s", msg.header.get("message"))
 
@@ -216,7 +216,7 @@ class Supervisor:
         else:
             log.warning("%s; reconnecting", reason)
         # The hub told each kernel's client that it is gone (or can't any more): nobody can reach them.
-        self.kernels.stop_all(f"worker {self.name!r} lost its link to the hub ({reason})")
+        self.jupyter_kernels.stop_all(f"worker {self.name!r} lost its link to the hub ({reason})")
         # Their clients can't get their results: stop the running job (its executor is killed if it
         # doesn't stop), so this worker is free when the hub takes it back, and drop the waiting ones.
         # Sessions stay: a notebook keeps its routing id, and so its session, across a reconnect.

@@ -106,7 +106,7 @@ class Hub:
     ``listen`` is a ZeroMQ TCP endpoint; port 0 picks a free port (see ``port`` after
     ``start``). ``keys`` decides who may connect and with which role. A worker in the same
     process dials ``local_endpoint`` on ``context`` instead: inproc, without copies or
-    encryption, and trusted as a worker because only this process can reach it. ``kernels``: whether
+    encryption, and trusted as a worker because only this process can reach it. ``jupyter_kernels``: whether
     clients may start whole Jupyter kernels on workers (``kernel_*`` messages, routed by ``jupyter_kernels``).
     ``outage_grace``: how long a peer whose connection went down keeps its record, jobs and session.
     """
@@ -114,7 +114,7 @@ class Hub:
     def __init__(self, keys: HubKeys, listen: str = "tcp://127.0.0.1:0", *,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL_S, outage_grace: float = DEFAULT_OUTAGE_GRACE_S,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 kernels: bool = True) -> None:
+                 jupyter_kernels: bool = True) -> None:
         self.keys = keys
         self.cache_bytes = cache_bytes
         self.listen = listen
@@ -140,7 +140,7 @@ class Hub:
         self.delivery = JobDelivery(self.fleet, self)
         self.scheduler = Scheduler(self.fleet, self, self.delivery, self._peer_warnings, cache_bytes=cache_bytes,
                                    max_queued_bytes=ARRIVING_MESSAGES * max_message_bytes)
-        self.kernels = KernelRelay(self.fleet, self, allowed=kernels)
+        self.jupyter_kernels = KernelRelay(self.fleet, self, allowed=jupyter_kernels)
         # What a peer may send once it said HELLO (which comes first, read by _on_hello), and what acts on it.
         self.routes: dict[T, Route] = {
             T.HEARTBEAT: Route(FROM_ANYONE, self.scheduler.on_heartbeat),
@@ -159,12 +159,12 @@ class Hub:
             T.DISPLAY: Route(FROM_WORKERS, self.scheduler.on_job_event),
             T.RESULT: Route(FROM_WORKERS, self.scheduler.on_job_event),
             T.ERROR: Route(FROM_WORKERS, self.scheduler.on_job_event),
-            T.KERNEL_START: Route(FROM_CLIENTS, self.kernels.on_start),
-            T.KERNEL_SIGNAL: Route(FROM_CLIENTS, self.kernels.to_worker),
-            T.KERNEL_STOP: Route(FROM_CLIENTS, self.kernels.to_worker),
-            T.KERNEL_STARTED: Route(FROM_WORKERS, self.kernels.to_client),
-            T.KERNEL_DIED: Route(FROM_WORKERS, self.kernels.to_client),
-            T.KERNEL_FRAMES: Route(FROM_ANYONE, self.kernels.on_frames),
+            T.KERNEL_START: Route(FROM_CLIENTS, self.jupyter_kernels.on_start),
+            T.KERNEL_SIGNAL: Route(FROM_CLIENTS, self.jupyter_kernels.to_worker),
+            T.KERNEL_STOP: Route(FROM_CLIENTS, self.jupyter_kernels.to_worker),
+            T.KERNEL_STARTED: Route(FROM_WORKERS, self.jupyter_kernels.to_client),
+            T.KERNEL_DIED: Route(FROM_WORKERS, self.jupyter_kernels.to_client),
+            T.KERNEL_FRAMES: Route(FROM_ANYONE, self.jupyter_kernels.on_frames),
         }
 
     def accepts(self, role: Role) -> frozenset[T]:
@@ -561,10 +561,10 @@ class Hub:
         log.info("%s %r left: %s", peer.role.value, peer.name, why)
         if peer.role is Role.WORKER:
             self.scheduler.worker_left(peer, why)
-            self.kernels.worker_left(peer, why)
+            self.jupyter_kernels.worker_left(peer, why)
         else:
             self.scheduler.client_left(peer, why)
-            self.kernels.client_left(peer, why)
+            self.jupyter_kernels.client_left(peer, why)
         self.scheduler.assign()
 
     def _drop_stale_keys(self) -> None:

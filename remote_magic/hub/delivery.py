@@ -20,7 +20,7 @@ from ..wire.protocol import Message, MessageType as T, decode, encode, session_i
 from ..wire.sizes import human_size
 from .detached import DetachedJob, DetachedJobs
 from .fleet import Fleet
-from .records import Job, Peer, UnacknowledgedEnd
+from .records import JobRecord, Peer, UnacknowledgedEnd
 from .sender import PeerSender
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class JobDelivery:
 
     # -- a job's messages to its client ---------------------------------------------------------
 
-    def to_job_client(self, job: Job, msg: Message) -> None:
+    def to_job_client(self, job: JobRecord, msg: Message) -> None:
         """Send one of a job's messages to its client, unless it went away: then the message waits in the job's
         journal for whoever collects it (even when the same notebook comes back, until it collects it)."""
         if job.id not in self.detached:
@@ -51,7 +51,7 @@ class JobDelivery:
         if ending is not None and seq is not None and client is not None:
             client.unacknowledged_ends[ending.id] = UnacknowledgedEnd(seq, ending)
 
-    def _ending(self, job: Job) -> DetachedJob | None:
+    def _ending(self, job: JobRecord) -> DetachedJob | None:
         """An ended job as it waits for collection if its client goes away before hearing of its end."""
         client = self.fleet.peers.get(job.client)
         if client is None:
@@ -73,7 +73,7 @@ class JobDelivery:
 
     # -- jobs whose client went away ---------------------------------------------------------------
 
-    def detach(self, job: Job, client: Peer) -> None:
+    def detach(self, job: JobRecord, client: Peer) -> None:
         """A running job's client went away: the job runs on, for a client with the same token to collect."""
         worker = self.fleet.peers.get(job.worker) if job.worker else None
         self.detached.detach(DetachedJob(job.id, client.key, job.summary, worker.name if worker else "?",
@@ -87,7 +87,7 @@ class JobDelivery:
             self.detached.detach(end.ending)
             self.detached.ended(job_id, end.ending.state)
 
-    def ended(self, job: Job) -> None:
+    def ended(self, job: JobRecord) -> None:
         """A job ended: if its client went away, its result waits for collection, and its session can end."""
         if job.id in self.detached:
             self.detached.ended(job.id, job.lifecycle.state.value)

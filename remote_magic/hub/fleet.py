@@ -14,7 +14,7 @@ from ..errors import RemoteMagicError
 from ..wire.lifecycle import JobState
 from ..wire.protocol import Role
 from . import placement
-from .records import Job, Peer
+from .records import JobRecord, Peer
 
 
 class Fleet:
@@ -22,8 +22,8 @@ class Fleet:
 
     def __init__(self) -> None:
         self.peers: dict[bytes, Peer] = {}
-        self.jobs: dict[str, Job] = {}
-        self.queue: deque[Job] = deque()
+        self.jobs: dict[str, JobRecord] = {}
+        self.queue: deque[JobRecord] = deque()
         self._queued: dict[bytes, tuple[int, int]] = {}  # per client: its jobs waiting, and their bytes
 
     def join(self, peer: Peer) -> None:
@@ -54,7 +54,7 @@ class Fleet:
             name = f"{wanted}-{n}"
         return name
 
-    def enqueue(self, job: Job) -> None:
+    def enqueue(self, job: JobRecord) -> None:
         self.jobs[job.id] = job
         self.queue.append(job)
         count, held = self.queued_by(job.client)
@@ -68,7 +68,7 @@ class Fleet:
         """The bytes the hub holds for every job waiting for a worker."""
         return sum(held for _, held in self._queued.values())
 
-    def _dequeue(self, job: Job) -> None:
+    def _dequeue(self, job: JobRecord) -> None:
         self.queue.remove(job)
         count, held = self.queued_by(job.client)
         if count <= 1:
@@ -76,7 +76,7 @@ class Fleet:
         else:
             self._queued[job.client] = (count - 1, held - _size(job))
 
-    def next_assignments(self) -> list[tuple[Job, Peer]]:
+    def next_assignments(self) -> list[tuple[JobRecord, Peer]]:
         """Match waiting jobs to idle workers that fit them (``placement``), oldest job first; marks them sent.
         A worker out of reach takes none: a job waits for it to be back, or goes to another."""
         assigned = []
@@ -95,7 +95,7 @@ class Fleet:
             assigned.append((job, worker))
         return assigned
 
-    def finish(self, job_id: str, error: Mapping[str, Any] | RemoteMagicError | None = None) -> Job | None:
+    def finish(self, job_id: str, error: Mapping[str, Any] | RemoteMagicError | None = None) -> JobRecord | None:
         """End a job (with ``error``, an exception or ERROR header, when it failed) and forget it;
         frees its worker."""
         job = self.jobs.pop(job_id, None)
@@ -111,7 +111,7 @@ class Fleet:
             worker.usage.busy_s += time.monotonic() - job.sent_at
         return job
 
-    def could_run(self, job: Job) -> bool:
+    def could_run(self, job: JobRecord) -> bool:
         """Does a connected worker fit the job (its name and requirements), busy or not? True with none
         connected: a job waits for the first worker to join."""
         workers = self.workers()
@@ -121,11 +121,11 @@ class Fleet:
         """Peers that said nothing for more than ``seconds``."""
         return [p for p in self.peers.values() if now - p.last_seen > seconds]
 
-    def jobs_of_client(self, routing_id: bytes) -> list[Job]:
+    def jobs_of_client(self, routing_id: bytes) -> list[JobRecord]:
         return [j for j in self.jobs.values() if j.client == routing_id]
 
 
-def _size(job: Job) -> int:
+def _size(job: JobRecord) -> int:
     return sum(len(frame) for frame in job.frames)
 
 

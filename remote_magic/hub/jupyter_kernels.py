@@ -54,13 +54,13 @@ class KernelRoutes:
                 raise NoSuchWorker(f"no worker is named {wanted!r} (workers: {names}); pick one of them in the "
                                    "kernelspec (remote-worker kernelspec install --worker NAME)")
             if not named.capabilities.get("kernels"):
-                raise KernelError(f"worker {wanted!r} does not run kernels (it was started with --kernels off, "
-                                  "or is an older remote-worker); start it with --kernels on")
+                raise KernelError(f"worker {wanted!r} does not run kernels (it was started with --jupyter-kernels off, "
+                                  "or is an older remote-worker); start it with --jupyter-kernels on")
             return named
         hosts = [w for w in workers if w.capabilities.get("kernels")]
         if not hosts:
             raise KernelError(f"no connected worker runs kernels (workers: {names}); start remote-worker "
-                              "(with --kernels on, the default) where the kernel should run")
+                              "(with --jupyter-kernels on, the default) where the kernel should run")
         return min(hosts, key=lambda w: sum(1 for r in self.routes.values() if r.worker == w.routing_id))
 
     def add(self, kernel_id: str, client: bytes, worker: Peer) -> KernelRoute:
@@ -81,7 +81,7 @@ class KernelRoutes:
 class KernelRelay:
     """Routes ``kernel_*`` messages between the client that started a kernel and the worker that runs it.
 
-    ``allowed``: whether clients may start kernels here (``remote-worker --kernels``).
+    ``allowed``: whether clients may start kernels here (``remote-worker --jupyter-kernels``).
     """
 
     def __init__(self, fleet: Fleet, sender: PeerSender, *, allowed: bool = True) -> None:
@@ -97,8 +97,8 @@ class KernelRelay:
             raise ValueError(f"kernel must be a string of 1 to {MAX_KERNEL_ID} characters")
         if not self.allowed:
             self.sender.send(peer.routing_id, T.ERROR, error_header(PermissionDenied(
-                "this hub does not allow kernels: its remote-worker runs with --kernels off. Start it with "
-                "--kernels on (the default) to run whole kernels there"), kernel=kernel_id))
+                "this hub does not allow kernels: its remote-worker runs with --jupyter-kernels off. Start it with "
+                "--jupyter-kernels on (the default) to run whole kernels there"), kernel=kernel_id))
             return
         if (route := self.routes.get(kernel_id)) is not None and route.client != peer.routing_id:
             raise ValueError("another client uses this kernel id")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..wire.requirements import Requirement, describe
-from .records import Job, Peer
+from .records import JobRecord, Peer
 
 ON_BATTERY = ("last", "never", "always")
 """What a worker on battery does (``--on-battery``): ``last`` is the default."""
@@ -78,12 +78,12 @@ def speed_rank(worker: Peer) -> tuple[int, float, int]:
             int(cpus) if isinstance(cpus, int) else 0)
 
 
-def fits(job: Job, worker: Peer) -> bool:
+def fits(job: JobRecord, worker: Peer) -> bool:
     """Could the worker ever run the job: its name, if the job names one, and every requirement."""
     return job.worker_name in (None, worker.name) and all(r.matches(worker.traits) for r in job.require)
 
 
-def choose(job: Job, idle: Sequence[Peer]) -> Peer | None:
+def choose(job: JobRecord, idle: Sequence[Peer]) -> Peer | None:
     """The idle worker that should take the job now, or None if it must wait."""
     candidates = [w for w in idle if fits(job, w) and power_hold(w) is None]
     if not candidates:
@@ -95,7 +95,7 @@ def choose(job: Job, idle: Sequence[Peer]) -> Peer | None:
     return min(candidates, key=_tier)  # min is stable: otherwise the first to have joined
 
 
-def held_by_power(job: Job, workers: Sequence[Peer]) -> str | None:
+def held_by_power(job: JobRecord, workers: Sequence[Peer]) -> str | None:
     """When the job waits only because every worker that fits it is held back by its battery: why, in words."""
     fitting = [w for w in workers if fits(job, w)]
     reasons = [(w, power_hold(w)) for w in fitting]

@@ -66,7 +66,7 @@ class Peer:
     cache: FrameCache | None = None  # clients: their large frames, so they cross once
     # Clients: per job, the end it hasn't acknowledged (hub/delivery.py).
     unacknowledged_ends: dict[str, UnacknowledgedEnd] = field(default_factory=dict, repr=False)
-    job: Job | None = None       # workers: the job running there
+    job: JobRecord | None = None  # workers: the job running there
     jobs_done: int = 0           # workers: finished jobs, any outcome
     stats: dict[str, Any] = field(default_factory=dict)  # workers: counters from the last heartbeat
     usage: Usage = field(default_factory=Usage)  # workers: what the hub counted
@@ -77,8 +77,9 @@ class Peer:
 
 
 @dataclass
-class Job:
-    """A submitted job: where it came from, what it asks for, its frames while it waits."""
+class JobRecord:
+    """The hub's record of a submitted job: where it came from, what it asks for, its frames while it waits
+    (the notebook's side of a job is ``client_jobs.ClientJob``, or ``dask_jobs.DaskJob``)."""
 
     id: str
     client: bytes  # its client's routing id

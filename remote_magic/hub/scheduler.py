@@ -36,7 +36,7 @@ from ..wire.versions import with_libraries
 from . import placement
 from .delivery import JobDelivery
 from .fleet import Fleet
-from .records import Job, Peer
+from .records import JobRecord, Peer
 from .sender import PeerSender
 
 log = logging.getLogger(__name__)
@@ -104,11 +104,11 @@ class Scheduler:
         # The worker runs it in the client's session; the hub says which, whatever the client wrote.
         submit = encode(T.SUBMIT, {**header, "session": session_id(peer.routing_id)}, buffers)
         code = str(msg.header.get("code") or "").strip()
-        job = Job(job_id, peer.routing_id, wanted, submit, require=require,
-                  prefer=check_prefer(msg.header.get("prefer")),
-                  summary=(code.splitlines()[0][:80] if code else str(msg.header.get("kind", "job"))),
-                  timeout=float(timeout) if isinstance(timeout, (int, float)) and 0 < timeout <= sys.float_info.max
-                  else None)  # not NaN, inf or 10**400 (which float() can't take)
+        job = JobRecord(job_id, peer.routing_id, wanted, submit, require=require,
+                        prefer=check_prefer(msg.header.get("prefer")),
+                        summary=(code.splitlines()[0][:80] if code else str(msg.header.get("kind", "job"))),
+                        timeout=float(timeout) if isinstance(timeout, (int, float))
+                        and 0 < timeout <= sys.float_info.max else None)  # not NaN, inf or 10**400 (float() can't take)
         if not self.fleet.could_run(job):
             self.sender.send(peer.routing_id, T.ERROR, error_header(NoMatchingWorker(
                 placement.unmatched(require, self.fleet.workers(), wanted)), job_id))
@@ -233,14 +233,14 @@ class Scheduler:
                     f"remote-magic: this job waits: {why}. It starts when a worker that matches may take it "
                     "(plugged in, or charged enough).\n")})
 
-    def cancel(self, job: Job, reason: str) -> None:
+    def cancel(self, job: JobRecord, reason: str) -> None:
         """Stop a job: a queued one ends here, a running one is its worker's to stop."""
         if job.worker is None:  # still queued: answer for the worker
             self.end(job, JobCancelled(reason))
         else:
             self.sender.send(job.worker, T.CANCEL, {"job": job.id, "reason": reason})
 
-    def end(self, job: Job, error: RemoteMagicError) -> None:
+    def end(self, job: JobRecord, error: RemoteMagicError) -> None:
         """End a job here, for its worker, and tell its client why (or keep that for a client that collects it)."""
         self.fleet.finish(job.id, error)
         msg = Message(T.ERROR, error_header(error, job.id))

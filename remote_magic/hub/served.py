@@ -30,11 +30,11 @@ class ServedHub:
                  ngrok_authtoken: str | None = None, advertise: str | None = None,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL_S, outage_grace: float = DEFAULT_OUTAGE_GRACE_S,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 kernels: bool = True) -> None:
+                 jupyter_kernels: bool = True) -> None:
         self.keys = keys
         self.hub = Hub(keys, bind_endpoint(host, port), heartbeat_interval=heartbeat_interval,
                        outage_grace=outage_grace, max_message_bytes=max_message_bytes, cache_bytes=cache_bytes,
-                       kernels=kernels).start()
+                       jupyter_kernels=jupyter_kernels).start()
         self.tunnel: Tunnel | None = None
         try:
             if ngrok:

@@ -42,7 +42,7 @@ class CellMagics(MagicsGroup):
 
     def __init__(self, shell: Any, connection: NotebookConnection, **kwargs: Any) -> None:
         super().__init__(shell, connection, **kwargs)
-        self.kernels: dict[str, str] = {}  # %%offload_kernel NAME: its WGSL, sent with each cell
+        self.gpu_kernels: dict[str, str] = {}  # %%offload_kernel NAME: its WGSL, sent with each cell
         self.cell_display = CellDisplay(shell)
         self.shared_state = SharedState(shell)
 
@@ -51,7 +51,7 @@ class CellMagics(MagicsGroup):
         self.shared_state.close()
 
     @magic_arguments()
-    @argument("kernels", nargs="?", default=None,
+    @argument("gpu_kernels", nargs="?", default=None, metavar="KERNEL[,KERNEL]",
               help="run numpy work on the worker's GPU with these kernels, e.g. matmul or matmul,softmax")
     @argument("--gpu", action="store_true", help="run numpy work on the worker's GPU with every kernel")
     @argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
@@ -97,8 +97,8 @@ class CellMagics(MagicsGroup):
                                         placed)
         options: dict[str, Any] = dict(
             timeout=args.timeout or self.connection.settings.default_timeout,
-            gpu=True if args.gpu else cell_context.listed(args.kernels),
-            kernels=self.kernels or None, figure_formats=cell_context.figure_formats(self.shell),
+            gpu=True if args.gpu else cell_context.listed(args.gpu_kernels),
+            gpu_kernels=self.gpu_kernels or None, figure_formats=cell_context.figure_formats(self.shell),
             text_format=cell_context.text_format(self.shell), on_module_error=_module_not_here)
         if several is None:
             return self._offload_on_one(client, cell, inputs, args, options)
@@ -167,10 +167,10 @@ class CellMagics(MagicsGroup):
         if not args.name.isidentifier():
             raise UsageError(f"{args.name!r} is not a valid Python name for gpu.{args.name}")
         try:
-            self.connection.connected().execute("pass", gpu=True, kernels={**self.kernels, args.name: cell})
+            self.connection.connected().execute("pass", gpu=True, gpu_kernels={**self.gpu_kernels, args.name: cell})
         except EngineError as exc:
             raise UsageError(str(exc)) from None
-        self.kernels[args.name] = cell
+        self.gpu_kernels[args.name] = cell
         print(f"kernel gpu.{args.name} compiled")
 
     @line_magic

@@ -1,5 +1,5 @@
-"""What the notebook's groups of magics share: one connection (`NotebookConnection`), the settings
-users configure as ``c.OffloadMagics.*`` (`OffloadMagics`), and their base class (`MagicsGroup`).
+"""What the notebook's groups of magics share: one connection (`NotebookConnection`), their settings
+(`OffloadSettings`, which users configure as ``c.OffloadMagics.*``), and their base class (`MagicsGroup`).
 """
 
 from __future__ import annotations
@@ -18,19 +18,24 @@ from ..wire.keys import HubKeys
 from ..wire.protocol import Role
 
 
-class OffloadMagics(Configurable):
-    """The magics' settings: ``c.OffloadMagics.default_timeout = 60`` in a config file, or
-    ``%config OffloadMagics.default_timeout = 60`` (``%config OffloadMagics`` lists them)."""
+class OffloadSettings(Configurable):
+    """The magics' settings. Users set them under the name ``OffloadMagics`` (the class below)."""
 
     connect_timeout = Float(10.0, help="Seconds %offload_connect waits for the hub.").tag(config=True)
     default_timeout = Float(None, allow_none=True, help="Default --timeout of %%offload, in seconds.").tag(config=True)
+
+
+class OffloadMagics(OffloadSettings):
+    """``OffloadSettings`` under the name users configure them by, kept from before they had a class of their
+    own: ``c.OffloadMagics.default_timeout = 60`` in a config file, or ``%config OffloadMagics.default_timeout =
+    60`` (``%config OffloadMagics`` lists them). traitlets takes ``c.OffloadSettings.*`` for them too."""
 
 
 class NotebookConnection:
     """The engine this notebook is connected through (a hub's ``Client``, or a ``DaskClient``: the magics never
     ask which), the hub it serves, if any, and the magics' settings."""
 
-    def __init__(self, settings: OffloadMagics) -> None:
+    def __init__(self, settings: OffloadSettings) -> None:
         self.settings = settings
         self.client: Engine | None = None
         self.served: ServedHub | None = None  # a hub this kernel serves (%offload_serve)

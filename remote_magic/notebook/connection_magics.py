@@ -47,7 +47,7 @@ class ConnectionMagics(MagicsGroup):
         be out of date). Discovery never replaces the token: without one it only lists.
 
         With dask://HOST:PORT, offloaded cells (and --all, --split) run on that Dask scheduler's
-        workers instead, Dask placing them; refused there: --gpu and kernels, --retries, --require and
+        workers instead, Dask placing them; refused there: --gpu and GPU kernels, --retries, --require and
         --prefer (name a worker with --worker), %offload_get and %offload_put.
 
         With --max-transfer SIZE, a cell that would send more than is left of SIZE over this connection

@@ -6,9 +6,9 @@ Cells (`CellMagics`): %%offload, %%offload_kernel, %offload_jobs, %offload_attac
 Files and values (`CopyMagics`): %offload_get, %offload_put, %offload_pull.
 
 Each group is a `MagicsGroup`, and all share one `NotebookConnection`, which holds the settings
-users configure as ``c.OffloadMagics.*`` (one `OffloadMagics`). A magic parses its line, calls the
-client API and shows the result; a user's mistake becomes a UsageError (a short message, no
-traceback).
+(`OffloadSettings`, which users configure as ``c.OffloadMagics.*``). A magic parses its line, calls the
+engine it is connected through and shows the result; a user's mistake becomes a UsageError (a short
+message, no traceback).
 """
 
 from __future__ import annotations

@@ -147,11 +147,11 @@ def test_a_custom_kernel_runs_in_the_tab_and_a_compile_error_has_its_position(
     try:
         x = np.linspace(-3, 3, 1000, dtype=np.float32)
         result = client.execute("y = gpu.doubled(x)", {"x": x}, worker="tablet", gpu=True,
-                                kernels={"doubled": DOUBLING})
+                                gpu_kernels={"doubled": DOUBLING})
         np.testing.assert_allclose(result.values["y"], 2 * x + 1, rtol=1e-6)
         broken = DOUBLING.replace("2.0 * x[id.x]", "2.0 * z[id.x]")
         with pytest.raises(ShaderError, match="line 6, column 51: error: unresolved value 'z'") as failure:
-            client.execute("y = gpu.broken(x)", {"x": x}, worker="tablet", gpu=True, kernels={"broken": broken})
+            client.execute("y = gpu.broken(x)", {"x": x}, worker="tablet", gpu=True, gpu_kernels={"broken": broken})
         assert (failure.value.line, failure.value.column) == (6, 51)
     finally:
         page.close()

@@ -121,7 +121,7 @@ def test_each_identifier_the_glossary_gives_a_second_meaning_is_in_its_file() ->
     second: when one is renamed, its row goes too, and the list stays true."""
     glossary = (REPO / "docs" / "architecture.md").read_text().partition("### Identifiers that give a word")[2]
     cited = _SECOND_MEANING.findall(glossary)
-    assert len(cited) >= 10
+    assert len(cited) >= 6
     gone = []
     for name, path in cited:
         source = (REPO / path).read_text()

@@ -145,7 +145,7 @@ def _reachable(graph: dict[str, set[str]], module: str) -> set[str]:
 
 
 def test_the_notebook_side_is_the_client_its_job_tables_and_the_magics() -> None:
-    assert {"remote_magic.client", "remote_magic.hub_jobs", "remote_magic.fleet_jobs", "remote_magic.dask_client",
+    assert {"remote_magic.client", "remote_magic.client_jobs", "remote_magic.fleet_jobs", "remote_magic.dask_client",
             "remote_magic.dask_jobs", "remote_magic.notebook.magics"} <= set(NOTEBOOK_SIDE)
     assert not any(_on_a_server_side(module) for module in NOTEBOOK_SIDE)
 
@@ -200,7 +200,7 @@ WIRE_BELOW = ("remote_magic.wire", "remote_magic.errors", "remote_magic._version
 BOUNDARIES = [
     Boundary("the hub never imports the notebook side (the client, its job tables, the Dask client, the magics)",
              "remote_magic.hub", lambda m: m in NOTEBOOK_SIDE or _within(m, "remote_magic.notebook"),
-             "remote_magic.hub_jobs"),
+             "remote_magic.client_jobs"),
     Boundary("the hub never imports a worker's code (remote-worker hosts the hub, not the other way round)",
              "remote_magic.hub", lambda m: _within(m, "remote_magic.worker"), "remote_magic.worker.supervisor"),
     Boundary("the GPU layer never imports the tab server (it reaches a tab through the tab protocol)",
@@ -236,8 +236,8 @@ def test_imports_are_read_inside_functions_and_under_type_checking(tmp_path: Pat
     """A late import or one only the type checker sees is an edge too (what the module docstring says)."""
     source = tmp_path / "planted.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..client import Client\n"
-                      "def late():\n    from .. import hub_jobs\n    import remote_magic.dask_client\n")
-    assert _imports("remote_magic.hub.planted", source) == {"remote_magic.client", "remote_magic.hub_jobs",
+                      "def late():\n    from .. import client_jobs\n    import remote_magic.dask_client\n")
+    assert _imports("remote_magic.hub.planted", source) == {"remote_magic.client", "remote_magic.client_jobs",
                                                             "remote_magic.dask_client"}
 
 

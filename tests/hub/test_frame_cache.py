@@ -42,7 +42,7 @@ def test_a_hub_that_lost_a_value_gets_it_again_and_the_job_runs(tmp_path: Path,
     port, home = free_port(), tmp_path / "home"
     first = start_worker(tmp_path / "first", "--listen", f"127.0.0.1:{port}", "--gpu", "off", home=home)
     x = np.arange(1_000_000.0)
-    caplog.set_level(logging.INFO, logger="remote_magic.hub_jobs")
+    caplog.set_level(logging.INFO, logger="remote_magic.client_jobs")
     with remote_magic.connect(first.token, timeout=10) as client:
         assert client.run("total = float(x.sum())", {"x": x})["total"] == x.sum()
         first.stop()  # a new hub: it holds nothing of this notebook's

@@ -71,7 +71,7 @@ def test_a_hub_that_allows_no_kernels_refuses_to_start_one() -> None:
     client, worker = hub.client(), hub.worker("box")
     _relay(hub, client, T.KERNEL_START, "k1")
     [refused] = hub.sender.to(client)
-    assert refused.header["error"] == "PermissionDenied" and "--kernels off" in refused.header["message"]
+    assert refused.header["error"] == "PermissionDenied" and "--jupyter-kernels off" in refused.header["message"]
     assert hub.sender.to(worker) == []
 
 

@@ -5,16 +5,20 @@ shell, once through a real remote-worker's hub (``%offload_connect TOKEN``) and 
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
 from dask_cluster import dask_address, local_cluster
 from IPython.core.interactiveshell import InteractiveShell
 
+from remote_magic.engine import Engine, JobRequest, MapRequest
+from remote_magic.engines import ENGINES, engine_class, parse
+from remote_magic.errors import EngineError, TokenError
+from remote_magic.results import JobResult
 from support import connected_shell, run
 
-ENGINES = ("hub", "dask")
+BOTH = ("hub", "dask")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +31,7 @@ def dask_scheduler() -> Iterator[str]:
         cluster.close()
 
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(params=BOTH)
 def shell(request: pytest.FixtureRequest) -> Iterator[InteractiveShell]:
     """A real IPython shell with the extension loaded, connected through the engine the test is for."""
     address = request.getfixturevalue("worker").token if request.param == "hub" else (
@@ -108,3 +112,61 @@ def test_stats_count_the_bytes_over_the_engines_own_link_and_only_there(shell: I
     over_the_link = "over the link: sent" in out.stderr
     assert "ran on " in out.stderr and over_the_link == (shell.run_line_magic("offload_workers", "").traffic
                                                           is not None)
+
+
+class _Recording(Engine):
+    """An engine of the seam's defaults only: it keeps each request and answers with an empty result."""
+
+    address = "recording://here"
+
+    def __init__(self) -> None:
+        self.version_notes: list[str] = []
+        self.hub_cache: dict[str, int] = {}
+        self.requests: list[JobRequest] = []
+
+    def run_job(self, request: JobRequest) -> JobResult:
+        self.requests.append(request)
+        return JobResult({}, worker="box")
+
+    def run_each(self, requests: Sequence[JobRequest]) -> list[Callable[[], JobResult]]:
+        return [lambda request=request: self.run_job(request) for request in requests]
+
+    def run_map(self, request: MapRequest) -> list[Any]:
+        return [request.fn(item) for item in request.items]
+
+    def workers(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        return [{"name": "box", "state": "idle"}]
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_engine_without_a_hub_says_what_it_lacks_and_counts_no_link() -> None:
+    engine = _Recording()
+    assert engine.traffic() is None and engine.workers_called == "workers"
+    engine.limit_link()  # nothing asked, nothing refused
+    with pytest.raises(EngineError, match="--max-transfer and --outage-grace bound the link.*recording://here"):
+        engine.limit_link(max_transfer=1)
+    for call in (lambda: engine.get_file("out.csv"), lambda: engine.reset(), lambda: engine.jobs(),
+                 lambda: engine.attach("j1"), lambda: engine.scatter([1])):
+        with pytest.raises(EngineError, match="needs a remote-worker hub.*recording://here has none"):
+            call()
+
+
+def test_gpu_kernels_former_name_is_still_taken_with_a_deprecation_warning() -> None:
+    engine = _Recording()
+    engine.execute("y = gpu.twice(x)", gpu=["twice"], gpu_kernels={"twice": "wgsl"})
+    with pytest.warns(DeprecationWarning, match="kernels= is now gpu_kernels="):
+        engine.execute("y = gpu.twice(x)", gpu=["twice"], kernels={"twice": "wgsl"})
+    assert [dict(r.gpu_kernels or {}) for r in engine.requests] == [{"twice": "wgsl"}] * 2
+    assert [r.submit().header["kernels"] for r in engine.requests] == [{"twice": "wgsl"}] * 2  # the wire's name
+
+
+def test_the_address_scheme_is_read_once_and_names_the_engine() -> None:
+    assert (parse("dask://10.0.0.5:8786").scheme, parse("dask://10.0.0.5:8786").location) == ("dask", "10.0.0.5:8786")
+    assert parse("rmc1.abc").scheme == "tcp" and parse("rmc1.abc").text == "a token"  # a token is never echoed
+    assert sorted(ENGINES) == ["dask", "tcp"]
+    assert engine_class(parse("rmc1.abc")).__name__ == "Client"
+    assert engine_class(parse("dask://h:1")).__name__ == "DaskClient"
+    with pytest.raises(TokenError, match="ucx:// is not something connect opens"):
+        engine_class(parse("ucx://h:1"))

@@ -114,7 +114,7 @@ def test_a_plain_cell_sends_its_code_and_only_the_values_it_reads(shell: Interac
     [request] = engine.requests
     assert request.code == "b = a + [3]\n"  # the cell as IPython hands it to the magic
     assert dict(request.inputs) == {"a": [1, 2]} and request.inputs["a"] is shell.user_ns["a"]
-    assert (request.worker, request.timeout, request.gpu, request.kernels, request.retries) == (None, None, None,
+    assert (request.worker, request.timeout, request.gpu, request.gpu_kernels, request.retries) == (None, None, None,
                                                                                                 None, 0)
     assert (request.require, request.prefer, request.keep, request.outputs) == (None, None, (), None)
     assert request.update_inputs and request.figure_formats == ("png",)
@@ -151,9 +151,9 @@ def test_a_kernel_defined_once_is_compiled_then_sent_with_every_cell(shell: Inte
     assert "kernel gpu.twice compiled" in out.stdout
     compile_request = engine.requests[0]
     assert compile_request.code == "pass" and compile_request.gpu is True
-    assert dict(compile_request.kernels or {}) == {"twice": wgsl + "\n"}
+    assert dict(compile_request.gpu_kernels or {}) == {"twice": wgsl + "\n"}
     run(shell, "%%offload twice\ny = 1")
-    assert dict(engine.requests[1].kernels or {}) == {"twice": wgsl + "\n"} and engine.requests[1].gpu == ("twice",)
+    assert dict(engine.requests[1].gpu_kernels or {}) == {"twice": wgsl + "\n"} and engine.requests[1].gpu == ("twice",)
 
 
 @pytest.mark.parametrize(("line", "says"), [

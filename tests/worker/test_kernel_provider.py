@@ -312,11 +312,11 @@ def test_a_kernel_for_a_worker_that_isnt_there_fails_naming_it() -> None:
 
 
 def test_a_hub_with_kernels_off_refuses_them_saying_how_to_allow_them(tmp_path: Path, kernelspecs: Path) -> None:
-    off = start_worker(tmp_path / "off", "--listen", "127.0.0.1:0", "--gpu", "off", "--kernels", "off")
+    off = start_worker(tmp_path / "off", "--listen", "127.0.0.1:0", "--gpu", "off", "--jupyter-kernels", "off")
     try:
         install("remote-magic-off", "--token-file", str(off.token_file))
         km = KernelManager(kernel_name="remote-magic-off")
-        with pytest.raises(remote_magic.KernelError, match="does not allow kernels.*--kernels on"):
+        with pytest.raises(remote_magic.KernelError, match="does not allow kernels.*--jupyter-kernels on"):
             km.start_kernel()
     finally:
         off.stop()

@@ -1,7 +1,7 @@
 """The jobs of one hub ``Client``, on its connection: the table of those waiting for an answer, what the
 connection's I/O thread does with each message about them, and the waiting for them.
 
-``Client`` (``client.py``) is the user's API: it submits and waits through ``HubJobs``. The connection's
+``Client`` (``client.py``) is the user's API: it submits and waits through ``ClientJobs``. The connection's
 I/O thread (``wire.connection.Connection``) calls the ``_on_*`` callbacks here: a message about a job goes
 to its events queue, or settles its Future (a ``submit``), and a job ends once, whoever ends it first (its
 RESULT or ERROR, a lost link, Ctrl-C, ``close``): that one takes it out of the table.
@@ -46,8 +46,9 @@ CANCEL_WAIT_S = 5.0
 
 
 @dataclass
-class Job:
-    """A job this client waits for: where its messages go, and what its result refers to."""
+class ClientJob:
+    """A job the hub ``Client`` waits for: where its messages go, and what its result refers to (the hub's
+    own record of it is ``hub.records.JobRecord``)."""
 
     id: str
     events: "queue.SimpleQueue[Message]" = field(default_factory=queue.SimpleQueue)
@@ -66,11 +67,11 @@ class Job:
         self.lifecycle = Lifecycle(self.id, "client")
 
 
-Waits = Mapping[str, "tuple[Job, OnStream, OnStream]"]
+Waits = Mapping[str, "tuple[ClientJob, OnStream, OnStream]"]
 """The jobs one wait is for, by id, each with its output's callbacks (stream, display)."""
 
 
-class HubJobs:
+class ClientJobs:
     """The jobs of one ``Client`` on its connection to the hub: submitted, followed, waited for.
 
     ``send_timeout``, ``max_transfer`` and ``portable_pandas`` are the client's settings, read at each
@@ -86,7 +87,7 @@ class HubJobs:
         self.ran_on: set[str] = set()
         self._versions = versions
         self._hub_holds = SentDigests(int(welcome.header.get("cache_bytes") or 0))
-        self._jobs: dict[str, Job] = {}
+        self._jobs: dict[str, ClientJob] = {}
         self._requests: dict[str, Future[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.connection = Connection(context, sock, welcome, hello, self._on_message, self._on_lost,
@@ -105,7 +106,7 @@ class HubJobs:
 
     # -- submitting --------------------------------------------------------------------------
 
-    def submit_code(self, request: JobRequest, events: "queue.SimpleQueue[Message] | None" = None) -> Job:
+    def submit_code(self, request: JobRequest, events: "queue.SimpleQueue[Message] | None" = None) -> ClientJob:
         """Send a cell's job (each attempt is a job of its own); its messages go to ``events`` when given
         (the jobs of one ``execute_all`` share a queue)."""
         cell = request.submit()
@@ -116,7 +117,7 @@ class HubJobs:
 
     def submit_call(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any], *,
                     worker: str | None = None, timeout: float | None = None, keep: Sequence[str] | None = None,
-                    placement: Mapping[str, Any] | None = None) -> "tuple[Job, Future[Any]]":
+                    placement: Mapping[str, Any] | None = None) -> "tuple[ClientJob, Future[Any]]":
         """Call ``fn`` on a worker; its job, and a Future of its return value. With ``keep``, the call
         returns a sequence, whose values stay on the worker: the future holds ``{name: RemoteValue}``.
         Cancelling the future cancels the job (``fleet_jobs.Calls``)."""
@@ -130,10 +131,11 @@ class HubJobs:
 
     def submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None, timeout: float | None,
                future: "Future[Any] | None" = None, frames: Sequence[Any] = (),
-               events: "queue.SimpleQueue[Message] | None" = None) -> Job:
+               events: "queue.SimpleQueue[Message] | None" = None) -> ClientJob:
         """Finish the job's SUBMIT (``engine.submit_message``: ``header`` is updated in place) and send it, with
         ``frames`` after the values' own: through the link, the hub keeping large frames it holds already."""
-        job = Job(uuid.uuid4().hex, future=future) if events is None else Job(uuid.uuid4().hex, events, future)
+        job_id = uuid.uuid4().hex
+        job = ClientJob(job_id, future=future) if events is None else ClientJob(job_id, events, future)
         packed = submit_message(header, values, job_id=job.id, versions=self._versions,
                                 portable_pandas=self.portable_pandas)
         self._check_size(packed)
@@ -167,9 +169,9 @@ class HubJobs:
                 job.lifecycle.move(JobState.SENT)
         return job
 
-    def attach(self, job_id: str) -> Job:
+    def attach(self, job_id: str) -> ClientJob:
         """Follow a job another client with this token submitted (``Client.attach``)."""
-        job = Job(job_id)
+        job = ClientJob(job_id)
         with self._lock:
             if job.id in self._jobs:
                 raise errors.InputError(f"job {job.id!r} is this client's own: wait for it as usual")
@@ -224,7 +226,7 @@ class HubJobs:
 
     # -- waiting -----------------------------------------------------------------------------
 
-    def wait(self, job: Job, on_stream: OnStream = write_stream, on_display: OnStream = show_display,
+    def wait(self, job: ClientJob, on_stream: OnStream = write_stream, on_display: OnStream = show_display,
              bars: bool = True) -> Message:
         """The job's RESULT or ERROR, showing its output meanwhile; Ctrl-C stops it on the worker too."""
         return self.wait_all({job.id: (job, on_stream, on_display)}, bars)[job.id]
@@ -251,7 +253,7 @@ class HubJobs:
                 if job_id not in ended and self.end(job_id, errors.JobCancelled("stopped in the notebook")):
                     self.cancel(job_id)
 
-    def result(self, job: Job, msg: Message, on_module_error: OnModuleError | None,
+    def result(self, job: ClientJob, msg: Message, on_module_error: OnModuleError | None,
                on_files: Callable[[FileChanges], None] | None) -> JobResult:
         """A cell's JobResult from its ending, or its error raised; ``on_files`` gets the files it wrote."""
         files = FileChanges.from_header(msg.header.get("files"), str(msg.header.get("worker", job.worker)))
@@ -278,7 +280,7 @@ class HubJobs:
         except ConnectionFailed:
             pass  # closed: the hub cancels our jobs when we go
 
-    def _finish(self, job: Job, msg: Message, on_module_error: OnModuleError | None) -> JobResult:
+    def _finish(self, job: ClientJob, msg: Message, on_module_error: OnModuleError | None) -> JobResult:
         return finish(msg, str(msg.header.get("worker", job.worker)), job.inputs, job.update_inputs,
                       on_module_error, job.shared, job.notes)
 
@@ -368,13 +370,13 @@ class HubJobs:
         self.connection.send_now(encode(T.SUBMIT, *whole))
         return True
 
-    def _deliver(self, job: Job, msg: Message) -> None:
+    def _deliver(self, job: ClientJob, msg: Message) -> None:
         if job.future is None:
             job.events.put(msg)
         else:
             self._settle_future(job, msg)
 
-    def _settle_future(self, job: Job, msg: Message) -> None:
+    def _settle_future(self, job: ClientJob, msg: Message) -> None:
         assert job.future is not None
         if msg.type is T.STREAM:
             write_stream(msg.header)
@@ -420,7 +422,7 @@ class HubJobs:
             self.end(job_id, error(job_id))
 
 
-def _coming_down(job: Job) -> bool:
+def _coming_down(job: ClientJob) -> bool:
     """Is part of the job's result (or another of its large messages) on its way here, and not all of it?"""
     done, total = job.transfers.snapshot().get("down", (0, 0))
     return 0 < done < total
