@@ -72,9 +72,10 @@ class ConnectionMagics(MagicsGroup):
             raise UsageError("%offload_connect needs the token remote-worker printed "
                              "(or set REMOTE_MAGIC_TOKEN in the environment); %offload_connect --lan "
                              "lists the hubs on this network")
-        if args.lan and token and parse(token).scheme != HUB_SCHEME:
-            raise UsageError(f"--lan finds remote-worker hubs; {parse(token).scheme}:// is reached by its address "
-                             f"alone: %offload_connect {token}")
+        scheme = parse(token).scheme if token else HUB_SCHEME
+        if args.lan and scheme != HUB_SCHEME:
+            raise UsageError(f"--lan finds remote-worker hubs; {scheme}:// is reached by its address alone: "
+                             f"%offload_connect {token}")
         try:
             wait = self.connection.settings.connect_timeout
             client = (self.connection.connect_on_lan(token, args.timeout, wait) if args.lan

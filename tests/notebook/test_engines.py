@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pytest
 from dask_cluster import dask_address, local_cluster
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from remote_magic.engine import Engine, JobRequest, MapRequest
@@ -170,3 +171,13 @@ def test_the_address_scheme_is_read_once_and_names_the_engine() -> None:
     assert engine_class(parse("dask://h:1")).__name__ == "DaskClient"
     with pytest.raises(TokenError, match="ucx:// is not something connect opens"):
         engine_class(parse("ucx://h:1"))
+
+
+def test_lan_discovery_is_refused_for_the_address_of_another_engine() -> None:
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "remote_magic")
+    try:
+        with pytest.raises(UsageError, match="--lan finds remote-worker hubs; dask:// is reached by its address alone"):
+            shell.run_line_magic("offload_connect", "--lan dask://127.0.0.1:1")
+    finally:
+        shell.run_line_magic("unload_ext", "remote_magic")
