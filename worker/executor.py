@@ -41,6 +41,8 @@ PARENT_CHECK_INTERVAL_S = 0.5
 class Executor(JobRunner):
     """Receives jobs from the supervisor and runs them one at a time."""
 
+    runs_as_main = True  # one session's process: its cell is the process's __main__ while it runs
+
     def __init__(self, endpoint: str, generation: int, gpu_mode: str, adapter: str | None,
                  backend: str | None, gpu_memory: int | None = None, tab: str | None = None) -> None:
         self._context = zmq.Context()

@@ -13,11 +13,14 @@ import builtins
 import inspect
 import linecache
 import logging
+import sys
 import threading
 import time
 import traceback
+import types
+from contextlib import contextmanager
 from types import CodeType
-from typing import Any
+from typing import Any, Iterator
 
 from remote_magic.errors import (
     FileTransferError,
@@ -55,6 +58,10 @@ class JobRunner:
 
     displays_in_frames = True
     """Can ``send`` carry a DISPLAY's frames (a display too large for its header)?"""
+
+    runs_as_main = False
+    """Is a cell's namespace this process's ``__main__`` while it runs (``main_module``)? So it is in the
+    executor, a process of the session's own; not where cells share a process (a Dask worker's threads)."""
 
     def __init__(self, gpu: Any, no_gpu: str) -> None:
         self._outputs: JobOutputs | None = None
@@ -172,8 +179,10 @@ class JobRunner:
     def _execute(self, msg: Message, outputs: JobOutputs) -> CellChanges:
         """Run the job; returns what it changed."""
         header = msg.header
-        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins,
-                                     "display": getattr(builtins, "display", outputs.display), "get_ipython": _no_shell}
+        main = _CellModule("__main__")
+        namespace: dict[str, Any] = vars(main)
+        namespace.update({"__builtins__": builtins, "display": getattr(builtins, "display", outputs.display),
+                          "get_ipython": _no_shell})
         # Notebook functions and classes arrive as source and are compiled here, in the cell's
         # globals: as in the notebook, they see the names the cell binds.
         with definitions.defining_into(namespace):
@@ -231,8 +240,9 @@ class JobRunner:
         value = None
         try:
             try:
-                self._run(body, namespace)
-                value = self._run(last, namespace) if last is not None else None
+                with main_module(main if self.runs_as_main else None):
+                    self._run(body, namespace)
+                    value = self._run(last, namespace) if last is not None else None
             finally:
                 if self.gpu is not None:  # (gpu.array(x) makes device arrays in any cell)
                     value = self.gpu.end_cell(namespace, value)
@@ -389,6 +399,35 @@ class _CellFailed(Exception):
 
 def _is_any(value: Any, objects: list[Any]) -> bool:
     return any(value is obj for obj in objects)
+
+
+class _CellModule(types.ModuleType):
+    """A cell's namespace as a module. The notebook's definitions a cell reads through its values (the
+    class of an object it was sent, a function inside a list) aren't bound in it, but pickle finds them
+    by name in ``__main__``, as in the notebook."""
+
+    def __getattr__(self, name: str) -> Any:
+        found = definitions.made_here(name, vars(self))
+        if found is None:
+            raise AttributeError(f"module '__main__' has no attribute {name!r}")
+        return found
+
+
+@contextmanager
+def main_module(module: _CellModule | None) -> Iterator[None]:
+    """While a cell runs, its namespace is ``sys.modules["__main__"]``, as a notebook's is the kernel's: what
+    pickles the notebook's functions, classes and Enum members by reference (``pickle.dumps``, a
+    ``multiprocessing.Pool`` or ``ProcessPoolExecutor`` handing them to its processes, forked from this
+    one) finds them there. None: as it is."""
+    if module is None:
+        yield
+        return
+    before = sys.modules["__main__"]
+    sys.modules["__main__"] = module
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = before
 
 
 def _no_shell() -> Any:

@@ -13,7 +13,7 @@ import sys
 from typing import Any, Collection, Mapping
 
 from ..results import JobResult
-from ..wire.handles import CLOSED_FILE
+from ..wire.handles import NOTHING_LOST
 from .notices import notice
 
 
@@ -30,7 +30,7 @@ def apply_result(result: JobResult, namespace: dict[str, Any], inputs: Mapping[s
     namespace.update(result.kept_on_worker)
     for name in result.deleted:
         namespace.pop(name, None)
-    told = [handle for handle in result.kept_on_worker.values() if handle.why != CLOSED_FILE]  # closed: no loss
+    told = [handle for handle in result.kept_on_worker.values() if handle.why not in NOTHING_LOST]
     if told:
         kept = ", ".join(handle.describe() for handle in told)
         notice(f"{kept} stayed on worker {result.worker!r}: the notebook holds a handle, and offloaded cells "

@@ -343,6 +343,19 @@ def _target() -> dict[str, Any]:
     return _namespace if _namespace is not None else vars(sys.modules["__main__"])
 
 
+def made_here(qualname: str, namespace: Mapping[str, Any]) -> Any:
+    """A definition compiled on this side that answers to ``qualname`` (what pickle looks up in
+    ``__main__`` to send a notebook function, class or Enum member by reference): the one that lives in
+    ``namespace``, a job's globals, else the latest made; None if there is none."""
+    candidates = [obj for obj in list(_made_here.keys()) if getattr(obj, "__qualname__", None) == qualname]
+    for obj in reversed(candidates):
+        homes = [obj] if isinstance(obj, types.FunctionType) else list(_functions_in(obj)) if isinstance(
+            obj, type) else []
+        if any(function.__globals__ is namespace for function in homes):
+            return obj
+    return candidates[-1] if candidates else None
+
+
 def reduction(obj: Any, definition: SourceDefinition) -> tuple[Any, ...]:
     """How pickle sends a definition: its source and the globals its definition evaluates (compiled
     before it), then, as state, the globals its body reads and a function's defaults."""

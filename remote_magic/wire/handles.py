@@ -17,6 +17,13 @@ CLOSED_FILE = "a closed file"
 """Why a file the cell closed (``with open(...) as f``) stayed on the worker: nothing is lost there, so no
 notice says so; its handle stands for the closed file."""
 
+SHUT_DOWN_POOL = "a pool of processes or threads that was shut down"
+"""Why an executor or ``multiprocessing.Pool`` the cell was done with (``with ProcessPoolExecutor() as ex``)
+stayed on the worker: as for a closed file, nothing is lost there, and no notice says so."""
+
+NOTHING_LOST = (CLOSED_FILE, SHUT_DOWN_POOL)
+"""Reasons a value stayed on the worker that no notice needs to mention."""
+
 CELL_VALUE = "__value__"
 """The name a cell's value travels under (its last expression, as IPython's ``Out`` holds it)."""
 

@@ -24,7 +24,7 @@ import cloudpickle
 
 from ..errors import InputError, OutputError, SerializationError
 from . import definitions, portable
-from .handles import CLOSED_FILE
+from .handles import CLOSED_FILE, SHUT_DOWN_POOL
 from .identity import PATCH_PREFIX
 from .versions import bytecode_loads_here, explain_load_failure
 
@@ -278,6 +278,7 @@ def _pack(values: Mapping[str, Any], dumper: _Dumper, error: type[SerializationE
                 continue
             if keep_unpicklable:
                 packed.kept[name] = CLOSED_FILE if isinstance(value, io.IOBase) and value.closed else (
+                    SHUT_DOWN_POOL if _shut_down(value) else
                     f"{_a(type(value).__name__)}, which can't be pickled: {type(exc).__name__}: {exc}")
                 packed.unpicklable.add(name)
                 continue
@@ -304,6 +305,14 @@ def _with_patches(values: Mapping[str, Any], shared: Sequence[Any], referenced: 
         for number in pending:
             done.add(number)
             yield f"{PATCH_PREFIX}{number}", shared[number]
+
+
+def _shut_down(value: Any) -> bool:
+    """Is ``value`` a ``concurrent.futures`` executor or a ``multiprocessing`` pool that was shut down?"""
+    futures, pool = sys.modules.get("concurrent.futures"), sys.modules.get("multiprocessing.pool")
+    if futures is not None and isinstance(value, futures.Executor):
+        return bool(getattr(value, "_shutdown_thread", False) or getattr(value, "_shutdown", False))
+    return pool is not None and isinstance(value, pool.Pool) and getattr(value, "_state", pool.RUN) != pool.RUN
 
 
 def _a(noun: str) -> str:
