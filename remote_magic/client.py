@@ -22,20 +22,10 @@ import zmq
 
 from . import errors, file_copy, fleet_jobs
 from .client_jobs import ClientJob, ClientJobs
-from .engine import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    Address,
-    ConnectOptions,
-    Engine,
-    JobRequest,
-    LinkTraffic,
-    MapRequest,
-    OnModuleError,
-    OnStream,
-    worker_names,
-)
+from .engine import DEFAULT_CONNECT_TIMEOUT_S, Address, ConnectOptions, Engine, LinkTraffic, worker_names
 from .errors import JobError
 from .file_copy import Transfer
+from .job_request import JobRequest, MapRequest, OnModuleError, OnStream
 from .results import JobResult, show_display, write_stream
 from .wire.connection import dial
 from .wire.failures import error_from_header

@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 import zmq
 
 from . import errors, progress
-from .engine import JobRequest, OnModuleError, OnStream, submit_message
 from .errors import ConnectionFailed, RemoteMagicError
+from .job_request import JobRequest, OnModuleError, OnStream, submit_message
 from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .wire import displays, serialization
 from .wire.connection import Connection
@@ -132,7 +132,7 @@ class ClientJobs:
     def submit(self, header: dict[str, Any], values: dict[str, Any], worker: str | None, timeout: float | None,
                future: "Future[Any] | None" = None, frames: Sequence[Any] = (),
                events: "queue.SimpleQueue[Message] | None" = None) -> ClientJob:
-        """Finish the job's SUBMIT (``engine.submit_message``: ``header`` is updated in place) and send it, with
+        """Finish the job's SUBMIT (``job_request.submit_message``: ``header`` is updated in place) and send it, with
         ``frames`` after the values' own: through the link, the hub keeping large frames it holds already."""
         job_id = uuid.uuid4().hex
         job = ClientJob(job_id, future=future) if events is None else ClientJob(job_id, events, future)

@@ -20,18 +20,9 @@ from typing import Any, Callable, Sequence
 
 from . import fleet_jobs
 from .dask_jobs import DaskJob, DaskJobs
-from .engine import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    Address,
-    ConnectOptions,
-    Engine,
-    JobRequest,
-    MapRequest,
-    OnModuleError,
-    OnStream,
-    parse,
-)
+from .engine import DEFAULT_CONNECT_TIMEOUT_S, Address, ConnectOptions, Engine, parse
 from .errors import ConnectionFailed, DaskError, NoSuchWorker
+from .job_request import JobRequest, MapRequest, OnModuleError, OnStream
 from .results import JobResult, finish
 from .wire.install import install_command
 from .wire.versions import local_versions

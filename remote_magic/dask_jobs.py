@@ -2,7 +2,8 @@
 to a worker (the SUBMIT header and frames) to ``run_on_dask``, which runs it with the executor's own
 machinery on a Dask worker (``remote_magic.worker.dask_task``). What a job prints and shows arrives while
 it runs as Dask events on one topic per client (``Worker.log_event``, ``Client.subscribe_topic``); its
-RESULT or ERROR is the task's value. Here: packing, submitting, and waiting for both, in order.
+RESULT or ERROR is the task's value. Here: sending the SUBMIT ``job_request.py`` makes (its large frames
+scattered to the workers first), and waiting for both, in order.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping, TypeAlias
 
-from .engine import JobRequest, OnStream, submit_message
 from .errors import (
     ConnectionFailed,
     DaskError,
@@ -23,6 +23,7 @@ from .errors import (
     RemoteMagicError,
     WorkerLost,
 )
+from .job_request import JobRequest, OnStream, submit_message
 from .results import show_display, write_stream
 from .wire.failures import error_header
 from .wire.install import install_command

@@ -1,7 +1,7 @@
 """Identity, views and shared objects hold alike on every engine: each test runs twice in a real IPython
 shell, once through a real remote-worker's hub (``%offload_connect TOKEN``) and once on a real Dask cluster
 (``%offload_connect dask://...``, a ``distributed.LocalCluster`` on 127.0.0.1). Both send the one SUBMIT
-``JobRequest.submit`` makes (remote_magic/engine.py); only how it travels differs."""
+``JobRequest.submit`` makes (remote_magic/job_request.py); only how it travels differs."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from dask_cluster import dask_address, local_cluster
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from remote_magic.engine import Engine, JobRequest, MapRequest
+from remote_magic.engine import Engine
 from remote_magic.engines import ENGINES, engine_class, parse
 from remote_magic.errors import EngineError, TokenError
+from remote_magic.job_request import JobRequest, MapRequest
 from remote_magic.results import JobResult
 from support import connected_shell, run
 

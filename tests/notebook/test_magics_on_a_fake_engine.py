@@ -15,8 +15,9 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from remote_magic.engine import CellSubmit, Engine, JobRequest, MapRequest
+from remote_magic.engine import Engine
 from remote_magic.errors import NoSuchWorker, RemoteError, RequirementError
+from remote_magic.job_request import CellSubmit, JobRequest, MapRequest
 from remote_magic.results import FileChanges, JobResult
 from remote_magic.wire import module_state
 from remote_magic.wire.handles import RemoteValue
