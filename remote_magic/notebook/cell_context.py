@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import re
 import sys
+import types
 from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..wire.cellcode import names_read
+from ..wire.cellcode import identifiers, names_read, runtime_lookups
 from ..wire.displays import TEXT_FORMAT
 from ..wire.handles import RemoteValue
+from ..wire.sizes import human_size
+from .notices import notice
 
 _HISTORY = re.compile(r"_{1,3}|_i{1,3}|_i?\d+")
 """IPython's output and input history (``_``, ``__``, ``_5``, ``_i``): hidden names a cell may read."""
@@ -32,8 +35,57 @@ def values_read(cell: str, shell: Any) -> dict[str, Any]:
             exc.msg += ": %%offload runs plain Python (no other magics, !commands or ? help)"
         raise
     namespace, hidden = shell.user_ns, shell.user_ns_hidden
-    return {name: namespace[name] for name in reads if name in namespace and (
+    strings, opaque = runtime_lookups(cell)
+    for name in strings:  # eval(expr), df.query(cond): the names in the string are read too
+        if isinstance(namespace.get(name), str):
+            reads |= identifiers(namespace[name])
+    read = {name: namespace[name] for name in reads if name in namespace and (
             _HISTORY.fullmatch(name) or not (name in hidden and hidden[name] is namespace[name]))}
+    if opaque is not None:
+        read.update(_every_variable(opaque, read, namespace, hidden))
+    return read
+
+
+RUNTIME_LOOKUP_BYTES = 64 * 2**20
+"""How much of the notebook's other variables goes with a cell that looks names up at run time (``eval`` of
+a string it builds, ``globals()``): those past it stay here, and the notice names them."""
+
+_TRAVEL_SAFELY = {"builtins", "__main__", "numpy", "pandas", "matplotlib", *sys.stdlib_module_names}
+"""Where a value's type (or a module) comes from for it to go with such a cell unasked: what every worker
+can load (remote-magic's [worker] extra brings numpy, pandas and matplotlib)."""
+
+
+def _every_variable(call: str, read: dict[str, Any], namespace: dict[str, Any],
+                    hidden: dict[str, Any]) -> dict[str, Any]:
+    """The notebook's other variables, for a cell whose ``call`` looks names up at run time: those that pickle,
+    from modules every worker has, up to RUNTIME_LOOKUP_BYTES; a notice says so, naming what stayed."""
+    import cloudpickle
+
+    sent: dict[str, Any] = {}
+    left: list[str] = []
+    size = 0
+    for name, value in namespace.items():
+        if name in read or name.startswith("_") or (name in hidden and hidden[name] is value):
+            continue
+        module = value.__name__ if isinstance(value, types.ModuleType) else type(value).__module__
+        if isinstance(value, RemoteValue) or str(module).split(".")[0] not in _TRAVEL_SAFELY:
+            left.append(f"`{name}`")
+            continue
+        try:
+            weight = 0 if isinstance(value, types.ModuleType) else len(cloudpickle.dumps(value, protocol=5))
+        except Exception:  # pickling runs the value's own code: what fails here stays here
+            left.append(f"`{name}`")
+            continue
+        if size + weight > RUNTIME_LOOKUP_BYTES:
+            left.append(f"`{name}`")
+            continue
+        size += weight
+        sent[name] = value
+    stayed = f"; {', '.join(left)} stayed here (a handle, too large, or of a package the worker may lack)" if (
+        left) else ""
+    notice(f"`{call}` looks names up as the cell runs, so the notebook's other variables went with it "
+           f"({len(sent)} of them, {human_size(size)}){stayed}")
+    return sent
 
 
 def worker_holding(inputs: dict[str, Any], asked: str | None) -> str | None:

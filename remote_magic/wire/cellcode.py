@@ -42,12 +42,51 @@ def names_read(code: str) -> set[str]:
     return read
 
 
-_LOOKS_UP_BY_STRING = {"eval", "exec", "query", "evaluate"}
+_LOOKS_UP_BY_STRING = {"eval", "exec", "query", "evaluate", "timeit", "Timer"}
 """Calls that read the caller's globals by the names in a string: ``eval("a + b")``, pandas'
-``df.query("x > @limit")`` and ``pd.eval(...)``, numexpr's ``evaluate``. The names in such a string
-are read too (those the notebook doesn't have are left out, as for any name)."""
+``df.query("x > @limit")`` and ``pd.eval(...)``, numexpr's ``evaluate``, ``timeit.timeit("f()")``. The names
+in such a string are read too (those the notebook doesn't have are left out, as for any name)."""
 
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
+
+
+def identifiers(text: str) -> set[str]:
+    """The names a string handed to ``eval`` or ``df.query`` may look up (``@limit`` included)."""
+    return set(_IDENTIFIER.findall(text))
+
+
+def runtime_lookups(code: str) -> tuple[set[str], str | None]:
+    """What the cell looks up by strings it makes or is given at run time, which ``names_read`` can't see.
+
+    The variables whose string value it hands to ``eval``, ``exec``, pandas' ``query``/``eval`` or
+    numexpr (``eval(expr)``: the names in ``expr``'s value are read); and, where the string can't be known
+    before the cell runs (one the cell builds or binds itself) or the cell reads its globals as a mapping
+    (``globals()``, ``timeit(..., globals=globals())``, ``vars()``), the source of the first such call,
+    else None.
+    """
+    tree = ast.parse(code)
+    assigned = set(names_assigned(code))
+    variables: set[str] = set()
+    opaque: list[ast.AST] = []
+    top = {id(node) for node in _walk_top_scope(tree)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = _called_name(node.func)
+        bare = isinstance(node.func, ast.Name)
+        if bare and not node.args and (called == "globals" or called in ("vars", "locals") and id(node) in top):
+            opaque.append(node)
+        elif called in _LOOKS_UP_BY_STRING and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Name):
+                if first.id in assigned:  # made by the cell: its value here says nothing
+                    opaque.append(node)
+                else:
+                    variables.add(first.id)
+            elif not isinstance(first, ast.Constant) and (bare or isinstance(first, (ast.JoinedStr, ast.BinOp))):
+                opaque.append(node)
+    first_call = min(opaque, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)), default=None)
+    return variables, None if first_call is None else (ast.get_source_segment(code, first_call) or "globals()")
 
 
 def _called_name(func: ast.expr) -> str | None:

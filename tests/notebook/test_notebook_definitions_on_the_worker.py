@@ -37,3 +37,22 @@ def test_a_process_pool_runs_notebook_functions_and_pickle_sends_notebook_object
     point, red = pickle.loads(ns["blob"])  # what the worker pickled by reference loads here, as the notebook's own
     assert type(point) is ns["Point"] and point.x == 3 and red is ns["Color"].RED
     assert "stayed on worker" not in out.stderr, out.stderr  # the pools were shut down: nothing is lost there
+
+
+def test_names_a_string_looks_up_at_run_time_go_with_the_cell(ip: InteractiveShell) -> None:
+    """Before: NameError on the worker for `eval(expr)`, `df.query(cond)` with `@limit` and `timeit(...,
+    globals=globals())`, where the names are in no literal string of the cell."""
+    ip.reset(new_session=False)
+    run(ip, "import pandas as pd\nlimit = 2\ndf = pd.DataFrame({'a': [1, 2, 3]})\nexpr = 'limit + 1'\n"
+            "cond = 'a > @limit'\nscale = 10\ndef f():\n    return scale * 2\nimport threading\n"
+            "lock = threading.Lock()")
+    result, out = run(ip, "%%offload\nv = eval(expr)\nq = len(df.query(cond))")
+    assert result.success, f"{result.error_in_exec}\n{out.stderr}"
+    assert ip.user_ns["v"] == 3 and ip.user_ns["q"] == 1 and "looks names up" not in out.stderr
+    result, out = run(ip, "%%offload\nimport timeit\nruns = timeit.repeat('f()', number=2, repeat=2, "
+                          "globals=globals())\nscaled = eval('sca' + 'le')")
+    assert result.success, f"{result.error_in_exec}\n{out.stderr}"
+    assert len(ip.user_ns["runs"]) == 2 and ip.user_ns["scaled"] == 10
+    assert "remote-magic: `globals()` looks names up as the cell runs, so the notebook's other variables went with " \
+           "it (" in out.stderr
+    assert "`lock` stayed here" in out.stderr  # it can't be pickled: named, and the cell still runs
