@@ -343,6 +343,32 @@ def _target() -> dict[str, Any]:
     return _namespace if _namespace is not None else vars(sys.modules["__main__"])
 
 
+def single_dispatch(obj: Any) -> tuple[Any, ...] | None:
+    """How a ``functools.singledispatch`` function the notebook defined travels (pickle's reduction): its
+    default function and those registered for each type, which travel as definitions, registered again on
+    the other side. None for anything else. (The wrapper singledispatch makes is functools' own code, with
+    a cache of weak references: it has no source of its own, and can't be pickled as it is.)"""
+    if not (isinstance(obj, types.FunctionType) and obj.__module__ == "__main__" and hasattr(obj, "__wrapped__")
+            and callable(getattr(obj, "dispatch", None)) and isinstance(getattr(obj, "registry", None),
+                                                                        types.MappingProxyType)):
+        return None
+    registered = {cls: function for cls, function in getattr(obj, "registry").items() if cls is not object}
+    attributes = {name: value for name, value in vars(obj).items() if name not in _SINGLE_DISPATCH_OWN}
+    return _single_dispatch, (obj.__wrapped__, registered, attributes)
+
+
+_SINGLE_DISPATCH_OWN = {"register", "dispatch", "registry", "_clear_cache", "__wrapped__"}
+
+
+def _single_dispatch(default: Any, registered: Mapping[Any, Any], attributes: Mapping[str, Any]) -> Any:
+    """A ``functools.singledispatch`` function made again from what ``single_dispatch`` sent."""
+    function = functools.singledispatch(default)
+    for cls, implementation in registered.items():
+        function.register(cls, implementation)
+    vars(function).update(attributes)
+    return function
+
+
 def made_here(qualname: str, namespace: Mapping[str, Any]) -> Any:
     """A definition compiled on this side that answers to ``qualname`` (what pickle looks up in
     ``__main__`` to send a notebook function, class or Enum member by reference): the one that lives in
@@ -444,7 +470,11 @@ def class_data(cls: type) -> dict[str, Any]:
     """A class's own data attributes (not what it calls or binds: methods, properties, decorated
     functions, nested classes; nor Python's ``__dunders__``), by name."""
     return {name: value for name, value in sorted(vars(cls).items()) if not _dunder(name)
-            and not callable(value) and not hasattr(type(value), "__get__")}
+            and not callable(value) and not hasattr(type(value), "__get__") and name not in _PYTHONS_OWN}
+
+
+_PYTHONS_OWN = {"_abc_impl"}
+"""What Python keeps in a class for itself (``abc.ABC``'s registry and caches): made again with the class."""
 
 
 def restore_state(obj: Any, state: dict[str, Any]) -> None:

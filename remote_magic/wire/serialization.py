@@ -118,6 +118,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             raise _KeptBack(reason)
         if self._portable_pandas and (reduced := portable.reduce(obj)) is not None:
             return reduced
+        if (dispatching := definitions.single_dispatch(obj)) is not None:
+            return dispatching
         if definitions.is_notebook_definition(obj):
             found = definitions.find_definition(obj)
             if found is not None:

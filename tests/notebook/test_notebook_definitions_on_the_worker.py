@@ -56,3 +56,26 @@ def test_names_a_string_looks_up_at_run_time_go_with_the_cell(ip: InteractiveShe
     assert "remote-magic: `globals()` looks names up as the cell runs, so the notebook's other variables went with " \
            "it (" in out.stderr
     assert "`lock` stayed here" in out.stderr  # it can't be pickled: named, and the cell still runs
+
+
+def test_abc_classes_and_singledispatch_functions_travel_as_definitions_do(ip: InteractiveShell) -> None:
+    """Before: `Base` (ABCMeta) can't be pickled (`_abc_data`), a singledispatch function neither (its cache
+    holds weak references), so the cell failed; made on the worker, they came back as handles."""
+    ip.reset(new_session=False)
+    run(ip, "import abc, functools\nclass Base(abc.ABC):\n    @abc.abstractmethod\n    def go(self): ...\n"
+            "class Impl(Base):\n    def go(self):\n        return 'went'\n@functools.singledispatch\n"
+            "def describe(x):\n    return 'thing'\n@describe.register\ndef _(x: int):\n    return 'int'")
+    ns = ip.user_ns
+    notebook_classes = ns["Base"], ns["Impl"]
+    result, out = run(ip, "%%offload\nmade = Impl()\nclass Local(Base):\n    def go(self):\n        return 'local'\n"
+                          "@functools.singledispatch\ndef kind(x):\n    return 'any'\n@kind.register\n"
+                          "def _(x: str):\n    return 'str'\nseen = describe(3), describe('s'), made.go()\n"
+                          "abstract = False\ntry:\n    Base()\nexcept TypeError:\n    abstract = True")
+    assert result.success, f"{result.error_in_exec}\n{out.stderr}"
+    assert "stayed on worker" not in out.stderr, out.stderr
+    assert ns["seen"] == ("int", "thing", "went") and ns["abstract"] is True
+    assert (ns["Base"], ns["Impl"]) == notebook_classes and type(ns["made"]) is ns["Impl"]
+    assert isinstance(ns["made"], ns["Base"]) and issubclass(ns["Local"], ns["Base"]) and ns["Local"]().go() == "local"
+    assert ns["kind"]("a") == "str" and ns["kind"](1) == "any" and ns["describe"](2) == "int"
+    result, out = run(ip, "%%offload\nagain = kind('b'), kind(2.0)")  # made there, sent back again
+    assert result.success and ns["again"] == ("str", "any"), out.stderr
