@@ -15,6 +15,7 @@ import __future__
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import linecache
 import operator
@@ -38,6 +39,10 @@ class SourceDefinition:
     lineno: int     # its first line (the first decorator's) in that file
     source: str     # the definition's own lines; for a lambda, the lambda expression
     flags: int = 0  # the __future__ features it was compiled with (`from __future__ import annotations`)
+    done: tuple[int, ...] = ()
+    """A class's decorators (by position) that are the notebook's own functions: they ran where the class was
+    defined (a registry decorator recorded it there), and what they left on the class travels with it
+    (``class_data``), so they aren't run again."""
 
     def code(self) -> types.CodeType:
         """Compile the definition with the line numbers it has in its cell."""
@@ -52,6 +57,8 @@ class SourceDefinition:
                 # The object that travels is the function its decorators were given (what a wrapper holds,
                 # or what a decorator that registers it returned): compiled without them, on its line still.
                 node.lineno, node.decorator_list = self.lineno, []
+            elif isinstance(node, ast.ClassDef) and self.done:
+                node.decorator_list = [d for i, d in enumerate(node.decorator_list) if i not in self.done]
         defined = _defined(tree)
         if isinstance(defined, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
             _defaults_as_placeholders(defined.args)
@@ -68,6 +75,8 @@ class SourceDefinition:
         a class body): they must exist before it is compiled, not only before it is called."""
         node: ast.AST = (ast.parse(self.source, mode="eval").body if self.kind == "lambda"
                          else ast.parse(self.source).body[0])
+        if isinstance(node, ast.ClassDef) and self.done:
+            node.decorator_list = [d for i, d in enumerate(node.decorator_list) if i not in self.done]
         return {n.id for part in _evaluated_when_defined(node, decorators=self.kind == "class") for n in ast.walk(part)
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
@@ -224,6 +233,8 @@ def _from_cell(obj: Any, kind: str, filename: str, lines: set[int],
     flags = code.co_flags & _FUTURE_FLAGS if code is not None else 0
     for node in ast.walk(tree) if kind == "lambda" else tree.body:
         definition = _definition_at(node, text, kind, obj.__name__, filename, lines, flags)
+        if definition is not None and isinstance(node, ast.ClassDef) and methods is not None:
+            definition = _without_notebook_decorators(definition, node, obj)
         if definition is not None and _matches(obj, definition, methods):
             candidates.append(definition)
     return candidates[0] if len({c.source for c in candidates}) == 1 else None
@@ -231,6 +242,25 @@ def _from_cell(obj: Any, kind: str, filename: str, lines: set[int],
 
 _FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, feature).compiler_flag
                                                  for feature in __future__.all_feature_names))
+
+
+def _without_notebook_decorators(definition: SourceDefinition, node: ast.ClassDef, cls: type) -> SourceDefinition:
+    """The class's definition, marking the decorators that are notebook functions as ``done``. Not where the
+    class holds functions its decorators made (a notebook decorator that applies ``dataclass``): those
+    come only from running them again."""
+    if any(function.__code__.co_filename == "<string>" or function.__code__.co_filename.startswith(INSTALLED)
+           for function in _functions_in(cls)):
+        return definition
+    home = next((f.__globals__ for f in _functions_in(cls)), None) or _target()
+    done = []
+    for index, decorator in enumerate(node.decorator_list):
+        root: ast.expr = decorator.func if isinstance(decorator, ast.Call) else decorator
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        value = home.get(root.id) if isinstance(root, ast.Name) else None
+        if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
+            done.append(index)
+    return dataclasses.replace(definition, done=tuple(done)) if done else definition
 
 
 def _definition_at(node: ast.AST, text: str, kind: str, name: str, filename: str,

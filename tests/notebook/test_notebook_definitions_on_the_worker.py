@@ -79,3 +79,32 @@ def test_abc_classes_and_singledispatch_functions_travel_as_definitions_do(ip: I
     assert ns["kind"]("a") == "str" and ns["kind"](1) == "any" and ns["describe"](2) == "int"
     result, out = run(ip, "%%offload\nagain = kind('b'), kind(2.0)")  # made there, sent back again
     assert result.success and ns["again"] == ("str", "any"), out.stderr
+
+
+def test_a_class_a_registry_decorator_recorded_loads_on_the_worker_without_registering_again(
+        ip: InteractiveShell) -> None:
+    """Before: the worker compiled a class with its decorators and ran them again while the message loaded,
+    when the globals they write weren't there yet (`NameError: name 'REGISTRY' is not defined`; which names
+    came first depended on the cell), or registered it twice (`PLUGINS` held four entries there)."""
+    ip.reset(new_session=False)
+    run(ip, "import dataclasses\nREGISTRY = {}\nCOUNT = 0\nPLUGINS = []\ndef register(cls):\n    global REGISTRY, "
+            "COUNT\n    COUNT += 1\n    REGISTRY = {**REGISTRY, cls.__name__: cls}\n    return cls\n"
+            "def plugin(name):\n    def deco(cls):\n        PLUGINS.append((name, cls))\n"
+            "        cls.plugin_name = name\n        return cls\n    return deco\n@register\nclass A:\n"
+            "    def make(self):\n        return B()\n@register\n@plugin('beta')\nclass B:\n    def run(self):\n"
+            "        return self.plugin_name + '!'\ndef frozen(cls):\n"
+            "    return dataclasses.dataclass(frozen=True)(cls)\n"
+            "@frozen\nclass P:\n    x: int\n    def double(self):\n        return self.x * 2")
+    ns = ip.user_ns
+    classes = ns["A"], ns["B"]
+    for cell in ("made = A().make()\nran = made.run()", "counted = COUNT\nb = B()",
+                 "out = [cls().run() for name, cls in PLUGINS]", "doubled = P(3).double()"):
+        result, out = run(ip, f"%%offload\n{cell}")
+        assert result.success, f"{cell}: {result.error_in_exec}\n{out.stderr}"
+    assert type(ns["made"]) is classes[1] and ns["ran"] == "beta!" and type(ns["b"]) is classes[1]
+    assert ns["counted"] == 2 and ns["COUNT"] == 2 and ns["REGISTRY"] == {"A": classes[0], "B": classes[1]}
+    assert ns["out"] == ["beta!"] and ns["PLUGINS"] == [("beta", classes[1])] and ns["doubled"] == 6
+    result, out = run(ip, "%%offload\n@register\nclass C:\n    def hi(self):\n        return 'hi'\n"
+                          "names = sorted(REGISTRY)")
+    assert result.success, out.stderr
+    assert ns["names"] == ["A", "B", "C"] and ns["REGISTRY"]["C"] is ns["C"] and ns["C"]().hi() == "hi"
