@@ -43,7 +43,8 @@ def apply_result(result: JobResult, namespace: dict[str, Any], inputs: Mapping[s
             why = ("an array whose shape, dtype or memory changed" if numpy is not None and
                    isinstance(old, numpy.ndarray) else f"a {type(old).__name__}")
             notice(f"`{name}` was changed in place on the worker and came back as a new object ({why} can't be "
-                   f"updated in place here): {', '.join(others)}, which shared it here, still hold the old value")
+                   f"updated in place here): {', '.join(others)}, which shared it here, still hold the old value; "
+                   f"bind them again (`{others[0].strip('`')} = {name}`) where they should follow it")
     for note in result.notes:
         notice(note)
 

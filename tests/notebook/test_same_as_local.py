@@ -167,7 +167,7 @@ def test_an_object_changed_in_place_that_cant_be_updated_here_says_which_names_k
     assert ip.user_ns["x"].shape == (2, 3) and ip.user_ns["alias"].shape == (6,)
     assert ("`x` was changed in place on the worker and came back as a new object (an array whose shape, dtype "
             "or memory changed can't be updated in place here): `alias`, which shared it here, still hold the old "
-            "value") in out.stderr
+            "value; bind them again (`alias = x`) where they should follow it") in out.stderr
 
 
 _ONE_PROCESS = [
