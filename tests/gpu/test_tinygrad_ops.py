@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser_tabs import chromium_path
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +31,20 @@ def test_tinygrad_test_ops_pass_on_the_workers_gpu_device() -> None:
         if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
             pytest.fail(f"no wgpu adapter: {exc}")
         pytest.skip(f"no wgpu adapter: {exc}")
-    command = [sys.executable, "-m", "pytest", "test_ops.py", "--noconftest", "-p", "on_worker_gpu", "-q",
+    passed = _test_ops("on_worker_gpu")
+    assert passed >= 290  # (of 306 selected; tinygrad skips some on WebGPU)
+
+
+@pytest.mark.timeout(TIMEOUT_S)
+def test_a_subset_of_tinygrad_test_ops_pass_in_a_browser_tab() -> None:
+    chromium_path()
+    passed = _test_ops("in_a_tab")
+    assert passed >= 40  # (of 42 selected)
+
+
+def _test_ops(plugin: str) -> int:
+    """Runs test_ops.py with ``plugin`` choosing the device and the tests; how many passed (all must)."""
+    command = [sys.executable, "-m", "pytest", "test_ops.py", "--noconftest", "-p", plugin, "-q",
                "-p", "no:cacheprovider", "-o", "addopts=", "--timeout", "300", "--rootdir", str(TINYGRAD_TESTS)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TINYGRAD_TESTS), os.environ.get("PYTHONPATH", "")])}
     env.pop("DEV", None)
@@ -38,4 +52,5 @@ def test_tinygrad_test_ops_pass_on_the_workers_gpu_device() -> None:
     tail = (run.stdout + run.stderr)[-6000:]
     assert run.returncode == 0, tail
     passed = re.search(r"(\d+) passed", run.stdout)
-    assert passed and int(passed.group(1)) >= 290, tail  # (of 306 selected; tinygrad skips some on WebGPU)
+    assert passed, tail
+    return int(passed.group(1))

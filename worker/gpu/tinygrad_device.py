@@ -21,13 +21,14 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import wgpu
 from tinygrad.device import Allocator, BufferSpec, Compiled, Program, TinyELF
 from tinygrad.dtype import dtypes
 from tinygrad.renderer.wgsl import WGSLRenderer
+from tinygrad.uop import Ops
 from tinygrad.uop.ops import UOp
 
 from remote_magic.errors import GpuError
@@ -43,8 +44,31 @@ MAX_UNIFORMS = 1024
 """Uniform buffers of kernels' variables kept for reuse, by value."""
 
 
+def _is_nan(x: str) -> str:
+    """WGSL that is true where the f32 ``x`` is NaN, from its bits: a compiler may assume ``x != x`` false."""
+    return f"((bitcast<u32>({x}) & 0x7fffffffu) > 0x7f800000u)"
+
+
+def _nan_outside(builtin: str, *, below_zero: bool) -> Callable[[str, Any], str]:
+    """How to render ``builtin(x)``: for f32, NaN where x is NaN (or, ``below_zero``, negative), as IEEE has it."""
+    def code(x: str, dtype: Any) -> str:
+        if dtype != dtypes.float:
+            return f"{builtin}({x})"
+        below = f"(({x}) < 0.0) || " if below_zero else ""
+        return f"select({builtin}({x}), nan(), {below}{_is_nan(x)})"
+    return code
+
+
 class WebGpuWGSLRenderer(WGSLRenderer):
-    """tinygrad's WGSL renderer, with a named error for what WGSL has no type for (float64)."""
+    """tinygrad's WGSL renderer, with a named error for what WGSL has no type for (float64), and its ``log2``,
+    ``exp2`` and ``sqrt`` NaN outside their domain. WGSL leaves those open ("indeterminate"): naga's lavapipe gives
+    NaN, Chrome's SwiftShader gives ``exp2(NaN) = inf`` and ``log2(-x) = log2(x)``, so without this a tab's
+    tinygrad differed from the worker's (tinygrad's ``test_exp`` and ``test_log`` in a tab)."""
+
+    code_for_op = {**WGSLRenderer.code_for_op, Ops.LOG2: _nan_outside("log2", below_zero=True),
+                   Ops.SQRT: _nan_outside("sqrt", below_zero=True), Ops.EXP2: _nan_outside("exp2", below_zero=False)}
+    revision = 2
+    """Bumped when the WGSL this renders changes: programs saved by another revision are generated anew."""
 
     def render(self, uops: list[UOp]) -> str:
         if any(u.dtype == dtypes.float64 for u in uops):

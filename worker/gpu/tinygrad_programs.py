@@ -28,7 +28,8 @@ class ProgramCache:
 
     def __init__(self, adapter: str, renderer: type) -> None:
         self._renderer = renderer
-        digest = hashlib.sha256(f"{adapter} tinygrad {version('tinygrad')}".encode()).hexdigest()[:16]
+        revision = getattr(renderer, "revision", 0)  # (what it renders changed: the saved programs are another's)
+        digest = hashlib.sha256(f"{adapter} tinygrad {version('tinygrad')} {revision}".encode()).hexdigest()[:16]
         self.path = config_dir() / "tinygrad-programs" / f"{digest}.pickle"
         self._saved = 0
 
