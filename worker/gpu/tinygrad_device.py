@@ -14,6 +14,11 @@ a cell does) and makes ``WEBGPU`` tinygrad's default device.
 Kernels are recorded into one compute pass and submitted together when the host needs a value
 (a read, a write, a free, a synchronize), as a browser tab batches every call: one submission per
 stretch of tinygrad work instead of one per kernel.
+
+Where WebGPU implementations differ, it does what a browser tab must: a kernel binding one buffer twice reads a
+copy (WebGPU forbids the aliasing, and Chrome enforces it), and ``log2``, ``exp2``, ``sqrt`` are NaN outside their
+domain (WGSL leaves them open). Values a GPU cell already keeps on the device (``resident.py``) are copied into
+tinygrad's buffers there instead of uploaded; allocations are counted, so running out of memory names the sizes.
 """
 
 from __future__ import annotations
