@@ -41,9 +41,23 @@ def values_read(cell: str, shell: Any) -> dict[str, Any]:
             reads |= identifiers(namespace[name])
     read = {name: namespace[name] for name in reads if name in namespace and (
             _HISTORY.fullmatch(name) or not (name in hidden and hidden[name] is namespace[name]))}
+    if "Out" in reads and isinstance(namespace.get("Out"), dict):  # IPython's output history, as `_5` reads it
+        read["Out"] = {number: value for number, value in namespace["Out"].items() if _pickles(value)}
+    if "In" in reads and isinstance(namespace.get("In"), list):
+        read["In"] = list(namespace["In"])
     if opaque is not None:
         read.update(_every_variable(opaque, read, namespace, hidden))
     return read
+
+
+def _pickles(value: Any) -> bool:
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(value, protocol=5)
+    except Exception:  # pickling runs the value's own code: what fails stays here
+        return False
+    return True
 
 
 RUNTIME_LOOKUP_BYTES = 64 * 2**20

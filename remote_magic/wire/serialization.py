@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import cloudpickle
 
 from ..errors import InputError, OutputError, SerializationError
-from . import definitions, portable
+from . import definitions, portable, tracebacks
 from .handles import CLOSED_FILE, SHUT_DOWN_POOL
 from .identity import PATCH_PREFIX
 from .versions import bytecode_loads_here, explain_load_failure
@@ -120,6 +120,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             return reduced
         if (dispatching := definitions.single_dispatch(obj)) is not None:
             return dispatching
+        if (raised := tracebacks.reduce(obj)) is not None:  # with the places it was raised at
+            return raised
         if definitions.is_notebook_definition(obj):
             found = definitions.find_definition(obj)
             if found is not None:

@@ -108,3 +108,24 @@ def test_a_class_a_registry_decorator_recorded_loads_on_the_worker_without_regis
                           "names = sorted(REGISTRY)")
     assert result.success, out.stderr
     assert ns["names"] == ["A", "B", "C"] and ns["REGISTRY"]["C"] is ns["C"] and ns["C"]().hi() == "hi"
+
+
+def test_a_kept_exception_has_its_traceback_and_out_is_the_notebooks_output_history(ip: InteractiveShell) -> None:
+    """Before: `err.__traceback__` was None after an offloaded cell caught it, and `Out` was undefined there."""
+    import traceback
+
+    ip.reset(new_session=False)
+    result, out = run(ip, "%%offload\ndef divide(a, b):\n    return a / b\ntry:\n    divide(1, 0)\n"
+                          "except ZeroDivisionError as e:\n    err = e\n    err.note = 'kept'")
+    assert result.success, out.stderr
+    err = ip.user_ns["err"]
+    assert err.__traceback__ is not None and err.note == "kept"
+    shown = traceback.format_exception(err)
+    assert [line.splitlines()[0].split(", in ")[-1] for line in shown if line.lstrip().startswith("File")] == [
+        "<module>", "divide"] and shown[-1] == "ZeroDivisionError: division by zero\n"
+    assert "line 4" in shown[1] and "line 2" in shown[2]  # where the cell and its function raised it
+    ip.run_cell("21 * 2", store_history=True)
+    number = max(ip.user_ns["Out"])
+    result, out = run(ip, f"%%offload\nearlier = Out[{number}] + 1\nsource = In[{number}]")
+    assert result.success, out.stderr
+    assert ip.user_ns["earlier"] == 43 and ip.user_ns["source"] == "21 * 2"
