@@ -13,6 +13,7 @@ import sys
 from typing import Any, Collection, Mapping
 
 from ..results import JobResult
+from ..wire import identity
 from ..wire.handles import NOTHING_LOST
 from .notices import notice
 
@@ -45,6 +46,16 @@ def apply_result(result: JobResult, namespace: dict[str, Any], inputs: Mapping[s
             notice(f"`{name}` was changed in place on the worker and came back as a new object ({why} can't be "
                    f"updated in place here): {', '.join(others)}, which shared it here, still hold the old value; "
                    f"bind them again (`{others[0].strip('`')} = {name}`) where they should follow it")
+    for old, container, where in identity.copies_made():
+        holders = [f"`{other}`" for other, value in namespace.items() if value is old and not other.startswith("_")]
+        named = next((other for other, value in namespace.items() if value is container
+                      and not other.startswith("_")), None)
+        if holders and named is not None:
+            notice(f"{', '.join(holders)} no longer {'hold' if len(holders) > 1 else 'holds'} the object "
+                   f"`{named}{where}` holds: the cell changed "
+                   f"`{named}` on the worker, and its {type(old).__name__} came back as a copy (a "
+                   f"{type(old).__name__} can't be updated in place here); bind them again "
+                   f"(`{holders[0].strip('`')} = {named}{where}`) where they should follow it")
     for note in result.notes:
         notice(note)
 

@@ -21,12 +21,17 @@ from __future__ import annotations
 import array
 import collections
 import copyreg
+import datetime
+import enum
 import gc
 import hashlib
 import itertools
+import numbers
+import pathlib
 import random
 import sys
 import types
+import uuid
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import ProtocolError
@@ -233,6 +238,7 @@ def update_in_place(old: Any, new: Any) -> bool:
     (then the receiver binds ``new`` instead)."""
     if type(old) is not type(new) or old is new:
         return old is new
+    _remember_copies(old, new)
     if isinstance(old, (list, bytearray)):
         old[:] = new
     elif isinstance(old, (dict, set)):
@@ -260,6 +266,47 @@ def update_in_place(old: Any, new: Any) -> bool:
     else:
         return _update_library_object(old, new)
     return True
+
+
+_copies: list[tuple[Any, Any, str]] = []
+_COPIES_KEPT = 100
+
+
+def _remember_copies(old: Any, new: Any) -> None:
+    """Before ``old`` takes ``new``'s contents: each object in it that ``new`` holds a copy of in its place
+    (of a type that can't be updated in place, so it wasn't numbered), for ``copies_made``."""
+    def items(value: Any) -> dict[str, Any]:
+        if type(value) in (list, collections.deque):
+            return {f"[{i}]": item for i, item in enumerate(itertools.islice(value, CONTAINER_LIMIT))}
+        if isinstance(value, dict):
+            return {f"[{key!r}]": item for key, item in itertools.islice(value.items(), CONTAINER_LIMIT)}
+        state = vars(value) if _plain_notebook_instance(value) else _plain_state(value)
+        own = state[0] if isinstance(state, tuple) else state
+        return {f".{name}": item for name, item in (own or {}).items()}
+
+    after = items(new)
+    for where, item in items(old).items():
+        copy = after.get(where)
+        if (copy is not item and type(copy) is type(item) and not isinstance(item, _IMMUTABLE)
+                and not _looks_immutable(item) and not _updatable(item)):
+            _copies.append((item, old, where))
+    del _copies[:-_COPIES_KEPT]
+
+
+def _looks_immutable(value: Any) -> bool:
+    """A number, a date or time, an Enum member, a path: a copy of one is as good as the object."""
+    numpy = sys.modules.get("numpy")
+    return isinstance(value, (numbers.Number, datetime.date, datetime.time, datetime.timedelta, enum.Enum,
+                              pathlib.PurePath, uuid.UUID)) or (numpy is not None and isinstance(value, numpy.generic))
+
+
+def copies_made() -> list[tuple[Any, Any, str]]:
+    """The objects inside the notebook's containers that ``update_in_place`` replaced by copies since last
+    asked: (the object, the container that held it, where in it: ``['w']``, ``[0]``, ``.coef``). Names
+    that still hold one hold an object their container no longer does."""
+    taken = list(_copies)
+    _copies.clear()
+    return taken
 
 
 def _update_library_object(old: Any, new: Any) -> bool:

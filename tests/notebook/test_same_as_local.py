@@ -509,3 +509,20 @@ def test_a_scikit_learn_model_fitted_through_a_dict_of_models_is_the_model_every
     assert ns["models"]["lr"] is ns["lr"] and ns["models"]["pipe"] is ns["pipe"] and ns["pipe"][0] is ns["scaler"]
     assert np.allclose(ns["lr"].coef_, ns["models"]["lr"].coef_) and hasattr(ns["scaler"], "mean_")
     assert "came back as a new object" not in out.stderr, out.stderr
+
+
+def test_an_object_inside_a_container_that_came_back_as_a_copy_names_the_names_that_kept_the_old_one(
+        ip: InteractiveShell) -> None:
+    """A BytesIO pickles in a form that can't be set on the notebook's own object: before, the names that
+    held it kept the old one without a word."""
+    ip.reset(new_session=False)
+    run(ip, "import io\nbuf = io.BytesIO()\nstreams = {'log': buf}\ncount = {'n': 1}")
+    result, out = run(ip, "%%offload\nstreams['log'].write(b'line')")
+    assert result.success, out.stderr
+    ns = ip.user_ns
+    assert ns["streams"]["log"].getvalue() == b"line" and ns["buf"].getvalue() == b""
+    assert ("`buf` no longer holds the object `streams['log']` holds: the cell changed `streams` on the worker, and "
+            "its BytesIO came back as a copy (a BytesIO can't be updated in place here); bind them again "
+            "(`buf = streams['log']`) where they should follow it") in out.stderr
+    result, out = run(ip, "%%offload\ncount['n'] += 1")  # nothing else changed: nothing to say
+    assert result.success and "no longer" not in out.stderr, out.stderr
