@@ -322,16 +322,12 @@ def _update_library_object(old: Any, new: Any) -> bool:
         old[:] = new
     elif isinstance(old, random.Random):
         old.setstate(new.getstate())
-    elif (state := _plain_state(new)) is not None and _plain_state(old) is not None:
-        own, slots = state if isinstance(state, tuple) else (state, None)
-        if hasattr(old, "__dict__"):
-            old.__dict__.clear()
-        if hasattr(type(old), "__setstate__"):  # the class's own (scikit-learn checks its version there)
-            old.__setstate__(state)
-        else:
-            vars(old).update(own or {})
-            for name, value in (slots or {}).items():
-                setattr(old, name, value)
+    elif (state := _plain_state(new)) is not None and (before := _plain_state(old)) is not None:
+        try:
+            _set_state(old, state)
+        except Exception:  # the class's own __setstate__ refused: as it was, and the receiver binds `new`
+            _set_state(old, before)
+            return False
     else:
         return False
     if hasattr(old, "__dict__") and isinstance(old, (collections.deque, array.array, random.Random)):
@@ -342,12 +338,32 @@ def _update_library_object(old: Any, new: Any) -> bool:
 
 _NEWOBJ: Any = getattr(copyreg, "__newobj__")  # (not in typeshed)
 
+_STAYS_ON_THE_WORKER = {"matplotlib", "tinygrad"}
+"""Libraries whose objects a cell's results leave on the worker (figures, GPU tensors): not numbered, so a
+container holding one that a cell changes stays there too, as it did."""
+
+
+def _set_state(obj: Any, state: Any) -> None:
+    """Set a ``_plain_state`` on ``obj`` as unpickling sets it on a new object."""
+    own, slots = state if isinstance(state, tuple) else (state, None)
+    if hasattr(obj, "__dict__"):
+        obj.__dict__.clear()
+    if hasattr(type(obj), "__setstate__"):  # the class's own (scikit-learn checks its version there)
+        obj.__setstate__(state)
+        return
+    if own:
+        vars(obj).update(own)
+    for name, value in (slots or {}).items():
+        setattr(obj, name, value)
+
 
 def _plain_state(value: Any) -> Any:
     """The state ``value`` pickles as, where its pickle is its class and that state only (``copyreg.__newobj__``
     with no arguments: what ``object.__reduce_ex__`` gives, scikit-learn's estimators too): a dict of its
     attributes, or a (dict or None, slots' dict) pair. None for any other pickle."""
     if isinstance(value, type) or not hasattr(value, "__dict__") and not hasattr(type(value), "__slots__"):
+        return None
+    if type(value).__module__.partition(".")[0] in _STAYS_ON_THE_WORKER:
         return None
     try:
         reduced = value.__reduce_ex__(5)
@@ -358,9 +374,11 @@ def _plain_state(value: Any) -> Any:
     if tuple(reduced[1]) != (type(value),) or any(item is not None for item in reduced[3:]):
         return None
     state = reduced[2]
-    if isinstance(state, dict) or (isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict)
-                                   and (state[0] is None or isinstance(state[0], dict))):
-        return state
+    if isinstance(state, dict):  # (a copy: it may be the object's own __dict__)
+        return dict(state)
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict) and (
+            state[0] is None or isinstance(state[0], dict)):
+        return None if state[0] is None else dict(state[0]), dict(state[1])
     return None
 
 

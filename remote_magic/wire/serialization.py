@@ -274,6 +274,11 @@ def _pack(values: Mapping[str, Any], dumper: _Dumper, error: type[SerializationE
         except Exception as exc:  # pickling runs arbitrary __reduce__ code; any failure names the variable
             if one_memo:  # what this one left in the memo can't be referred to: each on its own, then
                 return pack(values, error, keep_back, portable_pandas, keep_unpicklable, shared=shared, patch=patch)
+            if name.startswith(PATCH_PREFIX) and keep_unpicklable:  # it travels inside its holders, then, which
+                number = int(name[len(PATCH_PREFIX):])  # stay here as handles if they can't be pickled either
+                return pack(values, error, keep_back, portable_pandas, keep_unpicklable,
+                            shared=[_UNNUMBERED if i == number else v for i, v in enumerate(shared)],
+                            patch=[n for n in patch if n != number])
             if name.startswith(PATCH_PREFIX):  # its holders went: it can't stay behind on its own
                 raise error(f"an object inside the cell's inputs ({type(value).__name__}) can't be pickled: "
                             f"{type(exc).__name__}: {exc}") from exc
@@ -297,6 +302,10 @@ def _pack(values: Mapping[str, Any], dumper: _Dumper, error: type[SerializationE
         if about:
             packed.about[name] = about
     return packed
+
+
+_UNNUMBERED = object()
+"""Stands in the numbered objects for one that can't be pickled: nothing refers to it."""
 
 
 def _with_patches(values: Mapping[str, Any], shared: Sequence[Any], referenced: dict[int, None],

@@ -526,3 +526,15 @@ def test_an_object_inside_a_container_that_came_back_as_a_copy_names_the_names_t
             "(`buf = streams['log']`) where they should follow it") in out.stderr
     result, out = run(ip, "%%offload\ncount['n'] += 1")  # nothing else changed: nothing to say
     assert result.success and "no longer" not in out.stderr, out.stderr
+
+
+def test_a_library_object_inside_a_container_that_cant_be_pickled_back_leaves_the_container_on_the_worker(
+        ip: InteractiveShell) -> None:
+    """Numbered objects that no longer pickle (a lock set on one) stay inside their container, which stays on
+    the worker as a handle, as before they were numbered; the cell's other results come back."""
+    ip.reset(new_session=False)
+    run(ip, "import argparse\nopts = argparse.Namespace(a=1)\nbox = {'opts': opts}")
+    result, out = run(ip, "%%offload\nimport threading\nbox['opts'].lock = threading.Lock()\nbox['n'] = 1\ndone = True")
+    assert result.success, out.stderr
+    assert ip.user_ns["done"] is True and ip.user_ns["box"].kind == "dict"
+    assert "`box` (dict 2 items: a dict, which can't be pickled: TypeError: cannot pickle '_thread.lock'" in out.stderr
