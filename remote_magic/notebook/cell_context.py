@@ -85,6 +85,10 @@ def _every_variable(call: str, read: dict[str, Any], namespace: dict[str, Any],
         if isinstance(value, RemoteValue) or str(module).split(".")[0] not in _TRAVEL_SAFELY:
             left.append(f"`{name}`")
             continue
+        hint = getattr(value, "nbytes", None)  # an array's or a Series' size, known without pickling it
+        if (hint if isinstance(hint, int) else sys.getsizeof(value)) > RUNTIME_LOOKUP_BYTES - size:
+            left.append(f"`{name}`")
+            continue
         try:
             weight = 0 if isinstance(value, types.ModuleType) else len(cloudpickle.dumps(value, protocol=5))
         except Exception:  # pickling runs the value's own code: what fails here stays here
