@@ -9,6 +9,7 @@ modules that each need the other.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(groups)
 
 
+@functools.cache  # read once per process: every test below asks for it (none may change it)
 def _graph(packages_as_modules: bool) -> dict[str, set[str]]:
     graph = {module: _imports(module, path) for module, path in MODULES.items()}
     if not packages_as_modules:  # `from remote_magic.wire import x` runs wire/__init__, which is no design edge
