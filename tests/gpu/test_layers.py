@@ -16,10 +16,11 @@ FOLDER = Path(__file__).resolve().parents[2] / "worker" / "gpu"
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the device and everything that needs no other module of the package
     ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_hook", "tinygrad_programs", "uniforms"),
-    # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device;
-    # tinygrad's WEBGPU device over wgpu-py
-    ("pipelines", "resident", "tab_device", "tinygrad_device"),
-    ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
+    # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device
+    ("pipelines", "resident", "tab_device"),
+    # one device: pool, resident buffers, transfers, pipelines, timer, dispatch; tinygrad's WEBGPU device over wgpu-py
+    # (it copies arrays kept by resident)
+    ("context", "tinygrad_device"),
     ("launch", "custom", "sort", "arg_reduce", "scan", "counting"),  # launching the built-in shaders and users' kernels
     ("matmul", "select", "integer", "unique", "gather"),  # kernels built on launch (unique: on sort and scan)
     ("dispatch",),  # running kernels on host values; counting what ran with numpy
