@@ -15,6 +15,7 @@ from .wire import identity, module_state, serialization
 from .wire.displays import clear_output_here, clears
 from .wire.failures import error_from_header, is_error
 from .wire.handles import CELL_VALUE, RemoteValue, kept_description
+from .wire.in_place import update_in_place
 from .wire.protocol import Message, MessageType
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def read_result(msg: Message, worker: str, inputs: Mapping[str, Any], update_inp
     not_updated = _patch(shared, values)
     in_place = [str(name) for name in msg.header.get("in_place") or [] if name in values]
     for name in in_place:  # so every other reference to the object here sees the change, as locally
-        if update_inputs and name in inputs and identity.update_in_place(inputs[name], values[name]):
+        if update_inputs and name in inputs and update_in_place(inputs[name], values[name]):
             values[name] = inputs[name]
     refs = msg.header.get("refs")
     values, copies = identity.resolve(values, refs if isinstance(refs, dict) else {}, {**inputs, **handles}, shared)
@@ -118,7 +119,7 @@ def _patch(shared: Sequence[Any], values: dict[str, Any]) -> list[str]:
     for name in [name for name in values if name.startswith(identity.PATCH_PREFIX)]:
         new = values.pop(name)
         old = shared[int(name[len(identity.PATCH_PREFIX):])]
-        if not identity.update_in_place(old, new):
+        if not update_in_place(old, new):
             failed.append(f"a {type(old).__name__} inside the cell's inputs was changed on the worker in a way "
                           f"it can't be here ({type(new).__name__}{_shape(new)}): where the notebook holds it, it "
                           "keeps its old value")

@@ -13,7 +13,7 @@ import sys
 from typing import Any, Collection, Mapping
 
 from ..results import JobResult
-from ..wire import identity
+from ..wire import in_place
 from ..wire.handles import NOTHING_LOST
 from .notices import notice
 
@@ -46,7 +46,7 @@ def apply_result(result: JobResult, namespace: dict[str, Any], inputs: Mapping[s
             notice(f"`{name}` was changed in place on the worker and came back as a new object ({why} can't be "
                    f"updated in place here): {', '.join(others)}, which shared it here, still hold the old value; "
                    f"bind them again (`{others[0].strip('`')} = {name}`) where they should follow it")
-    for old, container, where in identity.copies_made():
+    for old, container, where in in_place.copies_made():
         holders = [f"`{other}`" for other, value in namespace.items() if value is old and not other.startswith("_")]
         named = next((other for other, value in namespace.items() if value is container
                       and not other.startswith("_")), None)
