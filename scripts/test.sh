@@ -22,5 +22,7 @@ if [ "${CI:-}" = "true" ]; then export REMOTE_MAGIC_REQUIRE_GPU=1; fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 bash scripts/check.sh    # ruff, and mypy --strict on the package
 # Two processes, one test file each at a time: most tests wait on workers and kernels they started, so the
-# two share the 2 cores well. REMOTE_MAGIC_TEST_PROCESSES=1 runs everything in one process.
-exec python -m pytest -n "${REMOTE_MAGIC_TEST_PROCESSES:-2}" --dist loadfile "$@"
+# two share the 2 cores well. Files go out in collection order, which puts the longest first (tests/conftest.py,
+# LONGEST_FILES), so the run doesn't end on one long file while the other process idles.
+# REMOTE_MAGIC_TEST_PROCESSES=1 runs everything in one process.
+exec python -m pytest -n "${REMOTE_MAGIC_TEST_PROCESSES:-2}" --dist loadfile --no-loadscope-reorder "$@"

@@ -15,6 +15,34 @@ from support import WorkerProcess, build_wheel, connected_shell, start_worker
 # tinygrad's own tests: tests/gpu/test_tinygrad_ops.py runs them in a process of their own
 collect_ignore = ["gpu/tinygrad"]
 
+TESTS = Path(__file__).resolve().parent
+
+LONGEST_FILES = {
+    "end_to_end/test_conformance.py": 280, "end_to_end/test_lossy_link.py": 125, "gpu/test_tinygrad_ops.py": 95,
+    "end_to_end/test_conformance_gpu.py": 95, "notebook/test_colab.py": 80, "notebook/test_client.py": 70,
+    "worker/test_worker_pythons.py": 70, "end_to_end/test_wheel.py": 65, "hub/test_hub.py": 60,
+    "hub/test_fuzz.py": 60, "end_to_end/test_blips.py": 50, "notebook/test_same_as_local.py": 40,
+    "end_to_end/test_slow_link.py": 36, "end_to_end/test_soak.py": 35, "end_to_end/test_outage.py": 35,
+    "worker/test_kernel_provider.py": 35, "browser/test_browser.py": 33, "gpu/test_ml.py": 30,
+    "worker/test_cli.py": 29, "worker/test_liveness.py": 22, "gpu/test_numpy_oracle.py": 21,
+    "gpu/test_arg_scan.py": 21,
+}
+"""The files that take longest, in seconds of one process on a busy 2-core machine (``--durations=0``):
+the suite starts them first. Its processes each take a whole file at a time (``--dist loadfile``), so a
+long file started last keeps one process busy while the other idles; longest first, the last files are short.
+A file not listed runs after these, in its usual order; the figures only need to be roughly right."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (``LONGEST_FILES``); each file's tests stay in their order."""
+    def seconds(item: pytest.Item) -> int:
+        try:
+            return LONGEST_FILES.get(item.path.relative_to(TESTS).as_posix(), 0)
+        except ValueError:  # a test outside tests/ (named on the command line)
+            return 0
+
+    items.sort(key=seconds, reverse=True)  # stable: files of equal weight keep their order
+
 # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: the tests
 # that press Ctrl-C need Python's usual handler wherever the suite is started from.
 signal.signal(signal.SIGINT, signal.default_int_handler)
