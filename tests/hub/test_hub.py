@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -146,15 +147,33 @@ def test_a_client_token_cannot_act_as_a_worker(worker: WorkerProcess) -> None:
 
 
 
+@contextmanager
+def _fleet(folder: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
+    """A hub with worker 'home', and a second worker process 'joiner' that joined it."""
+    hub = start_worker(folder / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
+                       "--heartbeat-interval", "0.2", "--outage-grace", "1", "--max-message-size", "1M")
+    try:
+        joiner = join_worker(hub, folder / "joiner", "joiner")
+        try:
+            yield hub, joiner
+        finally:
+            joiner.stop()
+    finally:
+        hub.stop()
+
+
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
-    """A hub with worker 'home', and a second worker process 'joiner' that joined it."""
-    hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
-                       "--heartbeat-interval", "0.2", "--outage-grace", "1", "--max-message-size", "1M")
-    joiner = join_worker(hub, tmp_path / "joiner", "joiner")
-    yield hub, joiner
-    joiner.stop()
-    hub.stop()
+    """A fleet of its own, for a test that stops, kills or locks out one of its workers."""
+    with _fleet(tmp_path) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
+    """One fleet for the tests after which both workers serve on (each checks that they do)."""
+    with _fleet(tmp_path_factory.mktemp("shared-fleet")) as made:
+        yield made
 
 
 def test_fleet_runs_jobs_on_idle_workers_and_fails_fast_when_one_is_lost(fleet, tmp_path: Path) -> None:
@@ -340,8 +359,8 @@ def _error_of(call) -> BaseException | None:
     return None
 
 
-def test_a_vanished_clients_job_runs_on_until_a_client_with_its_token_stops_it(fleet, tmp_path: Path) -> None:
-    hub, _ = fleet
+def test_a_vanished_clients_job_runs_on_until_a_client_with_its_token_stops_it(shared_fleet, tmp_path: Path) -> None:
+    hub, _ = shared_fleet
     script = tmp_path / "vanishing_client.py"
     script.write_text(textwrap.dedent(f"""
         import remote_magic, sys
@@ -433,9 +452,9 @@ def test_a_token_holder_starting_large_messages_it_never_finishes_is_bounded_and
         wait_for(arrives_whole, 30, "the hostile peers' part-sent messages to be dropped with them")
 
 
-def test_a_notebooks_jobs_waiting_for_a_worker_are_bounded_and_the_one_over_says_so(fleet) -> None:
+def test_a_notebooks_jobs_waiting_for_a_worker_are_bounded_and_the_one_over_says_so(shared_fleet) -> None:
     """The hub keeps at most two of its largest messages (1 MB here) of one notebook's jobs waiting."""
-    hub, _ = fleet
+    hub, _ = shared_fleet
     with remote_magic.connect(hub.token) as client:
         wait_for(lambda: len(client.workers()) == 2, 10, "both workers to join")
         busy = [client.submit(time.sleep, 60) for _ in range(2)]
@@ -450,8 +469,8 @@ def test_a_notebooks_jobs_waiting_for_a_worker_are_bounded_and_the_one_over_says
         assert [future.result(timeout=30) for future in waiting] == [600_000] * 3  # the three that waited run
 
 
-def test_oversized_frames_are_refused_and_the_hub_keeps_serving(fleet) -> None:
-    hub, _ = fleet
+def test_oversized_frames_are_refused_and_the_hub_keeps_serving(shared_fleet) -> None:
+    hub, _ = shared_fleet
     with remote_magic.connect(hub.token) as client:
         assert client.run("n = len(small)", {"small": b"x" * 1000}) == {"n": 1000}
         with pytest.raises(remote_magic.InputError, match="`blob` needs a 2.1 MB frame, over the hub's 1.0 MB"):
@@ -473,8 +492,8 @@ def test_oversized_frames_are_refused_and_the_hub_keeps_serving(fleet) -> None:
 
 
 @pytest.mark.parametrize("worker_name", ["home", "joiner"])  # the in-process worker and a joined one
-def test_a_result_over_the_limit_fails_its_job_and_the_worker_serves_on(fleet, worker_name: str) -> None:
-    hub, _ = fleet
+def test_a_result_over_the_limit_fails_its_job_and_the_worker_serves_on(shared_fleet, worker_name: str) -> None:
+    hub, _ = shared_fleet
     with remote_magic.connect(hub.token) as client:
         wait_for(lambda: len(client.workers()) == 2, 10, "both workers to join")
         with pytest.raises(remote_magic.OutputError) as info:  # before: the client waited forever
