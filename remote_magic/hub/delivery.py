@@ -88,13 +88,16 @@ class JobDelivery:
             self.detached.ended(job_id, end.ending.state)
 
     def ended(self, job: JobRecord) -> None:
-        """A job ended: if its client went away, its result waits for collection, and its session can end."""
+        """A job ended: if its client went away, its result waits for collection. The session it ran in ends once
+        the notebook it belongs to is gone and none of that notebook's jobs runs on, collected by another or not."""
         if job.id in self.detached:
             self.detached.ended(job.id, job.lifecycle.state.value)
-            worker = self.fleet.peers.get(job.worker) if job.worker else None
-            if worker is not None and not any(j.client == job.client for j in self.fleet.jobs.values()):
-                self.sender.send(worker.routing_id, T.SESSION_END, {"session": session_id(job.client),
-                                                                      "reason": "its notebook went away"})
+        owner = job.session_owner
+        worker = self.fleet.peers.get(job.worker) if job.worker else None
+        if worker is not None and owner not in self.fleet.peers and not any(
+                j.session_owner == owner for j in self.fleet.jobs.values()):
+            self.sender.send(worker.routing_id, T.SESSION_END, {"session": session_id(owner),
+                                                                  "reason": "its notebook went away"})
 
     def expire(self) -> None:
         """Forget ended jobs nobody collected in time."""

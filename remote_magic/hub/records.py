@@ -95,7 +95,9 @@ class JobRecord:
     told_why: bool = False  # its client was told why it waits
     summary: str = ""  # the first line of its code, or its kind: what a listing of detached jobs shows
     journal: Journal = field(default_factory=Journal)  # what it sent its client, for a client that collects it
+    session_owner: bytes = b""  # the notebook whose session runs it: its client until another one collects it
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.id, "hub")
+        self.session_owner = self.session_owner or self.client

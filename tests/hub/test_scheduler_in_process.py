@@ -328,9 +328,6 @@ def test_a_notebook_that_leaves_ends_its_session_on_every_worker_not_running_its
     assert end.header == {"session": session_id(client.routing_id), "reason": "disconnected"}
 
 
-@pytest.mark.xfail(strict=True, reason="bug in remote_magic/hub/delivery.py: a detached job collected while it runs "
-                   "is no longer detached when it ends, so JobDelivery.ended never ends the session of the notebook "
-                   "that went away; its executor stays held until the worker stops")
 def test_the_departed_notebooks_session_ends_once_its_collected_job_ends(hub: HubParts) -> None:
     client, worker = hub.client(key=b"token-a"), hub.worker("box")
     hub.submit(client, "long")
