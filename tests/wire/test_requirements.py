@@ -11,7 +11,7 @@ import pytest
 from remote_magic import RequirementError
 from remote_magic.hub.fleet import Fleet
 from remote_magic.hub.placement import unmatched
-from remote_magic.hub.records import Job, Peer
+from remote_magic.hub.records import JobRecord, Peer
 from remote_magic.wire.link import Link
 from remote_magic.wire.protocol import Role
 from remote_magic.wire.requirements import describe, parse, parse_quantity, placement_header, traits
@@ -70,7 +70,7 @@ def _joined(fleet: Fleet, name: str, caps: dict[str, Any], battery: tuple[int, b
 
 
 def _place(fleet: Fleet, *require: str, prefer: str | None = None) -> str | None:
-    job = Job(f"j{len(fleet.jobs)}", b"client", None, [], require=[parse(r) for r in require], prefer=prefer)
+    job = JobRecord(f"j{len(fleet.jobs)}", b"client", None, [], require=[parse(r) for r in require], prefer=prefer)
     fleet.enqueue(job)
     assigned = fleet.next_assignments()
     return assigned[0][1].name if assigned else None
@@ -89,7 +89,7 @@ def test_battery_policies_and_the_floor_hold_workers_back_and_say_why() -> None:
     fleet = Fleet()
     _worker(fleet, "never", battery=(90, False), on_battery="never")
     _worker(fleet, "low", battery=(10, False), min_battery=30)
-    job = Job("held", b"client", None, [])
+    job = JobRecord("held", b"client", None, [])
     fleet.enqueue(job)
     assert fleet.next_assignments() == []
     from remote_magic.hub.placement import held_by_power
@@ -119,7 +119,7 @@ def test_requirements_pick_the_worker_that_has_it_and_wait_only_for_workers_that
     assert _place(fleet, "vram>=16GB") == "big"
     assert _place(fleet, "vram>=16GB") is None  # big is busy: it waits for big
     assert big.job is not None
-    assert not fleet.could_run(Job("x", b"client", None, [], require=[parse("memory>=1TB")]))
+    assert not fleet.could_run(JobRecord("x", b"client", None, [], require=[parse("memory>=1TB")]))
 
 
 def test_a_software_adapter_takes_a_gpu_job_only_when_no_hardware_gpu_that_fits_is_idle() -> None:
@@ -156,6 +156,6 @@ def test_a_tabs_worker_claims_no_cpus_memory_speed_or_battery_and_says_they_are_
     assert describe(tab.traits, ["memory", "cpus", "speed", "vram"]) == (
         "memory unknown, cpus unknown, speed unknown, no vram")
     assert _place(fleet, "memory>=1GB") is None and not fleet.could_run(
-        Job("x", b"client", None, [], require=[parse("cpus>=1")]))
+        JobRecord("x", b"client", None, [], require=[parse("cpus>=1")]))
     assert "'phone' has memory unknown" in unmatched([parse("memory>=1GB")], fleet.workers(), None)
     assert _place(fleet) == "phone"  # its power is unknown: it is held back by no battery
