@@ -31,6 +31,7 @@ import re
 import reprlib
 import types
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -447,13 +448,16 @@ def offloaded_differences(notebook: Path, workdir: Path, *, gpu: bool = False) -
     first, so both runs and the worker order sets of strings alike."""
     from support import require_a_gpu, start_worker
 
-    (workdir / "worker-cwd").mkdir(parents=True)
-    worker = start_worker(workdir / "worker", "--listen", "127.0.0.1:0", "--gpu", "on" if gpu else "off",
-                          cwd=workdir / "worker-cwd")
-    try:
-        if gpu:
-            require_a_gpu(worker)
-        offloaded = run_notebook(notebook, workdir / "offloaded", token=worker.token, gpu=gpu)
-    finally:
-        worker.stop()
-    return compare(run_notebook(notebook, workdir / "local"), offloaded)
+    # The two runs in parallel: each spends most of its time waiting on its kernel (and the worker).
+    with ThreadPoolExecutor(1, thread_name_prefix="local-run") as pool:
+        local = pool.submit(run_notebook, notebook, workdir / "local")
+        (workdir / "worker-cwd").mkdir(parents=True)
+        worker = start_worker(workdir / "worker", "--listen", "127.0.0.1:0", "--gpu", "on" if gpu else "off",
+                              cwd=workdir / "worker-cwd")
+        try:
+            if gpu:
+                require_a_gpu(worker)
+            offloaded = run_notebook(notebook, workdir / "offloaded", token=worker.token, gpu=gpu)
+        finally:
+            worker.stop()
+        return compare(local.result(), offloaded)
