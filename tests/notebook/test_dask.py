@@ -41,6 +41,12 @@ def dask_client(dask_address: str) -> Iterator[DaskClient]:
         yield client
 
 
+@pytest.fixture(autouse=True)
+def both_workers_up(dask_client: DaskClient) -> None:
+    """Each test starts with both workers: on a loaded machine one may miss its heartbeats and be restarted."""
+    dask_client.dask.wait_for_workers(2, timeout=60)
+
+
 @pytest.fixture
 def dask_shell(dask_address: str, dask_client: DaskClient) -> Iterator[InteractiveShell]:
     with connected_shell(dask_address) as (shell, printed):
