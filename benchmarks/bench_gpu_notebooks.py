@@ -39,8 +39,8 @@ STATS = re.compile(r"ran on [^:]+: GPU kernels (.*?); with numpy (.*?); GPU time
 
 
 def measure(name: str, workdir: Path) -> tuple[int, int, int, int, list[str]]:
-    """(offloaded cells, cells that ran a GPU kernel, cells that computed something with numpy, cells with
-    output, differences from the local run) for one notebook."""
+    """(offloaded cells, cells that ran a GPU kernel, cells that computed something with numpy, the number of
+    differences from the local run, those differences in words) for one notebook."""
     notebook = REPO / "tests" / "conformance" / f"{name}.ipynb"
     (workdir / "cwd").mkdir(parents=True)
     worker = start_worker(workdir / "worker", "--listen", "127.0.0.1:0", "--gpu", "on", cwd=workdir / "cwd")

@@ -11,6 +11,7 @@ import pytest
 from hub_parts import GPU, SOFTWARE_GPU, HubParts
 
 from remote_magic.hub import scheduler as scheduler_module
+from remote_magic.hub.records import Peer
 from remote_magic.wire.protocol import Message, MessageType as T, session_id
 
 
@@ -307,13 +308,20 @@ def test_a_running_job_whose_notebook_goes_runs_on_and_a_notebook_with_its_token
     assert replayed[3].buffers == [b"model"]
 
 
-def test_a_collected_job_still_running_is_the_collectors_from_then_on(hub: HubParts) -> None:
+def _collected_while_running(hub: HubParts) -> tuple[Peer, Peer, Peer]:
+    """A notebook whose job 'long' runs on 'box' goes away; another with its token collects the job.
+    Returns (the notebook that went, the worker, the collector)."""
     client, worker = hub.client(key=b"token-a"), hub.worker("box")
     hub.submit(client, "long")
     hub.from_worker(worker, T.STARTED, "long", worker="box")
     hub.leave(client, "disconnected")
     back = hub.client("notebook again", key=b"token-a")
     hub.delivery.on_attach(back, Message(T.ATTACH, {"job": "long"}), [])
+    return client, worker, back
+
+
+def test_a_collected_job_still_running_is_the_collectors_from_then_on(hub: HubParts) -> None:
+    _, worker, back = _collected_while_running(hub)
     hub.from_worker(worker, T.RESULT, "long", buffers=[b"done"])
     assert [m.type for m in hub.sender.to(back)] == [T.STARTED, T.RESULT]
     assert hub.delivery.unacknowledged_jobs() == {"long"}
@@ -329,12 +337,7 @@ def test_a_notebook_that_leaves_ends_its_session_on_every_worker_not_running_its
 
 
 def test_the_departed_notebooks_session_ends_once_its_collected_job_ends(hub: HubParts) -> None:
-    client, worker = hub.client(key=b"token-a"), hub.worker("box")
-    hub.submit(client, "long")
-    hub.from_worker(worker, T.STARTED, "long", worker="box")
-    hub.leave(client, "stopped answering")
-    back = hub.client("notebook again", key=b"token-a")
-    hub.delivery.on_attach(back, Message(T.ATTACH, {"job": "long"}), [])
+    client, worker, _ = _collected_while_running(hub)
     hub.from_worker(worker, T.RESULT, "long")
     ended = [m.header["session"] for m in hub.sender.to(worker, T.SESSION_END)]
     assert ended == [session_id(client.routing_id)]  # as when the job ends before it is collected
