@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..wire.displays import pickle_display_handles_portably
+from . import cell_outputs
 from .cell_magics import CellMagics
 from .connection import MagicsGroup, NotebookConnection, OffloadMagics
 from .connection_magics import ConnectionMagics
@@ -32,6 +33,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.configurables.append(settings)  # so %config OffloadMagics finds it
     connection = NotebookConnection(settings)
     ipython.register_magics(*(magics(ipython, connection) for magics in MAGICS_CLASSES))
+    cell_outputs.watch(ipython)  # a progress bar leaves its cell when it closes, as if it had never been there
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -44,6 +46,7 @@ def unload_ipython_extension(ipython: Any) -> None:
         for kind, names in type(magics).magics.items():
             for name in names:
                 manager.magics[kind].pop(name, None)
+    cell_outputs.unwatch()
     for connection in {magics.connection for magics in registered}:
         connection.disconnect()
         if connection.settings in ipython.configurables:

@@ -1,6 +1,8 @@
 """Progress (issue 11, item 3): a job that runs over a second shows how long it has run, where someone
-watches (a terminal here; a notebook's tqdm widget in Jupyter), and the bar is cleared when it ends;
-output that is captured gets none. Transfer bars over a slow link: tests/end_to_end/test_slow_link.py."""
+watches (a terminal; a Jupyter cell), and the bar is cleared when it ends; output that is captured gets
+none. In a Jupyter kernel the bars leave nothing in the saved notebook (issue 32): no widget, no bar's
+text, the cell's outputs as a local run leaves them. Transfer bars over a slow link:
+tests/end_to_end/test_slow_link.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ import subprocess
 import sys
 import termios
 import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
 
 from support import WorkerProcess
 
@@ -55,3 +63,79 @@ def test_a_long_job_shows_its_elapsed_time_in_a_terminal_and_clears_it(worker: W
 def test_captured_output_gets_no_elapsed_bar(worker: WorkerProcess) -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT, worker.token], capture_output=True, text=True, timeout=60)
     assert done.stdout == "result 1\n" and "running on" not in done.stderr, done.stderr
+
+
+SLOW_CELL = """import time
+from IPython.display import display
+print("before")
+shown = display("a display", display_id=True)
+time.sleep(1.8)
+shown.update("updated")
+print("after")
+"""
+
+SLOW_UPLOAD = """import time
+from remote_magic import progress
+print("before")
+state = progress.TransferState()
+with progress.Bars() as bars:  # a 2 MiB message crossing in 1.6 s, as the I/O thread notes it
+    for done in range(0, 2**21 + 1, 2**17):
+        state.note("up", done, 2**21)
+        bars.update([(state, "")])
+        time.sleep(0.1)
+print("after")
+"""
+
+AFTER_THE_UPLOAD = 'print("before")\nprint("after")'
+
+OWN_TQDM = """import sys
+print("tqdm.auto" in sys.modules)
+from tqdm.auto import tqdm
+print(tqdm.__module__, tqdm.__name__)
+"""
+
+
+def _saved(cell: Any) -> list[tuple[str, str]]:
+    """A cell's outputs as a Jupyter front end saves them: each one's type and text or mime bundle,
+    consecutive text of one stream merged (how the kernel splits it into messages depends on timing)."""
+    saved: list[tuple[str, str]] = []
+    for output in cell.outputs:
+        kind = output["output_type"] + ":" + output.get("name", "")
+        text = output.get("text") or repr(sorted(output.get("data", {}).items()))
+        if output["output_type"] == "stream" and saved and saved[-1][0] == kind:
+            saved[-1] = (kind, saved[-1][1] + text)
+        else:
+            saved.append((kind, text))
+    return saved
+
+
+def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_saved_notebook(
+        worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With ipywidgets installed (as in Colab) too: a job over a second, and a transfer over a second, each
+    show a bar while they last, and the saved cell is the local run's (before: tqdm's widget stayed, as
+    "HBox(...)" text in exports). And remote-magic leaves tqdm.auto to the notebook: imported after a long
+    offloaded cell, it is the notebook's class, as without remote-magic."""
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
+    sources = ["%load_ext remote_magic\n%offload_connect", SLOW_CELL, "%%offload\n" + SLOW_CELL, SLOW_UPLOAD,
+               AFTER_THE_UPLOAD, OWN_TQDM]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
+    drawn: dict[int, list[str]] = {}  # per cell, the text of every display or update the kernel sent
+    process = client.process_message
+
+    def watch(msg: dict[str, Any], cell: Any, cell_index: int) -> Any:
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            drawn.setdefault(cell_index, []).append(msg["content"]["data"].get("text/plain", ""))
+        return process(msg, cell, cell_index)
+
+    client.process_message = watch  # type: ignore[method-assign]
+    client.execute()
+    connect, local, offloaded, upload, without_bars, own_tqdm = nb.cells
+    assert "Connected to tcp://127.0.0.1" in "".join(o.get("text", "") for o in connect.outputs)
+    assert any("running on 'shared': 00:01" in text for text in drawn[2]), drawn[2]
+    assert any(text.startswith("sending to the worker:") and "M/2.10M [" in text for text in drawn[3]), drawn[3]
+    assert _saved(local) == [("stream:stdout", "before\n"),
+                             ("display_data:", "[('text/plain', \"'updated'\")]"), ("stream:stdout", "after\n")]
+    assert _saved(offloaded) == _saved(local)
+    assert _saved(upload) == _saved(without_bars) == [("stream:stdout", "before\nafter\n")]
+    assert _saved(own_tqdm) == [("stream:stdout", "False\ntqdm.auto tqdm\n")]
