@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     from .browser.tab_workers import TabWorkers, tls_context
     from .descendants import hide_process_memory, tree
     from .executor_processes import ExecutorOptions
+    from .own_wheel import ServedWheel
     from .supervisor import Supervisor
 
     try:
@@ -351,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     supervisor: Supervisor | None = None
     advertisement: LanAdvertisement | None = None
     tabs: Tabs | None = None
+    wheel: ServedWheel | None = None
 
     def make_worker(name: str, options: ExecutorOptions, placement: dict[str, Any],
                     **kernel_options: Any) -> Supervisor:
@@ -363,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if join is None:
             local = LocalHub(args)
+            # The notebook side's wheel of this very copy, packed while the worker starts.
+            wheel = ServedWheel(args.listen[0], parse_host_port(local.address.removeprefix("tcp://"))[0],
+                                local.tunnel, advertised=bool(args.advertise))
         supervisor = make_worker(args.name, options, placement, **kernel_options)
         supervisor.start()
         if local is not None and lan is not None:
@@ -374,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         if supervisor is not None:
             supervisor.stop()
+        if wheel is not None:
+            wheel.close()
         if local is not None:
             local.close()
         return 1
@@ -385,9 +392,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.token_file:
             write_private(args.token_file, client_token + "\n")
         print(f"remote-worker: worker {supervisor.name!r} is ready. In your notebook run:\n", flush=True)
-        print(f"%load_ext remote_magic\n%offload_connect {client_token}\n", flush=True)
+        cell = [wheel.install_line() if wheel is not None else "", "%load_ext remote_magic",
+                f"%offload_connect {client_token}"]
+        print("\n".join(line for line in cell if line) + "\n", flush=True)
         reach = who_can_reach(local.address, tunnel=local.tunnel is not None, advertised=bool(args.advertise))
         print(f"remote-worker: {reach}\n", flush=True)
+        if wheel is not None:
+            print(f"remote-worker: {wheel.reach()}\n", flush=True)
         if advertisement is not None:
             print(f"remote-worker: advertising this hub on the LAN as {advertisement.service_name!r} (mDNS on "
                   f"{', '.join(advertisement.interfaces)} only; key fingerprint {advertisement.fingerprint[:16]}). "
@@ -408,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         if advertisement is not None:
             advertisement.close()
         supervisor.stop()
+        if wheel is not None:
+            wheel.close()
         if local is not None:
             local.close()
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -75,3 +76,28 @@ def test_wheel_installs_and_runs_a_kernel_from_its_own_shaders(tmp_path: Path, w
             pytest.fail(f"REMOTE_MAGIC_REQUIRE_GPU=1 but no GPU adapter: {report['no_adapter']}")
         pytest.skip(f"no GPU adapter: {report['no_adapter']}")
     assert report["matmul"] == report["expected"]
+
+
+def test_the_wheel_a_worker_serves_holds_what_pip_builds(wheel: Path) -> None:
+    """remote-worker packs its own files into the notebook side's wheel (worker/own_wheel.py) instead of running
+    a build backend: the same files with the same content as the wheel pip builds from this clone, and the same
+    entry points; its metadata is the installed copy's (an editable install's dates from when it was installed,
+    so only what a notebook's pip reads of it first is compared)."""
+    from email.parser import HeaderParser
+
+    from remote_magic.worker.own_wheel import build_own_wheel
+
+    served = zipfile.ZipFile(io.BytesIO(build_own_wheel().data))
+    with zipfile.ZipFile(wheel) as built:
+        dist_info = wheel.name.split("-py3")[0] + ".dist-info"
+        ours = {n for n in served.namelist() if not n.startswith(dist_info)}
+        theirs = {n for n in built.namelist() if not n.startswith(dist_info)}
+        assert ours == theirs, (sorted(ours - theirs), sorted(theirs - ours))
+        assert [n for n in ours if served.read(n) != built.read(n)] == []
+        assert served.read(f"{dist_info}/entry_points.txt") == built.read(f"{dist_info}/entry_points.txt")
+        metadata = [HeaderParser().parsestr(archive.read(f"{dist_info}/METADATA").decode())
+                    for archive in (served, built)]
+    for field in ("Name", "Version", "Requires-Python"):
+        assert metadata[0][field] == metadata[1][field], field
+    notebook_side = [sorted(r for r in m.get_all("Requires-Dist") or [] if "extra ==" not in r) for m in metadata]
+    assert notebook_side[0] == notebook_side[1]

@@ -1,0 +1,257 @@
+"""The wheel of exactly the remote-magic this worker runs, served over HTTP for the notebook to install.
+
+remote-magic isn't on the package index, so a notebook (Colab after each runtime reset) installs it from
+the worker: ``remote-worker`` packs the files it runs into a wheel, whether it was installed from a wheel, a
+clone or an editable clone (the package's folders as Python finds them, with the installed distribution's
+metadata and entry points, at this version), serves it on its own port beside the hub (and through ngrok's
+HTTPS with ``--ngrok``), and prints ``%pip install URL#sha256=…`` above the token. pip checks the file
+against that hash, so the notebook gets this content or an error, never another copy.
+
+Packing takes a fraction of a second and needs no network or build backend; it is done once per start.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.metadata
+import importlib.util
+import io
+import logging
+import re
+import threading
+import zipfile
+from concurrent.futures import Future, TimeoutError as PackTimeout
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from remote_magic._version import __version__
+from remote_magic.wire.install import SERVED_WHEEL_GENERATOR
+
+if TYPE_CHECKING:
+    from remote_magic.hub.tunnel import Tunnel
+
+log = logging.getLogger(__name__)
+
+DISTRIBUTION = "remote-magic"
+# The import packages whose folders may lie apart (an editable install maps them to a clone's top-level
+# folders); in a wheel install they are all inside remote_magic/. The house test that compares this wheel
+# with one pip builds (tests/end_to_end/test_wheel.py) catches a package missing here.
+PACKAGES = ("remote_magic", "remote_magic.worker", "remote_magic.shaders", "remote_magic.kernel_provider")
+# What a wheel built from pyproject.toml ships: modules and the package data it declares.
+SHIPPED_SUFFIXES = (".py", ".wgsl", ".html", ".js")
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the same files give the same bytes, so the same hash
+WHEEL_TAG = "py3-none-any"
+PACK_TIMEOUT_S = 60.0  # a request waits this long for the packing (a fraction of a second as a rule)
+
+
+@dataclass(frozen=True)
+class OwnWheel:
+    """A built wheel: its file name (``remote_magic-0.1.0-py3-none-any.whl``), bytes and their sha256 (hex)."""
+
+    name: str
+    data: bytes
+    sha256: str
+
+
+def package_files() -> dict[str, Path]:
+    """The files of this remote-magic as Python imports them, by their path inside a wheel."""
+    files: dict[str, Path] = {}
+    for package in PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"can't find the package {package} this worker runs")
+        root = Path(next(iter(spec.submodule_search_locations)))
+        prefix = package.replace(".", "/")
+        for path in sorted(root.rglob("*")):
+            relative = path.relative_to(root)
+            if (path.is_file() and path.suffix in SHIPPED_SUFFIXES and "__pycache__" not in relative.parts
+                    and not any(part.startswith(".") for part in relative.parts)):
+                files.setdefault(f"{prefix}/{relative.as_posix()}", path)
+    return files
+
+
+def build_own_wheel() -> OwnWheel:
+    """Pack the remote-magic this process runs into a wheel (PEP 427: METADATA, WHEEL, entry points, RECORD)."""
+    name = f"remote_magic-{__version__}-{WHEEL_TAG}.whl"
+    dist_info = f"remote_magic-{__version__}.dist-info"
+    contents = {arcname: path.read_bytes() for arcname, path in package_files().items()}
+    metadata, entry_points = _distribution_texts()
+    contents[f"{dist_info}/METADATA"] = metadata.encode()
+    if entry_points:
+        contents[f"{dist_info}/entry_points.txt"] = entry_points.encode()
+    contents[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\n{SERVED_WHEEL_GENERATOR}\nRoot-Is-Purelib: true\n"
+                                      f"Tag: {WHEEL_TAG}\n").encode()
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for arcname, data in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([arcname, f"sha256={digest}", len(data)])
+    writer.writerow([f"{dist_info}/RECORD", "", ""])
+    contents[f"{dist_info}/RECORD"] = record.getvalue().encode()
+
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as archive:
+        for arcname, data in contents.items():  # the packages first, the .dist-info last, as the spec advises
+            info = zipfile.ZipInfo(arcname, _FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    data = packed.getvalue()
+    return OwnWheel(name, data, hashlib.sha256(data).hexdigest())
+
+
+def _distribution_texts() -> tuple[str, str]:
+    """This distribution's METADATA (its Version set to the running code's) and entry_points.txt."""
+    candidates = list(importlib.metadata.distributions(name=DISTRIBUTION))
+    # A clone's root may hold a build's stale remote_magic.egg-info (first on the path when it is the working
+    # directory): prefer pip's record of the installed copy.
+    candidates.sort(key=lambda d: d.read_text("METADATA") is None)
+    for distribution in candidates:
+        metadata = distribution.read_text("METADATA") or distribution.read_text("PKG-INFO")
+        if metadata:
+            return _with_version(metadata), distribution.read_text("entry_points.txt") or ""
+    log.warning("no installed metadata for %s: the served wheel carries its name and version only, and "
+                "installs without dependencies", DISTRIBUTION)
+    return f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {__version__}\n", ""
+
+
+def _with_version(metadata: str) -> str:
+    # An editable install's metadata was written when it was installed; the code may have a newer version since.
+    version = HeaderParser().parsestr(metadata).get("Version")
+    if version == __version__:
+        return metadata
+    return re.sub(r"^Version: .*$", f"Version: {__version__}", metadata, count=1, flags=re.MULTILINE)
+
+
+class WheelServer:
+    """Serves one wheel at ``/<its file name>`` over HTTP on ``host:port`` (port 0: any free one), once
+    ``wheel`` holds it."""
+
+    def __init__(self, wheel: Future[OwnWheel], host: str, port: int = 0) -> None:
+        self._server = ThreadingHTTPServer((host, port), _handler_for(wheel))
+        self._server.daemon_threads = True
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="remote-magic-own-wheel",
+                                        daemon=True)
+        self._thread.start()
+        log.info("serving the notebook side's wheel on %s:%d", host, self.port)
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def _handler_for(packed: Future[OwnWheel]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._answer(body=True)
+
+        def do_HEAD(self) -> None:
+            self._answer(body=False)
+
+        def _answer(self, body: bool) -> None:
+            try:
+                wheel = packed.result(PACK_TIMEOUT_S)
+            except (OSError, RuntimeError, PackTimeout) as exc:
+                self.send_error(503, f"remote-worker could not pack its wheel: {exc or 'it took too long'}")
+                return
+            found = self.path.split("?", 1)[0] == f"/{wheel.name}"
+            data = wheel.data if found else (f"remote-worker serves only /{wheel.name}\n").encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/octet-stream" if found else "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")  # the next start may serve other code at this name
+            self.end_headers()
+            if body:
+                self.wfile.write(data)
+            if found:
+                log.info("sent %s to %s", wheel.name, self.client_address[0])
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("%s: " + format, self.client_address[0], *args)
+
+    return Handler
+
+
+class ServedWheel:
+    """The wheel served beside the hub, and the ``%pip install`` line remote-worker prints for it.
+
+    The wheel is packed on a thread while the worker starts; the server listens at once and answers once it
+    is packed. Without a tunnel the URL names the token's host (``hub_host``) and the server's port; with
+    ``hub_tunnel`` it is an HTTPS endpoint on the hub tunnel's ngrok session (a free account has one session
+    at a time).
+    """
+
+    def __init__(self, listen_host: str, hub_host: str, hub_tunnel: Tunnel | None = None,
+                 advertised: bool = False) -> None:
+        self._packed: Future[OwnWheel] = Future()
+        threading.Thread(target=self._pack, name="remote-magic-pack-wheel", daemon=True).start()
+        self.server = WheelServer(self._packed, listen_host)
+        self.tunnel: Tunnel | None = None
+        self.problem = ""
+        self.advertised = advertised
+        if hub_tunnel is not None:
+            from remote_magic.errors import TunnelError
+
+            try:
+                self.tunnel = hub_tunnel.https_endpoint(self.server.port)
+            except TunnelError as exc:  # the hub's tunnel is open: the worker is usable without this line
+                self._cannot(f"can't be served through ngrok ({exc})")
+        self.base = self.tunnel.public_address if self.tunnel else f"http://{_url_host(hub_host)}:{self.server.port}"
+
+    def _pack(self) -> None:
+        try:
+            self._packed.set_result(build_own_wheel())
+        except (OSError, RuntimeError) as exc:
+            self._packed.set_exception(exc)
+
+    def _cannot(self, why: str) -> None:
+        self.problem = (f"the notebook side's wheel {why}. Install remote-magic {__version__} in the notebook "
+                        "another way: a wheel you build in a clone of it (`pip wheel --no-deps -w dist .`) and "
+                        "upload, or its git URL")
+        log.warning("%s", self.problem)
+
+    @property
+    def url(self) -> str:
+        """The wheel's URL, with its sha256 for pip to check (waits for the packing)."""
+        wheel = self._packed.result(PACK_TIMEOUT_S)
+        return f"{self.base}/{wheel.name}#sha256={wheel.sha256}"
+
+    def install_line(self) -> str:
+        """``%pip install URL``, the first line to run in the notebook; empty when it can't be served."""
+        if not self.problem:
+            try:
+                return f"%pip install {self.url}"
+            except (OSError, RuntimeError, PackTimeout) as exc:
+                self._cannot(f"could not be packed ({exc or 'it took too long'})")
+        return ""
+
+    def reach(self) -> str:
+        """Who can fetch it, in words, for remote-worker to print under the token's."""
+        if self.problem:
+            return self.problem
+        what = f"`%pip install` fetches the remote-magic this worker runs ({__version__})"
+        if self.tunnel is not None:
+            return f"{what} through the ngrok tunnel's HTTPS: notebooks anywhere reach it"
+        if self.advertised:
+            return (f"{what} from port {self.server.port} of this machine: forward it too, as you did the hub's "
+                    "port (--advertise), or the notebook can't fetch it")
+        return (f"{what} from port {self.server.port} of the token's host: notebooks that reach the token's "
+                "address reach it, unless a firewall lets only the hub's port in")
+
+    def close(self) -> None:
+        """Stop serving, and close the HTTPS endpoint (the hub's tunnel stays open)."""
+        if self.tunnel is not None:
+            self.tunnel.close()
+        self.server.close()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
