@@ -8,7 +8,6 @@ the test command installs it (`scripts/test.sh`).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import threading
 from concurrent.futures import Future
@@ -47,9 +46,12 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def open_tab(browser: Any, link: str, *, joined: bool = True) -> Any:
-    """A new page at ``link``; with ``joined``, once it says it joined the fleet."""
+def open_tab(browser: Any, link: str, *, joined: bool = True, init_script: str | None = None) -> Any:
+    """A new page at ``link``; with ``joined``, once it says it joined the fleet. ``init_script`` runs in the
+    page before its own scripts."""
     page = browser.new_page()
+    if init_script:
+        page.add_init_script(init_script)
     page.goto(link)
     if joined:
         page.wait_for_function("document.body.className === 'joined' || document.body.className === 'failed'",
@@ -125,6 +127,21 @@ def tab_bridge() -> Iterator[str]:
 
 
 def batches_run(page: Any) -> int:
-    """How many batches of GPU work the tab says it ran."""
-    found = re.search(r"(\d+) batches run", page.inner_text("#work"))
-    return int(found.group(1)) if found else 0
+    """How many batches of GPU work the tab has run (its page's count)."""
+    count: int = page.evaluate("batches")
+    return count
+
+
+def doing(page: Any) -> str:
+    """What the page says the tab is doing."""
+    text: str = page.inner_text("#doing")
+    return text
+
+
+RECORD_DOING = """() => {
+    window.saidDoing = [];
+    const line = document.getElementById('doing');
+    new MutationObserver(() => window.saidDoing.push(line.textContent)).observe(line, {childList: true,
+                                                                                 characterData: true, subtree: true});
+}"""
+"""Keeps each thing the page says it is doing in ``saidDoing``, for a test to read after the fact."""

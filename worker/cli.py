@@ -448,17 +448,12 @@ class Tabs:
             self.server.public_url = self.tunnel.public_address
 
     def announce(self) -> None:
-        """Print the link to open, and the same as a QR code for a phone's camera."""
-        import segno
+        """Print the link to open, who can open it, and its QR code where a phone's camera can use it."""
+        from .browser.announce import PageAddress, announcement
 
-        link = self.server.link
-        print(f"remote-worker: to make a browser tab a GPU worker, open this link in it (it holds a secret: share it "
-              f"only with devices you trust):\n\n    {link}\n", flush=True)
-        segno.make(link, error="l").terminal(out=sys.stdout, compact=True)
-        if not self.tunnel and not self.server.tls and self.server.host not in ("127.0.0.1", "localhost"):
-            print("remote-worker: other devices need HTTPS for WebGPU: add --browser-cert/--browser-key (a "
-                  "certificate they trust, e.g. made by mkcert) or --ngrok", flush=True)
-        sys.stdout.flush()
+        page = PageAddress(self.server.host, self.server.link, tls=self.server.tls is not None,
+                           tunnel=self.tunnel is not None)
+        print(announcement(page), end="", flush=True)
 
     def close(self) -> None:
         """Stop serving the page; the tabs' workers leave."""

@@ -40,9 +40,10 @@ OPERATIONS: dict[str, int] = {"call": 5, "get": 4, "device": 2, "compile": 4, "r
 PAGE_SAYS = ("hello", "alive", "lost")
 """The page's control messages: its hello (the secret first), that it is alive (every second, with how many
 calls it has run: its progress), and that a device was lost."""
-SERVER_SAYS = ("ticket", "welcome")
+SERVER_SAYS = ("ticket", "welcome", "job")
 """The server's control messages: on ``/hello``, the one-time ticket a proven hello gets; on ``/ws``, the tab's
-worker name, once it is known and again once it joined."""
+worker name, once it is known and again once it joined, and the id of the job its worker runs whenever that
+changes (null: idle), so the page can say what it is doing."""
 
 # Close codes the page reads: 44xx means "refused, don't retry".
 BACKGROUND = 4000

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
-from browser_tabs import batches_run, chromium, chromium_path, open_tab, send_all
+from browser_tabs import RECORD_DOING, batches_run, chromium, chromium_path, doing, open_tab, send_all
 
 import remote_magic
 from remote_magic.errors import RemoteMagicError, ShaderError
@@ -38,10 +38,10 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
-    """remote-worker with its own GPU off, serving the tab page on a free port."""
+    """remote-worker with its own GPU off, serving the tab page on a free port, logging what it does (-v)."""
     chromium_path()
     worker = start_worker(tmp_path_factory.mktemp("browser"), "--listen", "127.0.0.1:0", "--gpu", "off",
-                          "--name", "machine", "--browser", "127.0.0.1:0", "--heartbeat-interval", "0.25",
+                          "--name", "machine", "--browser", "127.0.0.1:0", "--heartbeat-interval", "0.25", "-v",
                           cwd=tmp_path_factory.mktemp("browser-cwd"))
     yield worker
     worker.stop()
@@ -74,10 +74,11 @@ def client(hub: WorkerProcess) -> Iterator[remote_magic.Client]:
         yield c
 
 
-def join(browser: Any, hub: WorkerProcess, client: remote_magic.Client, name: str) -> Any:
+def join(browser: Any, hub: WorkerProcess, client: remote_magic.Client, name: str, *,
+         init_script: str | None = None) -> Any:
     """A tab that opened the link with ?name=NAME, once the hub lists its worker."""
     base, secret = link_parts(hub)
-    page = open_tab(browser, f"{base}/?name={name}#{secret}")
+    page = open_tab(browser, f"{base}/?name={name}#{secret}", init_script=init_script)
     wait_for(lambda: name in tab_workers(client), 30, f"tab {name} in the fleet")
     return page
 
@@ -98,8 +99,13 @@ def wait_for_gpu_work(page: Any) -> None:
 def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: WorkerProcess, browser: Any,
                                                                        client: remote_magic.Client) -> None:
     link = link_of(hub)
-    wait_for(lambda: "▀" in hub.log() or "█" in hub.log(), 10, "the link as a QR code")
+    # A link on 127.0.0.1 opens only on this machine: no QR code for a phone's camera, but what a phone needs
+    said = wait_for(lambda: re.search(r"remote-worker: this link opens only in a browser on this machine "
+                                      r"\(127\.0\.0\.1\); for a phone or another device, (.*)", hub.log()), 10,
+                    "what a phone needs, under the link").group(1)  # type: ignore[attr-defined]
+    assert "--ngrok" in said and "--browser-cert" in said, said
     log = hub.log()
+    assert not {"█", "▀", "▄"} & set(log), log
     assert link.split("#")[1] not in re.sub(re.escape(link), "", log), "the secret appears only in the link"
     page = join(browser, hub, client, "phone")
     try:
@@ -117,6 +123,10 @@ def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: Work
         software = tab["gpu"]["adapter_type"] == "software"  # SwiftShader, on a machine without a GPU
         assert client.execute("x = 1", prefer="fastest").worker == ("machine" if software else "phone")
 
+        # Before any work, the page says it waits for some
+        assert doing(page) == "Waiting for work: the GPU work of the cells placed on worker “phone” will run here."
+        assert batches_run(page) >= 1  # its worker's start opened the tab's device: no work of a job
+        page.evaluate(RECORD_DOING)
         with connected_shell(hub.token) as (shell, _):
             result, out = run(shell, "%offload_workers")
             table = str(result.result)
@@ -130,14 +140,27 @@ def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: Work
             expected = shell.user_ns["A"].astype(np.float64) @ shell.user_ns["B"].astype(np.float64)
             assert np.linalg.norm(C - expected) / np.linalg.norm(expected) < 1e-5
             assert "matmul" in out.stderr, out.stderr  # the stats name the kernel that ran in the tab
-        assert batches_run(page) > 0
+        # While the first job compiled its kernels the page said so, then what the job did once it ended
+        said = page.evaluate("saidDoing")
+        assert any(re.fullmatch(r"Running job 1 \(since .+\): compiling kernel 1 \(matmul\.wgsl\): the first use "
+                                r"of each kernel takes a few seconds here\.", line) for line in said), said
+        ended = wait_for(lambda: re.fullmatch(r"Idle since (.+), waiting for work\. Ran 1 job: (\d+) batches of GPU "
+                                              r"work, (\d+) kernels? compiled\.", doing(page)), 10,
+                         "the page to say the job ended")
+        assert int(ended.group(2)) >= 2 and int(ended.group(3)) >= 1, doing(page)  # type: ignore[attr-defined]
+        assert not [line for line in said if re.search(r"\b1 (batches|kernels|jobs)\b", line)], said
     finally:
         page.close()
     wait_for(lambda: "phone" not in tab_workers(client), 20, "the closed tab to leave the fleet")
-    # Routine events, said as the command's own lines, not as warnings
+    # Routine events, said as the command's own lines, and logged as INFO, not as warnings
     log = hub.log()
     assert "remote-worker: browser tab 'phone' joined as worker 'phone'" in log
+    assert "remote-worker: INFO remote_magic.worker.browser.server: browser tab 'phone' joined from 127.0.0.1" in log
     wait_for(lambda: "remote-worker: browser tab worker 'phone' left: " in hub.log(), 10, "the tab's leaving said")
+    left = wait_for(lambda: re.search(r"remote-worker: (\w+) remote_magic\.worker\.browser\.bridge: the browser tab "
+                                      r"'phone' was closed or reloaded", hub.log()), 10, "the tab's closing logged")
+    assert left.group(1) == "INFO", left.group(0)  # type: ignore[attr-defined]
+    log = hub.log()
     assert not [line for line in log.splitlines() if "WARNING" in line and "'phone'" in line], log
 
 
@@ -174,10 +197,28 @@ def test_a_tab_closed_mid_job_fails_it_within_seconds_naming_the_tab(hub: Worker
     assert client.execute("z = 1 + 1", worker="machine").values["z"] == 2, "the worker's other work goes on"
 
 
+COUNT_WAKE_LOCKS = """
+    window.wakeLocksAsked = 0;
+    if (navigator.wakeLock) {
+        const request = navigator.wakeLock.request.bind(navigator.wakeLock);
+        navigator.wakeLock.request = type => { window.wakeLocksAsked++; return request(type); };
+    }
+"""
+"""Counts the page's requests for a screen wake lock, passing each on to the browser."""
+WAKE_LOCK_SAID = (r"Keeping the screen on while this tab is in the fleet\.|The browser refused to keep the screen on "
+                  r"\(\w+: .*\): set the screen to stay on \(auto-lock: never\) while this tab works, or it leaves "
+                  r"the fleet when the screen locks\.")
+"""What the page says of its wake lock, granted or refused (headless Chromium may do either)."""
+
+
 def test_a_tab_in_the_background_fails_its_job_and_joins_again_when_shown(
         hub: WorkerProcess, browser: Any, client: remote_magic.Client) -> None:
-    page = join(browser, hub, client, "ipad")
+    page = join(browser, hub, client, "ipad", init_script=COUNT_WAKE_LOCKS)
     try:
+        # Joined, it asks to keep the screen on (a locked screen takes it out), and says how that went
+        assert page.evaluate("wakeLocksAsked") == 1
+        wait_for(lambda: re.fullmatch(WAKE_LOCK_SAID, page.inner_text("#awake")), 10, "the page to say about its "
+                 f"wake lock (it says {page.inner_text('#awake')!r})")
         hide = """hidden => {
             const state = hidden ? 'hidden' : 'visible';
             Object.defineProperty(document, 'visibilityState', {value: state, configurable: true});
@@ -191,6 +232,10 @@ def test_a_tab_in_the_background_fails_its_job_and_joins_again_when_shown(
         wait_for(lambda: "ipad" not in tab_workers(client), 20, "the hidden tab to leave the fleet")
         page.evaluate(hide, False)
         wait_for(lambda: "ipad" in tab_workers(client), 30, "the tab to join again when shown")
+        # The lock, let go while hidden, is asked for again once shown and joined
+        wait_for(lambda: page.evaluate("wakeLocksAsked") == 2, 10, "the wake lock asked for again")
+        wait_for(lambda: re.fullmatch(WAKE_LOCK_SAID, page.inner_text("#awake")), 10, "the page to say about its "
+                 "wake lock again")
         x = np.arange(12, dtype=np.float32).reshape(3, 4)
         out = client.execute("y = x * 2", {"x": x}, worker="ipad", gpu=True).values["y"]
         np.testing.assert_array_equal(out, x * 2)
@@ -226,13 +271,24 @@ def test_a_wrong_secret_is_refused_and_the_page_says_so(hub: WorkerProcess, brow
         page.close()
 
 
-def test_a_browser_without_an_adapter_says_why(hub: WorkerProcess, browser: Any) -> None:
+def test_a_browser_without_webgpu_says_the_tab_cant_be_a_gpu_worker_and_what_to_do(hub: WorkerProcess,
+                                                                                    browser: Any) -> None:
     plain = browser.browser_type.launch(executable_path=chromium_path(), headless=True)  # no WebGPU flag
     try:
         page = open_tab(plain, link_of(hub), joined=False)
         page.wait_for_function("document.body.className === 'failed'", timeout=30_000)
-        state = page.inner_text("#state")
-        assert "No GPU here" in state and "no WebGPU adapter" in state and "--enable-unsafe-webgpu" in state, state
+        state, about = page.inner_text("#state"), page.inner_text("#about")
+        assert state.startswith("This tab can't be a GPU worker: this browser has WebGPU but offers no WebGPU "
+                                "adapter"), state
+        assert "chrome://gpu" in about and "--enable-unsafe-webgpu" in about, about
+        assert "this device's GPU" not in page.inner_text("body"), "the page says nothing runs on this device's GPU"
+        page.close()
+        # A browser without WebGPU at all (one whose navigator has no gpu)
+        page = open_tab(plain, link_of(hub), joined=False, init_script="delete Navigator.prototype.gpu")
+        page.wait_for_function("document.body.className === 'failed'", timeout=30_000)
+        state, about = page.inner_text("#state"), page.inner_text("#about")
+        assert state == "This tab can't be a GPU worker: this browser has no WebGPU.", state
+        assert about.startswith("Open the link in a browser that has it: Chrome or Edge 113 and later"), about
     finally:
         plain.close()
 

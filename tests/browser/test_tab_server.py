@@ -210,3 +210,40 @@ def test_a_tab_repeating_what_the_server_refuses_or_warns_of_writes_a_bounded_lo
     said = [record.getMessage() for record in caplog.records if record.name == SERVER_LOG]
     assert sum("was refused: a control message that is not JSON" in line for line in said) <= 5, said
     assert 1 <= sum("'lossy' lost a GPU device" in line for line in said) <= 5, said
+
+
+def test_a_tab_hears_of_its_workers_job_before_the_jobs_first_batch_and_hears_when_it_ends() -> None:
+    """What lets the page say what it is doing: a ``job`` message with the job's id ahead of its GPU work, and
+    one with none once the worker is idle again."""
+    jobs: dict[str, str | None] = {"running": None}
+    server = TabServer("127.0.0.1", 0, joined_as, left, job_of=lambda _: jobs["running"])
+    server.start()
+
+    async def scenario() -> list[aiohttp.WSMessage]:
+        context = zmq.asyncio.Context()
+        try:
+            async with aiohttp.ClientSession() as client:
+                tabs = Tabs(server, client)
+                socket = await tabs.open("phone")
+                await tabs.welcome(socket)
+                executor = context.socket(zmq.DEALER)
+                executor.linger = 0
+                executor.connect(server.tabs["phone"].endpoint)
+                jobs["running"] = "job-1"
+                await executor.send(tab.encode({"id": 7, "device": None, "calls": [["device", "d.1"]]}))
+                heard = [await socket.receive(timeout=20), await socket.receive(timeout=20)]
+                jobs["running"] = None
+                heard.append(await socket.receive(timeout=20))
+                executor.close()
+                await socket.close(code=tab.CLOSED)
+                return heard
+        finally:
+            context.destroy(linger=0)
+
+    try:
+        news, batch, idle = asyncio.run(scenario())
+    finally:
+        server.close()
+    assert news.type == aiohttp.WSMsgType.TEXT and json.loads(news.data) == {"type": "job", "id": "job-1"}
+    assert batch.type == aiohttp.WSMsgType.BINARY and tab.decode(batch.data[SEQUENCE.size:])[0]["id"] == 7
+    assert idle.type == aiohttp.WSMsgType.TEXT and json.loads(idle.data) == {"type": "job", "id": None}

@@ -73,12 +73,15 @@ class TabServer:
     """Serves the page and the tabs' WebSocket on ``host:port`` (0: any free port).
 
     ``on_join(bridge)`` runs (on a helper thread) for each tab that joins and returns what
-    ``on_leave(bridge, joined)`` gets when the tab is gone. ``tls`` serves HTTPS instead of HTTP. A tab that owes
-    an answer is failed after ``silence_s`` without a word, or ``stall_s`` without progress.
+    ``on_leave(bridge, joined)`` gets when the tab is gone. ``job_of(joined)``, if given, is the id of the job
+    the tab's worker is running (None while idle): the tab is told when it changes, so its page can say what it
+    is doing. ``tls`` serves HTTPS instead of HTTP. A tab that owes an answer is failed after ``silence_s``
+    without a word, or ``stall_s`` without progress.
     """
 
     def __init__(self, host: str, port: int, on_join: Callable[[TabBridge], Any],
                  on_leave: Callable[[TabBridge, Any], None], *, tls: ssl.SSLContext | None = None,
+                 job_of: Callable[[Any], str | None] | None = None,
                  silence_s: float = SILENCE_S, stall_s: float = STALL_S) -> None:
         self.host = host
         self.port = port
@@ -89,6 +92,7 @@ class TabServer:
         self._folder = tempfile.TemporaryDirectory(prefix="remote-magic-tabs-")  # the bridges' sockets, ours only
         self._on_join = on_join
         self._on_leave = on_leave
+        self._job_of = job_of
         self.tabs: dict[str, TabBridge] = {}
         self._loop = asyncio.new_event_loop()
         self._context = zmq.asyncio.Context()
@@ -178,13 +182,14 @@ class TabServer:
         if len(self.tabs) >= MAX_TABS:
             await socket.close(code=TOO_MANY_TABS, message=f"this worker serves at most {MAX_TABS} tabs".encode())
             return socket
-        bridge = TabBridge(self._name(hello), Path(self._folder.name), self._context, socket.send_bytes)
+        news = _JobNews(socket, self._job_of)
+        bridge = TabBridge(self._name(hello), Path(self._folder.name), self._context, news.send_batch)
         self.tabs[bridge.name] = bridge
         log.info("browser tab %r joined from %s", bridge.name, request.remote)
         await socket.send_str(json.dumps({"type": "welcome", "name": bridge.name, "joined": False}))
         bridge.start()  # answers the tab's executors until the tab's worker has left, the tab gone or not
-        watch = asyncio.ensure_future(self._watch(bridge, socket))
-        joined = self._joins.submit(self._on_join, bridge)
+        joined = news.worker = self._joins.submit(self._on_join, bridge)
+        watch = asyncio.ensure_future(self._watch(bridge, socket, news))
         welcome = asyncio.ensure_future(self._welcome(socket, bridge, joined))
         reason = await self._serve(socket, bridge)
         bridge.fail(reason)
@@ -263,11 +268,16 @@ class TabServer:
             return f"{tab} sent a message over {MAX_MESSAGE_BYTES:,} bytes and was disconnected"
         return f"{tab} disconnected (WebSocket close code {socket.close_code})"
 
-    async def _watch(self, bridge: TabBridge, socket: web.WebSocketResponse) -> None:
+    async def _watch(self, bridge: TabBridge, socket: web.WebSocketResponse, news: _JobNews) -> None:
         """Fail the tab's work when it owes an answer and has said nothing for ``silence_s``, or has said it
-        is alive but run nothing for ``stall_s``: progress, not chatter, keeps a batch alive."""
+        is alive but run nothing for ``stall_s``: progress, not chatter, keeps a batch alive. Tell the tab
+        when its worker's job ends."""
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)  # a watchdog's period, not synchronisation
+            try:
+                await news.tell()
+            except ConnectionError:  # the tab is going: _serve says why
+                return
             now = time.monotonic()
             if not bridge.waiting:
                 continue
@@ -301,6 +311,38 @@ class TabServer:
             self._loop.call_soon_threadsafe(bridge.close)
 
 
+class _JobNews:
+    """Tells one tab the id of the job its worker runs (null: none) whenever that changes, for its page to say:
+    before each batch the tab is sent, so a job's first batch comes after the news of it, and on the watchdog's
+    beat, so the tab hears that a job ended. ``job_of`` maps the tab's worker (``worker``, once joined) to its
+    job's id."""
+
+    def __init__(self, socket: web.WebSocketResponse, job_of: Callable[[Any], str | None] | None) -> None:
+        self._socket = socket
+        self._job_of = job_of
+        self.worker: Future[Any] | None = None
+        self._told: str | None = None
+
+    def running(self) -> str | None:
+        """The id of the job the tab's worker is running; None while idle, not yet joined, or not known."""
+        worker = self.worker
+        if self._job_of is None or worker is None or not worker.done() or worker.exception() is not None:
+            return None
+        return self._job_of(worker.result())
+
+    async def tell(self) -> None:
+        """Send the tab the job's id if it changed since it was last told."""
+        job = self.running()
+        if job != self._told:
+            self._told = job
+            await self._socket.send_str(json.dumps({"type": "job", "id": job}))
+
+    async def send_batch(self, data: bytes) -> None:
+        """Send the tab a batch, after the news of the job it is for."""
+        await self.tell()
+        await self._socket.send_bytes(data)
+
+
 def _page_file(name: str, content_type: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """A handler that serves ``page/NAME`` (none: an empty answer)."""
     text = (resources.files(__package__) / "page" / name).read_text() if name else ""
@@ -312,4 +354,6 @@ def _page_file(name: str, content_type: str) -> Callable[[web.Request], Awaitabl
 
 
 def _link_host(host: str) -> str:
-    return gethostname() if host in ("0.0.0.0", "") else host
+    if host in ("0.0.0.0", "::", ""):
+        return gethostname()
+    return f"[{host}]" if ":" in host else host

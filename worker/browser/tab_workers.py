@@ -68,6 +68,12 @@ class TabWorkers:
         print(f"remote-worker: browser tab {bridge.name!r} joined as worker {worker.name!r}", flush=True)
         return worker
 
+    @staticmethod
+    def running(worker: Supervisor) -> str | None:
+        """The id of the job ``worker`` is running, or None while it is idle: what its tab's page shows."""
+        job = worker.job
+        return job.id if job is not None else None
+
     def leave(self, bridge: TabBridge, worker: Supervisor) -> None:
         """Take out the worker of a tab that has gone, once its job (failed by the bridge) is reported."""
         deadline = time.monotonic() + LEAVE_GRACE_S
@@ -81,6 +87,6 @@ def serve_tabs(host: str, port: int, workers: TabWorkers, *, tls: ssl.SSLContext
     """Serve the page on ``host:port``; each tab that opens the link joins through ``workers``."""
     from .server import TabServer
 
-    server = TabServer(host, port, workers.join, workers.leave, tls=tls)
+    server = TabServer(host, port, workers.join, workers.leave, tls=tls, job_of=workers.running)
     server.start()
     return server

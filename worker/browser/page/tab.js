@@ -6,6 +6,8 @@ const ALIVE_INTERVAL_MS = 1000;   // the bridge fails a tab's work when it hears
 const RECONNECT_DELAY_MS = 2000;
 const show = (id, text) => { document.getElementById(id).textContent = text; };
 const state = (text, kind) => { show("state", text); document.body.className = kind || ""; };
+const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+const clock = () => new Date().toLocaleTimeString();
 
 const secret = decodeURIComponent(location.hash.slice(1));
 const params = new URLSearchParams(location.search);
@@ -30,18 +32,28 @@ function limitsOf(limits) {
   return out;
 }
 
+// Why a browser gives this page no GPU, and what to do: {why, todo}.
+class NoWebGPU extends Error {
+  constructor(why, todo) { super(why); this.todo = todo; }
+}
+
 async function findAdapter() {
   if (!window.isSecureContext) {
-    throw new Error("this page is not a secure context, and WebGPU needs one: open it as https://, or on localhost");
+    throw new NoWebGPU("this page was opened over plain HTTP from another device, and browsers offer WebGPU only " +
+                       "to a secure context", "Open it over HTTPS: start remote-worker with --ngrok (an HTTPS link " +
+                       "that opens anywhere), or with --browser-cert and --browser-key; or open it on the " +
+                       "machine that runs remote-worker.");
   }
   if (!navigator.gpu) {
-    throw new Error("this browser has no WebGPU (navigator.gpu is missing). Safari: turn on WebGPU in Settings → " +
-                    "Apps → Safari → Advanced → Feature Flags; Chrome or Edge 113 and later have it on");
+    throw new NoWebGPU("this browser has no WebGPU", "Open the link in a browser that has it: Chrome or Edge 113 " +
+                       "and later, Safari on iOS, iPadOS and macOS 26 (earlier versions: turn on WebGPU in " +
+                       "Settings → Apps → Safari → Advanced → Feature Flags), Firefox 141 and later on Windows.");
   }
   const found = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
   if (!found) {
-    throw new Error("this browser offers no WebGPU adapter (requestAdapter() gave none): its GPU is blocked or " +
-                    "missing. Chrome on Linux needs --enable-unsafe-webgpu; check chrome://gpu");
+    throw new NoWebGPU("this browser has WebGPU but offers no WebGPU adapter (requestAdapter() gave none): its GPU " +
+                       "is blocked or missing", "Check the browser's GPU settings (Chrome: chrome://gpu; Chrome " +
+                       "on Linux needs --enable-unsafe-webgpu), or open the link in another browser or device.");
   }
   return found;
 }
@@ -81,7 +93,11 @@ async function openDevice(id) {
 }
 
 async function compile(id, label, code, device) {
+  kernels++;
+  compiling = `kernel ${kernels}${label ? ` (${label})` : ""}`;
+  describeWork();
   const module = device.createShaderModule({ label, code });
+  kernelOf.set(module, compiling);
   const info = await module.getCompilationInfo();
   const error = info.messages.find(m => m.type === "error");
   if (error) throw Object.assign(new Error(error.message), { line: error.lineNum, column: error.linePos });
@@ -107,7 +123,12 @@ async function runBatch(header, blobs) {
         const object = objects.get(target);
         if (object === undefined) throw new Error(`no object ${target} in this tab`);
         if (method === "destroy" && object === device) continue;   // shared: an executor that closes lets go of it
-        const value = object[method](...resolve(args, blobs));
+        const resolved = resolve(args, blobs);
+        if (method === "createComputePipeline") {   // where a kernel is compiled for the GPU: seconds, the first time
+          compiling = kernelOf.get(resolved[0]?.compute?.module) || "a kernel";
+          describeWork();
+        }
+        const value = object[method](...resolved);
         if (result !== null) objects.set(result, value);
       } else if (op === "get") {
         objects.set(call[3], objects.get(call[1])[call[2]]);
@@ -132,10 +153,11 @@ async function runBatch(header, blobs) {
     failure = exc;
   }
   if (device) {
-    const validation = await device.popErrorScope();
+    const validation = await device.popErrorScope();   // waits for the GPU: a kernel's compiling happens here
     const memory = await device.popErrorScope();
     failure = failure || validation || memory;
   }
+  compiling = null;
   reply.ms = performance.now() - started;   // the batch's time in the tab, GPU waits included
   if (failure) {
     const why = lost();
@@ -169,15 +191,86 @@ async function onBatch(data) {
     header = JSON.parse(new TextDecoder().decode(new Uint8Array(data, 8, length)));
     const blobs = new Uint8Array(data, 4 + pad8(4 + length));
     [reply, reads] = await runBatch(header, blobs);
-    show("work", `${++batches} batches run`);
   } catch (exc) {
     reply = { id: header.id, error: { message: exc.message || String(exc), lost: Boolean(exc.lost),
                                       line: null, column: null } };
   }
+  batches++;
+  if (job) {
+    job.batches++;
+    if (reply.error) job.failure = reply.error.message;
+  }
+  describeWork();
   if (socket && socket.readyState === WebSocket.OPEN) socket.send(encode(seq, reply, reads));
 }
-let batches = 0;
 let callsDone = 0;   // told with each "alive": the worker's measure of progress on a batch it waits for
+
+// -- what the page says it is doing ----------------------------------------------------------
+let joinedAs = null;   // the tab's worker's name, while it is in the fleet
+let batches = 0;       // batches of GPU work run, in all
+let kernels = 0;       // kernels compiled on this tab's device, in all
+let compiling = null;  // the kernel being compiled now, in words
+const kernelOf = new WeakMap();   // shader module -> its kernel, in words
+let jobsRun = 0;
+let job = null;        // the job the tab's worker runs: {id, number, since, batches, kernels, failure}
+let lastJob = null;    // the last one that ended, with when
+
+function onJob(id) {   // the worker says which job it runs now (null: none)
+  if (job && job.id === id) return;
+  if (job) { lastJob = Object.assign(job, { kernels: kernels - job.kernelsBefore, ended: clock() }); job = null; }
+  if (id !== null) {
+    job = { id, number: ++jobsRun, since: clock(), batches: 0, kernelsBefore: kernels, failure: null };
+  }
+  describeWork();
+}
+
+function describeWork() {
+  if (!joinedAs) { show("doing", ""); return; }
+  if (job) {
+    const doing = compiling ? `compiling ${compiling}: the first use of each kernel takes a few seconds here`
+      : job.batches ? `${plural(job.batches, "batch", "batches")} of GPU work done` : "no GPU work yet";
+    show("doing", `Running job ${job.number} (since ${job.since}): ${doing}.`);
+  } else if (compiling) {
+    show("doing", `Compiling ${compiling} for the worker.`);
+  } else if (lastJob) {
+    const done = `${plural(lastJob.batches, "batch", "batches")} of GPU work` +
+                 (lastJob.kernels ? `, ${plural(lastJob.kernels, "kernel")} compiled` : "");
+    const ran = jobsRun === 1 ? `Ran 1 job: ${done}.` : `Ran ${jobsRun} jobs, the last one: ${done}.`;
+    const failed = lastJob.failure ? ` Its GPU work failed: ${lastJob.failure}` : "";
+    show("doing", `Idle since ${lastJob.ended}, waiting for work. ${ran}${failed}`);
+  } else {
+    show("doing", `Waiting for work: the GPU work of the cells placed on worker “${joinedAs}” will run here.`);
+  }
+}
+
+// -- keeping the screen on while joined (a phone whose screen locks puts the tab in the background) --
+let wakeLock = null;
+
+async function keepAwake() {
+  if (!joinedAs || document.visibilityState !== "visible" || (wakeLock && !wakeLock.released)) return;
+  if (!("wakeLock" in navigator)) {
+    show("awake", "This browser can't keep the screen on (it has no Screen Wake Lock): set the screen to stay " +
+                  "on (auto-lock: never) while this tab works, or it leaves the fleet when the screen locks.");
+    return;
+  }
+  try {
+    const lock = await navigator.wakeLock.request("screen");
+    wakeLock = lock;
+    show("awake", "Keeping the screen on while this tab is in the fleet.");
+    lock.addEventListener("release", () => {
+      if (joinedAs && lock === wakeLock) show("awake", "The browser let the screen lock again; it keeps it on " +
+                                                       "again when this tab is shown.");
+    });
+  } catch (exc) {
+    show("awake", `The browser refused to keep the screen on (${exc.name}: ${exc.message}): set the screen to ` +
+                  "stay on (auto-lock: never) while this tab works, or it leaves the fleet when the screen locks.");
+  }
+}
+
+function letSleep() {
+  if (wakeLock) { wakeLock.release().catch(() => {}); wakeLock = null; }
+  show("awake", "");
+}
 
 // -- the connection --------------------------------------------------------------------------
 let workerName = "";
@@ -217,7 +310,14 @@ function open(scheme, ticket) {
       const message = JSON.parse(event.data);
       if (message.type === "welcome") {   // named at once, then once more when its worker has joined
         workerName = message.name;
-        if (message.joined) state(`Joined the fleet as worker “${message.name}”.`, "joined");
+        if (message.joined) {
+          joinedAs = message.name;
+          state(`Joined the fleet as worker “${message.name}”.`, "joined");
+          describeWork();
+          keepAwake();
+        }
+      } else if (message.type === "job") {
+        onJob(message.id);
       }
       return;
     }
@@ -228,6 +328,9 @@ function open(scheme, ticket) {
 
 function closed(event) {
   clearInterval(alive);
+  joinedAs = null;
+  if (job) onJob(null);
+  letSleep();
   if (event.code >= 4400 && event.code < 4500) {   // refused: retrying won't help
     refused = true;
     state(`Not joined: ${event.reason}`, "failed");
@@ -248,7 +351,9 @@ document.addEventListener("visibilitychange", () => {
     setTimeout(() => { if (socket && document.visibilityState === "hidden") socket.close(4000, "went to the background"); }, 0);
   } else if (backgrounded) {
     backgrounded = false;
-    connect();
+    connect();   // the wake lock, released while hidden, is asked for again once the tab has joined again
+  } else {
+    keepAwake();   // a lock the browser released while the page was hidden
   }
 });
 
@@ -259,7 +364,8 @@ window.addEventListener("pagehide", () => { if (socket) socket.close(4001, "clos
   try {
     adapter = await findAdapter();
   } catch (exc) {
-    state(`No GPU here: ${exc.message}`, "failed");
+    state(`This tab can't be a GPU worker: ${exc.message}.`, "failed");
+    show("about", exc.todo || "");
     return;
   }
   const info = adapterInfo();
