@@ -89,7 +89,9 @@ def describe_differences(ours: Mapping[str, str], theirs: Mapping[str, str], whe
     notes = []
     if ours.get("remote_magic") != theirs.get("remote_magic"):
         notes.append(f"remote-magic is {ours.get('remote_magic')} here and {theirs.get('remote_magic')} on "
-                     f"{where}; install the same version on both sides")
+                     f"{where}: install the same version on both sides. A notebook installs the worker's with the "
+                     "`%pip install` line remote-worker prints above its token, then restarts its kernel (Colab: "
+                     "Runtime > Restart session) and connects again")
     if _minor(ours.get("python")) != _minor(theirs.get("python")):
         notes.append(f"Python is {ours.get('python')} here and {theirs.get('python')} on {where}: cells and the "
                      "functions and classes defined in notebook cells travel as source and work; a closure, a "

@@ -25,6 +25,7 @@ import remote_magic
 import remote_magic.wire.versions
 from remote_magic.hub.tunnel import Tunnel
 from remote_magic.wire.tokens import Token
+from remote_magic.wire.versions import describe_differences, local_versions
 from remote_magic.worker.own_wheel import ServedWheel
 from support import REPO, WorkerProcess, run_command, start_worker
 
@@ -82,6 +83,19 @@ def test_the_worker_prints_one_install_line_above_the_token(worker: WorkerProces
     assert line["name"] == f"remote_magic-{remote_magic.__version__}-py3-none-any.whl"
     assert (f"`%pip install` fetches the remote-magic this worker runs ({remote_magic.__version__}) from port "
             f"{port} of the token's host: notebooks that reach the token's address reach it") in log
+    # IPython hands %pip the whole line, the hash included, and runs `python -m pip install URL` in a shell,
+    # where a `#` inside a word starts no comment.
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    assert TransformerManager().transform_cell(cell).splitlines()[0] == \
+        f"get_ipython().run_line_magic('pip', 'install {line['url']}')"
+
+
+def test_a_notebook_of_another_version_is_told_to_run_that_line() -> None:
+    ours = local_versions()
+    [note] = describe_differences(ours, {**ours, "remote_magic": "0.0.1"}, "worker 'box'")
+    assert note.startswith(f"remote-magic is {remote_magic.__version__} here and 0.0.1 on worker 'box'")
+    assert "the `%pip install` line remote-worker prints above its token" in note
 
 
 def test_the_served_wheel_is_the_workers_copy_and_installs(worker: WorkerProcess, tmp_path: Path,
