@@ -10,7 +10,7 @@ array work as WGSL compute pipelines; ``jupyter_kernels`` runs whole Jupyter ker
 """
 
 DEFAULT_ORPHAN_GRACE_S = 30.0
-"""How long a whole kernel whose notebook is gone lives on (--kernel-grace): what it is doing (a checkpoint
+"""How long a whole kernel whose notebook is gone lives on (--jupyter-kernel-grace): what it is doing (a checkpoint
 being written) may end. Told to the notebook when the kernel starts (``orphan_grace_s``)."""
 
 DEFAULT_MAX_SESSIONS = 8

@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "buffer, at most 2GB)")
     parser.add_argument("--max-memory", type=parse_size, metavar="SIZE",
                         help="kill a job whose processes (all it started) use more than SIZE (e.g. 8G), and the "
-                             "largest kernel when all kernels together do; default: 90%% of RAM")
+                             "largest Jupyter kernel when all of them together do; default: 90%% of RAM")
     parser.add_argument("--max-sessions", type=_positive_int, default=DEFAULT_MAX_SESSIONS, metavar="N",
                         help="keep at most N notebooks' interpreters at once; a new one beyond that replaces the "
                              f"least recently used (default {DEFAULT_MAX_SESSIONS})")
@@ -167,15 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
                              "(`remote-worker kernelspec install` adds the kernel to Jupyter); off: refuse them")
     parser.add_argument("--kernels", choices=["on", "off"], dest="jupyter_kernels",
                         help=argparse.SUPPRESS)  # --jupyter-kernels' former name, still taken
-    parser.add_argument("--kernel-python", metavar="PATH",
-                        help="the Python that runs those kernels (needs ipykernel; default: this worker's own)")
-    parser.add_argument("--max-kernels", type=_positive_int, metavar="N",
-                        help="run at most N whole kernels at once; one more is refused (default: no limit). "
+    parser.add_argument("--jupyter-kernel-python", metavar="PATH",
+                        help="the Python that runs those Jupyter kernels (needs ipykernel; default: this worker's "
+                             "own)")
+    parser.add_argument("--max-jupyter-kernels", type=_positive_int, metavar="N",
+                        help="run at most N Jupyter kernels at once; one more is refused (default: no limit). "
                              "Together, with what they start, they are also held to --max-memory")
-    parser.add_argument("--kernel-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
-                        help="how long a kernel whose notebook is gone (its link down past --outage-grace) "
+    parser.add_argument("--jupyter-kernel-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
+                        help="how long a Jupyter kernel whose notebook is gone (its link down past --outage-grace) "
                              f"lives on before it is killed; each kernel is told at start (default "
                              f"{DEFAULT_ORPHAN_GRACE_S:g})")
+    # the former names, still taken
+    parser.add_argument("--kernel-python", dest="jupyter_kernel_python", help=argparse.SUPPRESS)
+    parser.add_argument("--max-kernels", type=_positive_int, dest="max_jupyter_kernels", help=argparse.SUPPRESS)
+    parser.add_argument("--kernel-grace", type=float, dest="jupyter_kernel_grace", help=argparse.SUPPRESS)
     parser.add_argument("--outage-grace", type=float, default=DEFAULT_OUTAGE_GRACE_S, metavar="SECONDS",
                         help="how long a notebook or worker whose link went down (a dropped Wi-Fi, a tunnel "
                              "restarting) is waited for, its jobs and session kept, before it is taken for gone; "
@@ -284,8 +289,8 @@ class LocalHub(ServedHub):
     def local_worker(self, name: str, options: ExecutorOptions, max_sessions: int,
                      placement: dict[str, Any] | None = None, **kernel_options: Any) -> Supervisor:
         """The worker in this process, dialing the hub in-process (no TCP, no encryption, no copies);
-        ``kernel_options``: the Supervisor's ``jupyter_kernels``, ``kernel_python``, ``kernel_grace_s`` and
-        ``max_kernels``."""
+        ``kernel_options``: the Supervisor's ``jupyter_kernels``, ``jupyter_kernel_python``,
+        ``jupyter_kernel_grace_s`` and ``max_jupyter_kernels``."""
         from .supervisor import Supervisor
 
         token = self.keys.token(Role.WORKER, self.hub.local_endpoint)
@@ -346,8 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     options = ExecutorOptions(args.gpu, args.adapter, args.backend, args.max_memory or _default_memory_limit(),
                               gpu_memory_bytes=args.gpu_memory)
     placement = {"labels": dict(args.label), "on_battery": args.on_battery, "min_battery": args.min_battery}
-    kernel_options = {"jupyter_kernels": args.jupyter_kernels == "on", "kernel_python": args.kernel_python,
-                      "kernel_grace_s": args.kernel_grace, "max_kernels": args.max_kernels}
+    kernel_options = {"jupyter_kernels": args.jupyter_kernels == "on",
+                      "jupyter_kernel_python": args.jupyter_kernel_python,
+                      "jupyter_kernel_grace_s": args.jupyter_kernel_grace,
+                      "max_jupyter_kernels": args.max_jupyter_kernels}
     local: LocalHub | None = None
     supervisor: Supervisor | None = None
     advertisement: LanAdvertisement | None = None

@@ -15,7 +15,7 @@ Everything runs on one thread of its own (``KernelHost``): the hub connection's 
 messages over an inproc socket, and it sends to the hub with the connection's thread-safe ``send``.
 A kernel that exits (shut down, killed, a segfault, ``os._exit``) is reported as KERNEL_DIED with its
 exit code, whatever it started is killed (also what left its process group: ``descendants``), and the
-worker carries on. A kernel beyond --max-kernels is refused; over --max-memory (all kernels together,
+worker carries on. A kernel beyond --max-jupyter-kernels is refused; over --max-memory (all kernels together,
 with what they started), the largest is killed.
 """
 
@@ -96,7 +96,7 @@ class KernelHost:
         self.python = python
         self.enabled = enabled
         self.orphan_grace_s = orphan_grace_s
-        self.max_kernels = max_kernels  # --max-kernels: a start beyond it is refused
+        self.max_kernels = max_kernels  # --max-jupyter-kernels: a start beyond it is refused
         self.max_memory_bytes = max_memory_bytes  # --max-memory: all kernels together, all they started included
         self._started = 0
         self._next_memory_check = 0.0
@@ -231,7 +231,7 @@ class KernelHost:
         if self.max_kernels is not None and len(self._kernels) >= self.max_kernels:
             self._died(kernel_id, None, f"worker {self._worker_name()!r} runs {len(self._kernels)} kernel(s) "
                        f"already, the most it allows: shut one down, or start that remote-worker with a larger "
-                       f"--max-kernels (now {self.max_kernels})")
+                       f"--max-jupyter-kernels (now {self.max_kernels})")
             return
         # Owner-only (the key is inside), and named after this worker: removed if it is killed (executor_processes.py).
         folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-kernel-"))

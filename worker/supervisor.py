@@ -102,8 +102,9 @@ class Supervisor:
     def __init__(self, token: Token, name: str, options: ExecutorOptions, connect_timeout: float = 10.0,
                  context: zmq.Context[Any] | None = None, max_sessions: int = DEFAULT_MAX_SESSIONS,
                  placement: Mapping[str, Any] | None = None, jupyter_kernels: bool = True,
-                 kernel_python: str | None = None, kernel_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
-                 max_kernels: int | None = None) -> None:
+                 jupyter_kernel_python: str | None = None,
+                 jupyter_kernel_grace_s: float = DEFAULT_ORPHAN_GRACE_S,
+                 max_jupyter_kernels: int | None = None) -> None:
         if token.role is not Role.WORKER:
             raise ConnectionFailed("this is a client token (rmc1.…); a worker joins with the worker token "
                                    "(rmw1.…) that `remote-worker token --worker` prints on the hub's machine")
@@ -119,8 +120,9 @@ class Supervisor:
         self._context = context or zmq.Context()
         self._link = ExecutorLink(self._context, options)
         self.sessions = Sessions(self._link, max_sessions)
-        self.jupyter_kernels = KernelHost(self._context, lambda: self.name, kernel_python or sys.executable,
-                                          jupyter_kernels, kernel_grace_s, max_kernels, options.max_memory_bytes)
+        self.jupyter_kernels = KernelHost(self._context, lambda: self.name, jupyter_kernel_python or sys.executable,
+                                          jupyter_kernels, jupyter_kernel_grace_s, max_jupyter_kernels,
+                                          options.max_memory_bytes)
         self._connection: Connection | None = None
         self._batches = StreamBatches(self._send_frames)  # the running job's output, short writes together
         self.welcome: Message | None = None

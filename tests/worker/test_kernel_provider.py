@@ -394,7 +394,8 @@ def test_kernels_run_in_the_python_the_worker_names(tmp_path: Path) -> None:
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\nREMOTE_MAGIC_TEST_PYTHON=wrapped exec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
-    named = start_worker(tmp_path / "named", "--listen", "127.0.0.1:0", "--gpu", "off", "--kernel-python", str(python))
+    named = start_worker(tmp_path / "named", "--listen", "127.0.0.1:0", "--gpu", "off",
+                         "--jupyter-kernel-python", str(python))
     try:
         install("remote-magic-named", "--token-file", str(named.token_file))
         km, kc = _start("remote-magic-named")
@@ -419,7 +420,7 @@ def test_a_short_network_drop_loses_no_output_and_a_long_one_ends_the_kernel_say
 
     tunnel = Relay()
     remote = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25", "--outage-grace", "1", "--kernel-grace", "2", "-v")
+                          "--heartbeat-interval", "0.25", "--outage-grace", "1", "--jupyter-kernel-grace", "2", "-v")
     try:
         tunnel.target = listening_port(remote.process.pid)
         install("remote-magic-far", "--token-file", str(remote.token_file))

@@ -35,7 +35,7 @@ HOG = "import time; x = bytes(range(256)) * (1 << 21); time.sleep(600)"
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """A worker with credentials in its environment, at most one kernel and 300 MiB for jobs and kernels."""
     w = start_worker(tmp_path_factory.mktemp("guarded"), "--listen", "127.0.0.1:0", "--gpu", "off",
-                     "--max-memory", "300M", "--max-kernels", "1", "--name", "guarded", env=SECRETS)
+                     "--max-memory", "300M", "--max-jupyter-kernels", "1", "--name", "guarded", env=SECRETS)
     yield w
     w.stop()
 
@@ -179,7 +179,7 @@ def test_max_kernels_refuses_one_more_saying_how_many_run_and_what_raises_it(ker
     km, kc = _start(kernelspec)
     try:
         second = KernelManager(kernel_name=kernelspec)
-        with pytest.raises(remote_magic.KernelError, match=r"runs 1 kernel\(s\) already.*larger --max-kernels"):
+        with pytest.raises(remote_magic.KernelError, match=r"runs 1 kernel\(s\) already.*larger --max-jupyter-kernels"):
             second.start_kernel()
         assert not second.has_kernel
     finally:
