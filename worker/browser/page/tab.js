@@ -212,8 +212,8 @@ let kernels = 0;       // kernels compiled on this tab's device, in all
 let compiling = null;  // the kernel being compiled now, in words
 const kernelOf = new WeakMap();   // shader module -> its kernel, in words
 let jobsRun = 0;
-let job = null;        // the job the tab's worker runs: {id, number, since, batches, kernels, failure}
-let lastJob = null;    // the last one that ended, with when
+let job = null;        // the job the tab's worker runs: {id, number, since, batches, kernelsBefore, failure}
+let lastJob = null;    // the last one that ended, with its kernels and when it ended
 
 function onJob(id) {   // the worker says which job it runs now (null: none)
   if (job && job.id === id) return;
@@ -245,16 +245,21 @@ function describeWork() {
 
 // -- keeping the screen on while joined (a phone whose screen locks puts the tab in the background) --
 let wakeLock = null;
+let askingForWakeLock = false;
 
 async function keepAwake() {
-  if (!joinedAs || document.visibilityState !== "visible" || (wakeLock && !wakeLock.released)) return;
+  if (!joinedAs || document.visibilityState !== "visible" || askingForWakeLock || (wakeLock && !wakeLock.released)) {
+    return;
+  }
   if (!("wakeLock" in navigator)) {
     show("awake", "This browser can't keep the screen on (it has no Screen Wake Lock): set the screen to stay " +
                   "on (auto-lock: never) while this tab works, or it leaves the fleet when the screen locks.");
     return;
   }
+  askingForWakeLock = true;
   try {
     const lock = await navigator.wakeLock.request("screen");
+    if (!joinedAs) { lock.release().catch(() => {}); return; }   // left the fleet while the browser decided
     wakeLock = lock;
     show("awake", "Keeping the screen on while this tab is in the fleet.");
     lock.addEventListener("release", () => {
@@ -262,8 +267,12 @@ async function keepAwake() {
                                                        "again when this tab is shown.");
     });
   } catch (exc) {
-    show("awake", `The browser refused to keep the screen on (${exc.name}: ${exc.message}): set the screen to ` +
-                  "stay on (auto-lock: never) while this tab works, or it leaves the fleet when the screen locks.");
+    if (joinedAs) {
+      show("awake", `The browser refused to keep the screen on (${exc.name}: ${exc.message}): set the screen to ` +
+                    "stay on (auto-lock: never) while this tab works, or it leaves the fleet when the screen locks.");
+    }
+  } finally {
+    askingForWakeLock = false;
   }
 }
 
@@ -330,6 +339,7 @@ function closed(event) {
   clearInterval(alive);
   joinedAs = null;
   if (job) onJob(null);
+  describeWork();
   letSleep();
   if (event.code >= 4400 && event.code < 4500) {   // refused: retrying won't help
     refused = true;
