@@ -4,6 +4,7 @@ service can't be reached from the test machines), and the port a remote-worker p
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from typing import Any, Coroutine
 
@@ -100,9 +101,22 @@ class Relay:
 
 
 def listening_port(pid: int) -> int:
-    """The one TCP port a remote-worker process listens on: its hub's."""
+    """The TCP port a remote-worker process's hub listens on (the other one it listens on serves the notebook
+    side's wheel over HTTP: worker/own_wheel.py)."""
     process = psutil.Process(pid)
     connections = process.net_connections("tcp") if hasattr(process, "net_connections") else process.connections("tcp")
     ports = {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
-    assert len(ports) == 1, f"expected the hub's port alone, found {ports}"
-    return ports.pop()
+    hubs = {port for port in ports if not _answers_http(port)}
+    assert len(hubs) == 1, f"expected the hub's port and the wheel's, found {ports}"
+    return hubs.pop()
+
+
+def _answers_http(port: int) -> bool:
+    # The hub's ZeroMQ socket sends its greeting (0xFF...) at once and drops a peer that isn't ZMTP; the wheel
+    # server answers the request.
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as probe:
+        try:
+            probe.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+            return probe.recv(5) == b"HTTP/"
+        except ConnectionError:  # ZeroMQ reset it
+            return False
