@@ -46,6 +46,7 @@ PACKAGES = ("remote_magic", "remote_magic.worker", "remote_magic.shaders", "remo
 SHIPPED_SUFFIXES = (".py", ".wgsl", ".html", ".js")
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the same files give the same bytes, so the same hash
 WHEEL_TAG = "py3-none-any"
+STOP_POLL_S = 0.1  # how often the server looks whether it is asked to stop: remote-worker stops this fast
 PACK_TIMEOUT_S = 60.0  # a request waits this long for the packing (a fraction of a second as a rule)
 
 
@@ -136,8 +137,8 @@ class WheelServer:
         self._server = ThreadingHTTPServer((host, port), _handler_for(wheel))
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="remote-magic-own-wheel",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(STOP_POLL_S,),
+                                        name="remote-magic-own-wheel", daemon=True)
         self._thread.start()
         log.info("serving the notebook side's wheel on %s:%d", host, self.port)
 
