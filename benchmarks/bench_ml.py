@@ -17,8 +17,9 @@ Columns (median seconds of a warm step, the steps interleaved round by round):
 * **tinygrad, worker's GPU**: tinygrad's ``WEBGPU`` device as an offloaded cell gets it
   (``worker/gpu/tinygrad_device.py`` on the wgpu adapter remote-worker would choose), the step under
   ``TinyJit``. Its first step (code generation and compiles included) is reported apart, each in a new
-  process as a new executor runs it: with nothing saved, and with the programs an earlier process saved
-  (``ProgramCache``: what a worker's next executor finds).
+  process as a new executor runs it (``DEV=WEBGPU``): with nothing saved; with the programs and schedules an
+  earlier process saved (``ProgramCache``: what a worker's next executor finds); and with its programs only
+  (the schedules left out, as before they were saved too). The last two interleaved, the faster of two each.
 * **tinygrad, CPU**: tinygrad's own CPU device (clang), the same jitted step.
 * **PyTorch, CPU**: the same model in eager PyTorch on the host's cores.
 * **numpy**: the MLP's forward, backward and Adam written out in numpy (the other two have no numpy column).
@@ -303,22 +304,29 @@ def measure_matmuls(device: Any, repeat: int, budget_s: float) -> str:
 
 
 # -- the table ---------------------------------------------------------------------------------------
-def first_step_in_a_new_process(name: str, home: str) -> float:
+def first_step_in_a_new_process(name: str, home: str, *, schedules: bool = True) -> float:
     """Seconds of the first step of ``name`` on the worker's GPU in a new process whose saved programs are in
-    ``home`` (``REMOTE_MAGIC_HOME``); it saves what it generated there."""
-    run = subprocess.run([sys.executable, __file__, "--first-step", name], capture_output=True, text=True,
-                         env={**os.environ, "REMOTE_MAGIC_HOME": home}, check=True, timeout=600)
+    ``home`` (``REMOTE_MAGIC_HOME``); it saves what it generated there. ``schedules``: False to leave out the
+    schedules saved there (only the programs are used, as before they were saved too)."""
+    run = subprocess.run([sys.executable, __file__, "--first-step", name, *([] if schedules else ["--no-schedules"])],
+                         capture_output=True, text=True, env={**os.environ, "REMOTE_MAGIC_HOME": home}, check=True,
+                         timeout=600)
     return float(run.stdout.split()[-1])
 
 
-def first_step(name: str) -> None:
+def first_step(name: str, schedules: bool) -> None:
     """(In the process :func:`first_step_in_a_new_process` starts.) Prints the seconds, saves the programs."""
-    from tinygrad import Device
-
     device = open_device()
-    tinygrad_hook.install(lambda: device, default=False)
+    tinygrad_hook.install(lambda: device, default=True)  # (DEV=WEBGPU, as in a worker's executor: before tinygrad)
+    from tinygrad import Device
+    from tinygrad.schedule import schedule_cache
+
+    webgpu = Device[tinygrad_hook.DEVICE_NAME]
+    if not schedules:
+        schedule_cache.clear()
     _, seconds = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
-    Device[tinygrad_hook.DEVICE_NAME].programs.save()
+    if schedules:
+        webgpu.programs.save()
     print(seconds)
 
 
@@ -346,7 +354,12 @@ def steps_in_a_tab(name: str, repeat: int) -> dict[str, Any]:
 def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], dict[str, float]]:
     """Warm medians by column, and first-step seconds (new processes on the worker's GPU; tinygrad's CPU)."""
     with tempfile.TemporaryDirectory() as home:
-        first = {"new": first_step_in_a_new_process(name, home), "saved": first_step_in_a_new_process(name, home)}
+        first = {"new": first_step_in_a_new_process(name, home)}
+        saved, programs_only = [], []
+        for _ in range(2):  # interleaved: with the programs and schedules saved, and with the programs only
+            saved.append(first_step_in_a_new_process(name, home))
+            programs_only.append(first_step_in_a_new_process(name, home, schedules=False))
+        first.update(saved=min(saved), programs_only=min(programs_only))
     gpu_step, _ = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
     cpu_step, first["CPU"] = tinygrad_step(name, "CPU")
     gpu_loss, cpu_loss = gpu_step(), cpu_step()
@@ -395,10 +408,11 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
         cells = [f"{medians[c] * 1000:.1f}" if c in medians else "—" for c in columns]
         ratio = medians["tinygrad, worker's GPU"] / medians["PyTorch, CPU"]
         lines.append(f"| {TITLES[name]} | " + " | ".join(cells) + f" | {ratio:.2f} |")
-    lines += ["", "| first step, s | worker's GPU, new executor | worker's GPU, new executor, programs saved before "
-              "| tinygrad, CPU |", "| --- | ---: | ---: | ---: |"]
+    lines += ["", "| first step, s | worker's GPU, new executor | worker's GPU, new executor, programs and schedules "
+              "saved before | the same, programs only | tinygrad, CPU |", "| --- | ---: | ---: | ---: | ---: |"]
     for name, (_, first) in results.items():
-        lines.append(f"| {TITLES[name]} | {first['new']:.2f} | {first['saved']:.2f} | {first['CPU']:.2f} |")
+        lines.append(f"| {TITLES[name]} | {first['new']:.2f} | {first['saved']:.2f} | {first['programs_only']:.2f} | "
+                     f"{first['CPU']:.2f} |")
     if tabs:
         tab_adapter = next(iter(tabs.values()))["adapter"]
         lines += ["", f"| tinygrad in a browser tab (headless Chromium's WebGPU: {tab_adapter}) beside wgpu-py, warm "
@@ -421,10 +435,11 @@ def main() -> None:
     parser.add_argument("--matmuls-only", action="store_true",
                         help="only the models' matrix products: tinygrad's kernel beside this project's matmul")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
+    parser.add_argument("--no-schedules", action="store_true", help=argparse.SUPPRESS)  # (its saved programs only)
     parser.add_argument("--tab-steps", metavar="MODEL", help=argparse.SUPPRESS)  # (steps in a tab, in a new process)
     args = parser.parse_args()
     if args.first_step:
-        return first_step(args.first_step)
+        return first_step(args.first_step, not args.no_schedules)
     if args.tab_steps:
         return print(json.dumps(steps_in_a_tab(args.tab_steps, args.repeat)))
     os.environ["REMOTE_MAGIC_HOME"] = tempfile.mkdtemp()  # no programs saved by an earlier run

@@ -102,20 +102,60 @@ def test_a_model_trains_on_the_workers_gpu_and_its_weights_stay_there(ip: Intera
     np.testing.assert_array_equal(ip.user_ns["same"], predicted)
 
 
-def test_a_new_executor_finds_the_programs_an_earlier_one_generated(ip: InteractiveShell) -> None:
+def test_a_new_executor_finds_the_programs_and_schedules_an_earlier_one_generated(ip: InteractiveShell) -> None:
     rng = np.random.default_rng(3)
     ip.user_ns.update(features=rng.standard_normal((64, 4), dtype=np.float32),
                       targets=rng.standard_normal((64, 1), dtype=np.float32), steps=3)
-    count = "from tinygrad.codegen import to_program_cache\nprograms = len(to_program_cache)"
+    count = ("from tinygrad.codegen import to_program_cache\nfrom tinygrad.schedule import schedule_cache\n"
+             "programs, schedules = len(to_program_cache), len(schedule_cache)\n"
+             "del to_program_cache, schedule_cache")  # (a schedule's buffers don't leave the worker)
     _run(ip, "%%offload\n" + MODEL + TRAIN + count)
-    generated = ip.user_ns["programs"]
+    generated, scheduled, first_losses = ip.user_ns["programs"], ip.user_ns["schedules"], ip.user_ns["losses"]
     _run(ip, "%offload_reset")  # a new interpreter: a new executor process (the old one's tensors are gone)
     for name in [name for name, value in ip.user_ns.items() if isinstance(value, RemoteValue)]:
         del ip.user_ns[name]
-    _run(ip, "%%offload\nfrom tinygrad import Device\nDevice['WEBGPU']\n" + count)
+    _run(ip, "%%offload\nfrom tinygrad import Device\nheld = len(Device['WEBGPU'].allocator.held)\n" + count)
     assert ip.user_ns["programs"] >= generated > 0  # loaded as the device opened, before any kernel ran
+    assert ip.user_ns["schedules"] >= scheduled > 0
+    assert ip.user_ns["held"] == 0  # (the schedules came without the buffers they were last run on)
     _run(ip, "%%offload\n" + MODEL + TRAIN + count)
-    assert ip.user_ns["programs"] == generated  # the same model: not one program generated anew
+    # the same model: not one program generated anew, not one schedule made anew, and the same losses
+    assert (ip.user_ns["programs"], ip.user_ns["schedules"]) == (generated, scheduled)
+    assert ip.user_ns["losses"] == first_losses
+
+
+def test_a_saved_schedule_leaves_the_buffers_it_ran_on_behind(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """tinygrad keeps one ``BUFFER`` placeholder per slot of a schedule, and one may stand for a realized buffer in
+    the process that saves it (a jitted GPT-2 block's did: 9 MB of weights in the file): the file keeps the
+    placeholder only. (In this process, on tinygrad's pure-Python device: no GPU, no compiler.)"""
+    import gc
+
+    from tinygrad import Tensor
+    from tinygrad.schedule import schedule_cache
+    from tinygrad.uop import Ops
+    from tinygrad.uop.ops import UOp
+
+    from remote_magic.worker.gpu.tinygrad_programs import ProgramCache
+
+    monkeypatch.setenv("REMOTE_MAGIC_HOME", str(tmp_path))
+    weights = np.arange(4096, dtype=np.float32) + 0.5
+    held = Tensor(weights, device="PYTHON").realize()
+    placeholder = held.uop.buf_uop
+    assert placeholder.op is Ops.BUFFER and placeholder.realized is not None
+    programs = ProgramCache("an adapter of this test", type("Renderer", (), {}))
+    schedule_cache[b"this test's schedule"] = UOp(Ops.LINEAR, src=(placeholder,))
+    try:
+        programs.save()
+        del schedule_cache[b"this test's schedule"], held, placeholder
+        gc.collect()
+        saved = programs.path.read_bytes()
+        assert weights.tobytes()[:64] not in saved and len(saved) < weights.nbytes
+        programs.load()
+        (loaded,) = schedule_cache[b"this test's schedule"].src
+        assert loaded.op is Ops.BUFFER and loaded.realized is None and loaded.dtype.itemsize == 4
+    finally:
+        schedule_cache.pop(b"this test's schedule", None)
 
 
 def test_a_jitted_step_made_in_one_cell_runs_in_the_next(ip: InteractiveShell) -> None:
