@@ -70,7 +70,7 @@ _ANSWER = Record({
 _CONTROL: dict[str, Record] = {
     "hello": Record({"type": Text(16), "secret": Text(MAX_SECRET_CHARS), "name": Text(MAX_NAME_CHARS),
                      "adapter": Object(), "limits": Object()}, ("secret",)),
-    "alive": Record({"type": Text(16), "done": Integer(0)}),
+    "alive": Record({"type": Text(16), "done": Integer(0), "compiling": Flag()}),
     "lost": Record({"type": Text(16), "reason": Text(MAX_REASON_CHARS)}),
 }
 

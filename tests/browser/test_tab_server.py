@@ -23,6 +23,8 @@ from remote_magic.worker.browser.server import MAX_TABS, TabServer
 
 STALL_S = 1.0
 """The watchdog's bound on a tab without progress, short for these tests (20 s in use)."""
+COMPILE_STALL_S = 3.0
+"""... and on a tab that says it is compiling a kernel (180 s in use)."""
 
 SERVER_LOG = "remote_magic.worker.browser.server"
 
@@ -37,7 +39,7 @@ def left(bridge: TabBridge, joined: str) -> None:
 
 @pytest.fixture
 def server() -> Iterator[TabServer]:
-    made = TabServer("127.0.0.1", 0, joined_as, left, stall_s=STALL_S)
+    made = TabServer("127.0.0.1", 0, joined_as, left, stall_s=STALL_S, compile_stall_s=COMPILE_STALL_S)
     made.start()
     yield made
     made.close()
@@ -129,13 +131,15 @@ async def _one_batch_owed(server: TabServer, tabs: Tabs, name: str, context: zmq
     return socket, executor
 
 
-async def _say_alive(socket: aiohttp.ClientWebSocketResponse, progress: bool, until: float) -> None:
+async def _say_alive(socket: aiohttp.ClientWebSocketResponse, progress: bool, until: float,
+                     compiling: bool = False) -> None:
     """What a tab says every so often (tab.js: every second) until ``until`` (monotonic) or its socket closes:
-    that it is alive, with how many calls it has run (more each time with ``progress``)."""
+    that it is alive, with how many calls it has run (more each time with ``progress``), and whether it is
+    compiling a kernel."""
     done = 0
     while time.monotonic() < until and not socket.closed:
         done += progress
-        await socket.send_str(json.dumps({"type": "alive", "done": done}))
+        await socket.send_str(json.dumps({"type": "alive", "done": done, "compiling": compiling}))
         await asyncio.sleep(0.2)  # the tab's own period, as tab.js's timer
 
 
@@ -163,6 +167,30 @@ def test_a_tab_that_says_it_is_alive_but_makes_no_progress_is_closed_and_its_bat
     assert STALL_S - 0.2 < seen["failed_after"] < STALL_S + 3, seen["failed_after"]
     assert seen["closed"] == (aiohttp.WSCloseCode.GOING_AWAY, "is stuck")  # what the page shows
     wait_until(lambda: "stuck" not in server.tabs, 10, "the stuck tab to leave")
+
+
+def test_a_tab_compiling_a_kernel_has_longer_than_the_stall_bound_but_not_for_ever(server: TabServer) -> None:
+    """A phone's driver may take far longer to compile one kernel than 20 s without progress allows."""
+    async def scenario() -> dict[str, Any]:
+        context = zmq.asyncio.Context()
+        try:
+            async with aiohttp.ClientSession() as client:
+                socket, executor = await _one_batch_owed(server, Tabs(server, client), "compiling", context)
+                owed_at = time.monotonic()
+                chatter = asyncio.ensure_future(_say_alive(socket, False, owed_at + 30, compiling=True))
+                reply = tab.decode(await asyncio.wait_for(executor.recv(), 20))[0]
+                failed_after = time.monotonic() - owed_at
+                await closing(socket)
+                await chatter
+                executor.close()
+                return {"reply": reply, "failed_after": failed_after}
+        finally:
+            context.destroy(linger=0)
+
+    seen = asyncio.run(scenario())
+    assert seen["reply"] == {"error": {"message": f"the browser tab 'compiling' is stuck: it says it is alive, but "
+                                                  f"has compiled one kernel for {COMPILE_STALL_S:g} s", "lost": True}}
+    assert COMPILE_STALL_S - 0.2 < seen["failed_after"] < COMPILE_STALL_S + 3, seen["failed_after"]
 
 
 def test_a_tab_that_makes_progress_keeps_its_batch_alive_past_the_stall_bound(server: TabServer) -> None:

@@ -51,6 +51,8 @@ class TabBridge:
         self.progressed_at = time.monotonic()
         """When the tab last answered a batch or ran a call of one (its ``alive`` says how many it has run)."""
         self._done = 0
+        self.compiling = False
+        """The tab said it is compiling a kernel (creating a pipeline), which may take far longer than a call."""
         self._relay: asyncio.Future[None] | None = None
 
     @property
@@ -102,9 +104,10 @@ class TabBridge:
         self.progressed_at = time.monotonic()
         await self._answer(routing_id, data[SEQUENCE.size:])
 
-    def heard(self, done: int | None = None) -> None:
-        """The tab said it is alive, having run ``done`` calls in all."""
+    def heard(self, done: int | None = None, compiling: bool = False) -> None:
+        """The tab said it is alive, having run ``done`` calls in all, and whether it is compiling a kernel."""
         self.last_heard = time.monotonic()
+        self.compiling = compiling
         if done is not None and done > self._done:
             self._done, self.progressed_at = done, self.last_heard
 

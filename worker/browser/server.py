@@ -51,6 +51,8 @@ SILENCE_S = 5.0
 every second)."""
 STALL_S = 20.0
 """A tab that owes an answer and says it is alive, but has run no call of its batches for this long, is stuck."""
+COMPILE_STALL_S = 180.0
+"""... or for this long while it says it is compiling a kernel: a phone's GPU driver may take a minute for one."""
 WATCH_INTERVAL_S = 0.5
 MAX_NAME = 40
 MAX_TABS = 16
@@ -82,13 +84,15 @@ class TabServer:
     def __init__(self, host: str, port: int, on_join: Callable[[TabBridge], Any],
                  on_leave: Callable[[TabBridge, Any], None], *, tls: ssl.SSLContext | None = None,
                  job_of: Callable[[Any], str | None] | None = None,
-                 silence_s: float = SILENCE_S, stall_s: float = STALL_S) -> None:
+                 silence_s: float = SILENCE_S, stall_s: float = STALL_S,
+                 compile_stall_s: float = COMPILE_STALL_S) -> None:
         self.host = host
         self.port = port
         self.secret = secrets.token_urlsafe(24)
         self.tls = tls
         self.silence_s = silence_s
         self.stall_s = stall_s
+        self.compile_stall_s = compile_stall_s
         self._folder = tempfile.TemporaryDirectory(prefix="remote-magic-tabs-")  # the bridges' sockets, ours only
         self._on_join = on_join
         self._on_leave = on_leave
@@ -250,7 +254,7 @@ class TabServer:
                     await socket.close(code=REFUSED_MESSAGE, message=b"malformed message")
                     return f"{tab} sent a malformed message ({exc}) and was disconnected"
                 if control["type"] == "alive":
-                    bridge.heard(control.get("done"))
+                    bridge.heard(control.get("done"), compiling=bool(control.get("compiling")))
                 elif control["type"] == "lost":
                     self._refusals.warning(bridge.name, "%s lost a GPU device: %s", tab, control.get("reason"))
                 else:
@@ -283,7 +287,10 @@ class TabServer:
                 continue
             if now - bridge.last_heard > self.silence_s:
                 said, why = "stopped answering", f"stopped answering (nothing for {self.silence_s:g} s)"
-            elif now - bridge.progressed_at > self.stall_s:
+            elif bridge.compiling and now - bridge.progressed_at > self.compile_stall_s:
+                said = "is stuck"
+                why = f"is stuck: it says it is alive, but has compiled one kernel for {self.compile_stall_s:g} s"
+            elif not bridge.compiling and now - bridge.progressed_at > self.stall_s:
                 said = "is stuck"
                 why = f"is stuck: it says it is alive, but ran nothing of its work for {self.stall_s:g} s"
             else:

@@ -312,7 +312,7 @@ function open(scheme, ticket) {
   socket = new WebSocket(`${scheme}://${location.host}/ws?ticket=${encodeURIComponent(ticket)}`);
   socket.binaryType = "arraybuffer";
   socket.onopen = () => {
-    alive = setInterval(() => send({ type: "alive", done: callsDone }), ALIVE_INTERVAL_MS);
+    alive = setInterval(() => send({ type: "alive", done: callsDone, compiling: compiling !== null }), ALIVE_INTERVAL_MS);
   };
   socket.onmessage = event => {
     if (typeof event.data === "string") {
