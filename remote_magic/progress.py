@@ -139,6 +139,17 @@ def _shows_elapsed() -> bool:
         return False
 
 
+_crossing: dict[tuple[int, str], tuple[str, str, int, int]] = {}
+_crossing_lock = threading.Lock()
+
+
+def crossing() -> list[tuple[str, str, int, int]]:
+    """The large messages of the jobs this process waits for that are crossing now: each one's worker
+    ("" while it goes to the hub), its direction (``up``, ``down``), bytes across and bytes in all."""
+    with _crossing_lock:
+        return list(_crossing.values())
+
+
 class Bars:
     """The bars of the jobs being waited for; use as a context manager."""
 
@@ -151,6 +162,11 @@ class Bars:
         worker's name ("" until it started); clear the bars of transfers that are across."""
         for state, worker in jobs:
             for way, (done, total) in state.snapshot().items():
+                with _crossing_lock:
+                    if done < total:
+                        _crossing[(id(state), way)] = (worker, way, done, total)
+                    else:
+                        _crossing.pop((id(state), way), None)
                 bar = self._bar(state, way, done < total, total=total, unit="B", unit_scale=True)
                 if bar is not None and not bar.disable:
                     bar.update(done - bar.n)
@@ -178,5 +194,7 @@ class Bars:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for bar in self._bars.values():
+        for (state, way), bar in self._bars.items():
+            with _crossing_lock:
+                _crossing.pop((state, way), None)
             bar.close()

@@ -139,6 +139,8 @@ def describe(worker: Peer) -> dict[str, Any]:
         "state": "busy" if worker.job else "idle",
         "reachable": not worker.out_of_reach,
         "job": worker.job.id if worker.job else None,
+        "job_summary": worker.job.summary if worker.job else None,  # its code's first line, or its kind
+        "running_s": round(running_s, 1),
         "jobs_done": worker.jobs_done,
         "stats": worker.stats,
         "battery": placement.battery(worker),

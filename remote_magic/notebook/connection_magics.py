@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .. import progress
 from ..engine import HUB_SCHEME, parse
 from ..errors import EngineError, NoSuchWorker, TokenError
 from ..wire.addresses import check_endpoint, parse_host_port
@@ -20,6 +21,7 @@ from .arguments import worker_option
 from .connection import MagicsGroup
 from .notices import describe_connection, describe_reset, notice
 from .tables import WorkersTable
+from .workers_view import ASK_TIMEOUT_S, WorkersView
 
 
 @magics_class
@@ -122,13 +124,33 @@ class ConnectionMagics(MagicsGroup):
         """Disconnect from the hub; running jobs are cancelled. A hub this kernel serves stops."""
         self.connection.disconnect()
 
+    @magic_arguments()
+    @argument("--all", action="store_true", help="every column, as a wide table")
     @line_magic
-    def offload_workers(self, line: str) -> WorkersTable:
-        """The fleet as a table: name, host, platform, Python, CPUs (and measured speed), memory, GPU, power
-        (battery and whether it takes jobs), state, work done (jobs, busy and GPU seconds, bytes in and
-        out), the sessions each keeps (how many, their memory, and this notebook's), and labels."""
+    def offload_workers(self, line: str) -> WorkersView | WorkersTable:
+        """The fleet in a notebook's width: per worker its name, state, what it runs now (for how long, and
+        the job's first line), its GPU in short (adapter, and discrete, integrated or software), and data in
+        and out (or this notebook's large message crossing now). In a notebook the view refreshes every
+        second while connected, until a newer one is shown; its ``.workers`` holds the hub's dicts.
+
+        With --all, the fleet as a table: name, host, platform, Python, CPUs (and measured speed), memory,
+        GPU, power (battery and whether it takes jobs), state, work done (jobs, busy and GPU seconds, bytes
+        in and out), the sessions each keeps (how many, their memory, and this notebook's), and labels.
+
+        Usage: %offload_workers [--all]
+        """
+        args = parse_argstring(self.offload_workers, line)
         client = self.connection.connected()
-        return WorkersTable(client.workers(), client.hub_cache, client.traffic())
+        if args.all:
+            return WorkersTable(client.workers(), client.hub_cache, client.traffic())
+
+        def now() -> WorkersView | None:
+            if self.connection.client is not client:  # disconnected, or connected elsewhere since
+                return None
+            return WorkersView(client.workers(ASK_TIMEOUT_S), client.hub_cache, client.traffic(),
+                               progress.crossing(), refresh=now)
+
+        return WorkersView(client.workers(), client.hub_cache, client.traffic(), progress.crossing(), refresh=now)
 
     @magic_arguments()
     @worker_option("reset this notebook's session only on")

@@ -1,4 +1,5 @@
-"""The fleet as a table: plain text in a terminal, HTML in a notebook."""
+"""The fleet as a table with every column (``%offload_workers --all``): plain text in a terminal, HTML in a
+notebook. The compact, live view ``%offload_workers`` shows is ``workers_view.py``."""
 
 from __future__ import annotations
 
@@ -107,8 +108,27 @@ def rows(workers: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     ) for w in workers]
 
 
+def notes(hub_cache: dict[str, int], traffic: LinkTraffic | None) -> list[str]:
+    """Below a fleet's table: this notebook's bytes over its connection, and what the hub keeps of its values."""
+    found = []
+    if traffic is not None:
+        sent, received, budget = traffic
+        left = f", {human_size(max(0, budget - sent - received))} left of its {human_size(budget)} budget" \
+            if budget is not None else ""
+        found.append(f"This notebook sent {human_size(sent)} and received {human_size(received)}{left}.")
+    if hub_cache.get("max_bytes"):
+        kept, most = human_size(hub_cache.get("bytes", 0)), human_size(hub_cache["max_bytes"])
+        found.append(f"The hub keeps {kept} of this notebook's large values (at most {most}): sent again, they "
+                     "cross as their digest.")
+    return found
+
+
+NO_WORKERS = ("no workers connected: start `remote-worker` on a machine (or `remote-worker --join`, with "
+              "the worker token in $REMOTE_MAGIC_JOIN_TOKEN)")
+
+
 class WorkersTable:
-    """What ``%offload_workers`` shows; ``.workers`` holds the raw dicts."""
+    """What ``%offload_workers --all`` shows: every column; ``.workers`` holds the raw dicts."""
 
     def __init__(self, workers: Sequence[dict[str, Any]], hub_cache: dict[str, int] | None = None,
                  traffic: LinkTraffic | None = None) -> None:
@@ -117,23 +137,11 @@ class WorkersTable:
         self.traffic = traffic  # this notebook's bytes over its engine's link, and its budget (None: no link)
 
     def _notes(self) -> list[str]:
-        """Below the table: this notebook's bytes over its connection, and what the hub keeps of its values."""
-        notes = []
-        if self.traffic is not None:
-            sent, received, budget = self.traffic
-            left = f", {human_size(max(0, budget - sent - received))} left of its {human_size(budget)} budget" \
-                if budget is not None else ""
-            notes.append(f"This notebook sent {human_size(sent)} and received {human_size(received)}{left}.")
-        if self.hub_cache.get("max_bytes"):
-            kept, most = human_size(self.hub_cache.get("bytes", 0)), human_size(self.hub_cache["max_bytes"])
-            notes.append(f"The hub keeps {kept} of this notebook's large values (at most {most}): sent again, they "
-                         "cross as their digest.")
-        return notes
+        return notes(self.hub_cache, self.traffic)
 
     def __repr__(self) -> str:
         if not self.workers:
-            return ("no workers connected: start `remote-worker` on a machine (or `remote-worker --join`, with "
-                    "the worker token in $REMOTE_MAGIC_JOIN_TOKEN)")
+            return NO_WORKERS
         table = [COLUMNS, *rows(self.workers)]
         widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]

@@ -128,7 +128,7 @@ def test_the_printed_link_makes_a_tab_a_worker_that_runs_a_matmul_cell(hub: Work
         assert batches_run(page) >= 1  # its worker's start opened the tab's device: no work of a job
         page.evaluate(RECORD_DOING)
         with connected_shell(hub.token) as (shell, _):
-            result, out = run(shell, "%offload_workers")
+            result, out = run(shell, "%offload_workers --all")
             table = str(result.result)
             assert "phone" in table and "WebGPU in a browser tab" in table and "browser=tab" in table, table
             shell.user_ns["A"] = np.random.default_rng(1).standard_normal((96, 130), dtype=np.float32)

@@ -86,7 +86,7 @@ def test_custom_kernel_compiles_runs_and_reports_errors_with_position(ip: Intera
 def test_the_fleet_table_shows_the_adapter_and_gpu_counters(ip: InteractiveShell) -> None:
     ip.user_ns.update(A=np.ones((16, 16), np.float32), B=np.ones((16, 16), np.float32))
     assert ip.run_cell("%%offload matmul\nC = A @ B").success
-    table = ip.run_line_magic("offload_workers", "")
+    table = ip.run_line_magic("offload_workers", "--all")
     [worker] = table.workers
     assert worker["gpu"]["active"] and worker["gpu"]["adapter"]
     assert worker["gpu"]["adapter"] in repr(table)
