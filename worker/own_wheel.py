@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 
 DISTRIBUTION = "remote-magic"
 # The import packages whose folders may lie apart (an editable install maps them to a clone's top-level
-# folders); in a wheel install they are all inside remote_magic/. The house test that compares this wheel
-# with one pip builds (tests/end_to_end/test_wheel.py) catches a package missing here.
+# folders); in a wheel install they are all inside remote_magic/. tests/end_to_end/test_wheel.py compares this
+# wheel with the one pip builds, so a package missing here (or a file type below) fails there.
 PACKAGES = ("remote_magic", "remote_magic.worker", "remote_magic.shaders", "remote_magic.kernel_provider")
 # What a wheel built from pyproject.toml ships: modules and the package data it declares.
 SHIPPED_SUFFIXES = (".py", ".wgsl", ".html", ".js")
@@ -160,8 +160,11 @@ def _handler_for(packed: Future[OwnWheel]) -> type[BaseHTTPRequestHandler]:
         def _answer(self, body: bool) -> None:
             try:
                 wheel = packed.result(PACK_TIMEOUT_S)
-            except (OSError, RuntimeError, PackTimeout) as exc:
-                self.send_error(503, f"remote-worker could not pack its wheel: {exc or 'it took too long'}")
+            except PackTimeout:
+                self.send_error(503, "remote-worker is still packing its wheel: try again")
+                return
+            except Exception as exc:  # install_line() said it where remote-worker printed the notebook's lines
+                self.send_error(503, f"remote-worker could not pack its wheel: {exc}")
                 return
             found = self.path.split("?", 1)[0] == f"/{wheel.name}"
             data = wheel.data if found else (f"remote-worker serves only /{wheel.name}\n").encode()
@@ -210,14 +213,14 @@ class ServedWheel:
     def _pack(self) -> None:
         try:
             self._packed.set_result(build_own_wheel())
-        except (OSError, RuntimeError) as exc:
+        except Exception as exc:  # handed to whoever waits for the wheel: install_line() says it
             self._packed.set_exception(exc)
 
     def _cannot(self, why: str) -> None:
         self.problem = (f"the notebook side's wheel {why}. Install remote-magic {__version__} in the notebook "
                         "another way: a wheel you build in a clone of it (`pip wheel --no-deps -w dist .`) and "
                         "upload, or its git URL")
-        log.warning("%s", self.problem)
+        log.info("%s", self.problem)  # reach() says it where remote-worker prints the notebook's lines
 
     @property
     def url(self) -> str:
@@ -230,8 +233,10 @@ class ServedWheel:
         if not self.problem:
             try:
                 return f"%pip install {self.url}"
-            except (OSError, RuntimeError, PackTimeout) as exc:
-                self._cannot(f"could not be packed ({exc or 'it took too long'})")
+            except PackTimeout:
+                self._cannot(f"was not packed within {PACK_TIMEOUT_S:g} s")
+            except Exception as exc:  # what packing raised (an unreadable file, say): the worker runs on without it
+                self._cannot(f"could not be packed ({exc})")
         return ""
 
     def reach(self) -> str:
