@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             local = LocalHub(args)
             # The notebook side's wheel of this very copy, packed while the worker starts.
             wheel = ServedWheel(args.listen[0], parse_host_port(local.address.removeprefix("tcp://"))[0],
-                                local.tunnel, advertised=bool(args.advertise))
+                                advertised=bool(args.advertise))
         supervisor = make_worker(args.name, options, placement, **kernel_options)
         supervisor.start()
         if local is not None and lan is not None:
@@ -382,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.browser is not None:
             tabs = Tabs(args, TabWorkers(lambda *a: make_worker(*a, jupyter_kernels=False), options, placement), tls,
                         local.tunnel if local is not None else None)
+        if wheel is not None and local is not None and local.tunnel is not None:  # after the page's, which needs one
+            wheel.expose_through(local.tunnel)
     except (RemoteMagicError, OSError, RuntimeError) as exc:
         print(f"remote-worker: {exc}", file=sys.stderr, flush=True)
         if supervisor is not None:

@@ -188,27 +188,31 @@ class ServedWheel:
     """The wheel served beside the hub, and the ``%pip install`` line remote-worker prints for it.
 
     The wheel is packed on a thread while the worker starts; the server listens at once and answers once it
-    is packed. Without a tunnel the URL names the token's host (``hub_host``) and the server's port; with
-    ``hub_tunnel`` it is an HTTPS endpoint on the hub tunnel's ngrok session (a free account has one session
-    at a time).
+    is packed. The URL names the token's host (``hub_host``) and the server's port, or after
+    :meth:`expose_through` an HTTPS endpoint on the hub tunnel's ngrok session.
     """
 
-    def __init__(self, listen_host: str, hub_host: str, hub_tunnel: Tunnel | None = None,
-                 advertised: bool = False) -> None:
+    def __init__(self, listen_host: str, hub_host: str, advertised: bool = False) -> None:
         self._packed: Future[OwnWheel] = Future()
         threading.Thread(target=self._pack, name="remote-magic-pack-wheel", daemon=True).start()
         self.server = WheelServer(self._packed, listen_host)
         self.tunnel: Tunnel | None = None
         self.problem = ""
         self.advertised = advertised
-        if hub_tunnel is not None:
-            from remote_magic.errors import TunnelError
+        self.base = f"http://{_url_host(hub_host)}:{self.server.port}"
 
-            try:
-                self.tunnel = hub_tunnel.https_endpoint(self.server.port)
-            except TunnelError as exc:  # the hub's tunnel is open: the worker is usable without this line
-                self._cannot(f"can't be served through ngrok ({exc})")
-        self.base = self.tunnel.public_address if self.tunnel else f"http://{_url_host(hub_host)}:{self.server.port}"
+    def expose_through(self, hub_tunnel: Tunnel) -> None:
+        """Serve it through an HTTPS endpoint on the hub tunnel's ngrok session (a free account has one session
+        at a time). Where ngrok refuses one (an account allowed fewer endpoints or domains than the hub's, the
+        ``--browser`` page's and this one), :meth:`reach` says so, and the worker runs on without the line."""
+        from remote_magic.errors import TunnelError
+
+        try:
+            self.tunnel = hub_tunnel.https_endpoint(self.server.port)
+        except TunnelError as exc:
+            self._cannot(f"can't be served through ngrok ({exc})")
+        else:
+            self.base = self.tunnel.public_address
 
     def _pack(self) -> None:
         try:

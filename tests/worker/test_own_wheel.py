@@ -174,8 +174,9 @@ class _TunnelStandIn:
 
 def test_with_ngrok_the_line_names_the_tunnels_address() -> None:
     tunnel = _TunnelStandIn()
-    served = ServedWheel("127.0.0.1", "0.tcp.ngrok.io", tunnel, advertised=False)  # type: ignore[arg-type]
+    served = ServedWheel("127.0.0.1", "0.tcp.ngrok.io")
     try:
+        served.expose_through(tunnel)  # type: ignore[arg-type]
         line = INSTALL_LINE.fullmatch(served.install_line())
         assert line and line["base"] == tunnel.public_address
         assert hashlib.sha256(_download(line["url"])).hexdigest() == line["sha"]  # through the relay
@@ -190,8 +191,9 @@ def test_with_ngrok_the_line_names_the_tunnels_address() -> None:
 def test_when_ngrok_wont_open_the_https_endpoint_it_says_how_to_install_otherwise() -> None:
     """A real Tunnel whose session is gone: https_endpoint raises the TunnelError it raises for any refusal."""
     hub_tunnel = Tunnel("tcp://0.tcp.ngrok.io:12345", 5587, None, None, threading.Event())
-    served = ServedWheel("127.0.0.1", "0.tcp.ngrok.io", hub_tunnel)
+    served = ServedWheel("127.0.0.1", "0.tcp.ngrok.io")
     try:
+        served.expose_through(hub_tunnel)
         assert served.install_line() == ""
         assert served.reach().startswith("the notebook side's wheel can't be served through ngrok (the ngrok "
                                          "tunnel is closed; open a new one)")
