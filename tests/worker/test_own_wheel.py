@@ -200,3 +200,12 @@ def test_when_ngrok_wont_open_the_https_endpoint_it_says_how_to_install_otherwis
         assert "`pip wheel --no-deps -w dist .`" in served.reach()
     finally:
         served.close()
+
+
+def test_with_advertise_it_says_to_forward_the_wheels_port_too() -> None:
+    served = ServedWheel("127.0.0.1", "hub.example.net", advertised=True)
+    try:
+        assert served.install_line().startswith(f"%pip install http://hub.example.net:{served.server.port}/")
+        assert f"from port {served.server.port} of this machine: forward it too" in served.reach()
+    finally:
+        served.close()
