@@ -5,7 +5,9 @@ the worker: ``remote-worker`` packs the files it runs into a wheel, whether it w
 clone or an editable clone (the package's folders as Python finds them, with the installed distribution's
 metadata and entry points, at this version), serves it on its own port beside the hub (and through ngrok's
 HTTPS with ``--ngrok``), and prints ``%pip install URL#sha256=…`` above the token. pip checks the file
-against that hash, so the notebook gets this content or an error, never another copy.
+against that hash, so the notebook gets this content or an error, never another copy. The wheel's version is
+this one with a local label of its files' digest (``0.1.0+3f9a…``): pip keeps a copy installed at the same
+version, so without it a notebook that installed another build of 0.1.0 would keep that one, silently.
 
 Packing takes a fraction of a second and needs no network or build backend; it is done once per start.
 """
@@ -24,7 +26,6 @@ import threading
 import zipfile
 from concurrent.futures import Future, TimeoutError as PackTimeout
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,7 +53,8 @@ PACK_TIMEOUT_S = 60.0  # a request waits this long for the packing (a fraction o
 
 @dataclass(frozen=True)
 class OwnWheel:
-    """A built wheel: its file name (``remote_magic-0.1.0-py3-none-any.whl``), bytes and their sha256 (hex)."""
+    """A built wheel: its file name (``remote_magic-0.1.0+3f9a…-py3-none-any.whl``), bytes and their sha256
+    (hex)."""
 
     name: str
     data: bytes
@@ -78,11 +80,12 @@ def package_files() -> dict[str, Path]:
 
 def build_own_wheel() -> OwnWheel:
     """Pack the remote-magic this process runs into a wheel (PEP 427: METADATA, WHEEL, entry points, RECORD)."""
-    name = f"remote_magic-{__version__}-{WHEEL_TAG}.whl"
-    dist_info = f"remote_magic-{__version__}.dist-info"
     contents = {arcname: path.read_bytes() for arcname, path in package_files().items()}
     metadata, entry_points = _distribution_texts()
-    contents[f"{dist_info}/METADATA"] = metadata.encode()
+    version = build_version(contents, entry_points)
+    name = f"remote_magic-{version}-{WHEEL_TAG}.whl"
+    dist_info = f"remote_magic-{version}.dist-info"
+    contents[f"{dist_info}/METADATA"] = _with_version(metadata, version).encode()
     if entry_points:
         contents[f"{dist_info}/entry_points.txt"] = entry_points.encode()
     contents[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\n{SERVED_WHEEL_GENERATOR}\nRoot-Is-Purelib: true\n"
@@ -106,8 +109,17 @@ def build_own_wheel() -> OwnWheel:
     return OwnWheel(name, data, hashlib.sha256(data).hexdigest())
 
 
+def build_version(files: dict[str, bytes], entry_points: str) -> str:
+    """This version with a local label (PEP 440) of the files' digest: another build gets another version."""
+    digest = hashlib.sha256(entry_points.encode())
+    for arcname in sorted(files):
+        digest.update(f"\0{arcname}\0{len(files[arcname])}\0".encode())
+        digest.update(files[arcname])
+    return f"{__version__}{'.' if '+' in __version__ else '+'}{digest.hexdigest()[:12]}"
+
+
 def _distribution_texts() -> tuple[str, str]:
-    """This distribution's METADATA (its Version set to the running code's) and entry_points.txt."""
+    """This distribution's METADATA and entry_points.txt."""
     candidates = list(importlib.metadata.distributions(name=DISTRIBUTION))
     # A clone's root may hold a build's stale remote_magic.egg-info (first on the path when it is the working
     # directory): prefer pip's record of the installed copy.
@@ -115,18 +127,15 @@ def _distribution_texts() -> tuple[str, str]:
     for distribution in candidates:
         metadata = distribution.read_text("METADATA") or distribution.read_text("PKG-INFO")
         if metadata:
-            return _with_version(metadata), distribution.read_text("entry_points.txt") or ""
+            return metadata, distribution.read_text("entry_points.txt") or ""
     log.warning("no installed metadata for %s: the served wheel carries its name and version only, and "
                 "installs without dependencies", DISTRIBUTION)
     return f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {__version__}\n", ""
 
 
-def _with_version(metadata: str) -> str:
-    # An editable install's metadata was written when it was installed; the code may have a newer version since.
-    version = HeaderParser().parsestr(metadata).get("Version")
-    if version == __version__:
-        return metadata
-    return re.sub(r"^Version: .*$", f"Version: {__version__}", metadata, count=1, flags=re.MULTILINE)
+def _with_version(metadata: str, version: str) -> str:
+    # Also where an editable install's metadata, written when it was installed, names an older version.
+    return re.sub(r"^Version: .*$", f"Version: {version}", metadata, count=1, flags=re.MULTILINE)
 
 
 class WheelServer:

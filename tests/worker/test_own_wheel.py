@@ -80,7 +80,8 @@ def test_the_worker_prints_one_install_line_above_the_token(worker: WorkerProces
     token_host = Token.decode(worker.token).address.removeprefix("tcp://").rsplit(":", 1)[0]
     port = int(line["base"].rsplit(":", 1)[1])
     assert line["base"] == f"http://{token_host}:{port}"
-    assert line["name"] == f"remote_magic-{remote_magic.__version__}-py3-none-any.whl"
+    assert re.fullmatch(re.escape(f"remote_magic-{remote_magic.__version__}+") + "[0-9a-f]{12}-py3-none-any.whl",
+                        line["name"]), line["name"]
     assert (f"`%pip install` fetches the remote-magic this worker runs ({remote_magic.__version__}) from port "
             f"{port} of the token's host: notebooks that reach the token's address reach it") in log
     # IPython hands %pip the whole line, the hash included, and runs `python -m pip install URL` in a shell,
@@ -105,23 +106,27 @@ def test_the_served_wheel_is_the_workers_copy_and_installs(worker: WorkerProcess
     assert hashlib.sha256(data).hexdigest() == line["sha"]
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         files = {name: archive.read(name) for name in archive.namelist()}
-    dist_info = f"remote_magic-{remote_magic.__version__}.dist-info"
+    version = line["name"].removeprefix("remote_magic-").removesuffix("-py3-none-any.whl")
+    dist_info = f"remote_magic-{version}.dist-info"
     record = list(csv.reader(io.StringIO(files[f"{dist_info}/RECORD"].decode())))
     assert {row[0] for row in record} == set(files)
     for path, digest, size in record:
         if path != f"{dist_info}/RECORD":
             expected = base64.urlsafe_b64encode(hashlib.sha256(files[path]).digest()).rstrip(b"=").decode()
             assert (digest, int(size)) == (f"sha256={expected}", len(files[path])), path
-    assert f"Version: {remote_magic.__version__}\n" in files[f"{dist_info}/METADATA"].decode()
+    assert f"Version: {version}\n" in files[f"{dist_info}/METADATA"].decode()
     assert "remote-worker = remote_magic.worker.cli:main" in files[f"{dist_info}/entry_points.txt"].decode()
 
-    # Installed as the notebook installs it: pip fetches the printed URL and checks its hash.
+    # Installed as the notebook installs it: pip fetches the printed URL and checks its hash. Over another build
+    # of the same version, which pip would keep if the versions were equal.
     python, pip_install = pip_into_a_fresh_venv
+    run_command(*pip_install, _another_build_of_this_version(tmp_path), cwd=tmp_path)
     run_command(*pip_install, line["url"], cwd=tmp_path)
     site = Path(run_command(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
                             cwd=tmp_path).stdout.strip())
     assert run_command(python, "-c", "import importlib.metadata as m; print(m.version('remote-magic'))",
-                       cwd=tmp_path).stdout.strip() == remote_magic.__version__
+                       cwd=tmp_path).stdout.strip() == version
+    assert (site / "remote_magic/__init__.py").read_bytes() == Path(remote_magic.__file__).read_bytes()
     for inside, workers in SAME_AS_THE_WORKERS.items():
         assert (site / inside).read_bytes() == workers.read_bytes(), inside
     assert (python.parent / "remote-worker").exists()  # the entry points came along
@@ -129,6 +134,22 @@ def test_the_served_wheel_is_the_workers_copy_and_installs(worker: WorkerProcess
     command = run_command(python, "-c", LOAD_INSTALL_COMMAND, site / "remote_magic/wire/install.py",
                           cwd=tmp_path).stdout.strip()
     assert command == 'pip install "zeroconf>=0.100"'
+
+
+def _another_build_of_this_version(folder: Path) -> Path:
+    """A wheel of remote-magic at this version (no local label) with other code, as a notebook may have."""
+    version = remote_magic.__version__
+    dist_info = f"remote_magic-{version}.dist-info"
+    files = {"remote_magic/__init__.py": b"# another build\n",
+             f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: remote-magic\nVersion: {version}\n".encode(),
+             f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: a test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for name, data in files.items()) + f"{dist_info}/RECORD,,\n"
+    path = folder / f"remote_magic-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in {**files, f"{dist_info}/RECORD": record.encode()}.items():
+            archive.writestr(name, data)
+    return path
 
 
 def test_pip_refuses_a_wheel_that_is_not_the_printed_one(worker: WorkerProcess, tmp_path: Path,
