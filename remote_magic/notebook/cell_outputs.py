@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -50,6 +51,7 @@ class CellOutputs:
         self._clear: Callable[..., Any] = self._pub.clear_output
         self._streams: dict[str, Any] = {"stdout": sys.stdout, "stderr": sys.stderr}
         self._writes: dict[str, Callable[[str], Any]] = {}  # each stream's write that ours calls
+        self._lock = threading.RLock()  # the cell's thread, and threads that print or update displays
         self._outputs: list[_Output] = []
         self._kept = 0  # characters in _outputs, about
         self._whole = False  # the record holds everything the running cell showed
@@ -72,49 +74,53 @@ class CellOutputs:
     def take_out(self, display_id: str) -> None:
         """Take the display with ``display_id`` out of the running cell: clear the cell and show its other
         outputs again; blank it where the record isn't whole."""
-        if not any(output.display_id == display_id for output in self._outputs) and self._whole:
-            return  # the cell's own clear_output took it out already
-        if not self._whole:
-            self._publish({"text/plain": ""}, {}, transient={"display_id": display_id}, update=True)
-            return
-        rest = [output for output in self._outputs if output.display_id != display_id]
-        clear_waits = self._clear_waits
-        self._clear(False)
-        self._outputs, self._kept, self._clear_waits = [], 0, False
-        for output in rest:
-            if output.name:
-                self._streams[output.name].write(output.text)
-            else:
-                self._on_publish(output.data, output.metadata,
-                                 **({"transient": {"display_id": output.display_id}} if output.display_id else {}))
-        if clear_waits:
-            self._on_clear(True)
+        with self._lock:
+            if not self._whole:
+                self._publish({"text/plain": ""}, {}, transient={"display_id": display_id}, update=True)
+                return
+            if not any(output.display_id == display_id for output in self._outputs):
+                return  # the cell's own clear_output took it out already
+            rest = [output for output in self._outputs if output.display_id != display_id]
+            clear_waits = self._clear_waits
+            self._clear(False)
+            self._outputs, self._kept, self._clear_waits = [], 0, False
+            for output in rest:
+                if output.name:
+                    self._streams[output.name].write(output.text)
+                else:
+                    self._on_publish(output.data, output.metadata, **(
+                        {"transient": {"display_id": output.display_id}} if output.display_id else {}))
+            if clear_waits:
+                self._on_clear(True)
 
     # -- what the cell shows -------------------------------------------------------------------
 
     def _new_cell(self, *args: Any) -> None:
         self._watch_streams()
-        self._outputs, self._kept, self._whole, self._clear_waits = [], 0, True, False
+        with self._lock:
+            self._outputs, self._kept, self._whole, self._clear_waits = [], 0, True, False
 
     def _on_publish(self, data: Any, metadata: Any = None, *args: Any, **options: Any) -> Any:
         shown = self._publish(data, metadata, *args, **options)
         display_id = (options.get("transient") or {}).get("display_id")
-        if args or not isinstance(data, dict):
-            self._whole = False  # a publisher's signature this doesn't know
-        elif options.get("update"):
-            for output in self._outputs:
-                if output.display_id == display_id:
-                    output.data, output.metadata = dict(data), dict(metadata or {})
-        else:
-            self._add(_Output(data=dict(data), metadata=dict(metadata or {}), display_id=display_id))
+        with self._lock:
+            if args or not isinstance(data, dict):
+                self._stop_keeping()  # a publisher's signature this doesn't know
+            elif options.get("update"):
+                for output in self._outputs:
+                    if output.display_id == display_id:
+                        output.data, output.metadata = dict(data), dict(metadata or {})
+            else:
+                self._add(_Output(data=dict(data), metadata=dict(metadata or {}), display_id=display_id))
         return shown
 
     def _on_clear(self, wait: bool = False) -> Any:
         cleared = self._clear(wait)
-        if wait:
-            self._clear_waits = True
-        else:
-            self._outputs, self._kept = [], 0
+        with self._lock:
+            if wait:
+                self._clear_waits = True
+            else:
+                self._outputs, self._kept = [], 0
         return cleared
 
     def _watch_streams(self) -> None:
@@ -135,7 +141,9 @@ class CellOutputs:
 
     def _write(self, name: str, text: str) -> Any:
         written = self._writes[name](text)
-        if text and isinstance(text, str):
+        if not text or not isinstance(text, str):
+            return written
+        with self._lock:
             last = self._outputs[-1] if self._outputs else None
             if last is not None and last.name == name and not self._clear_waits:
                 last.text += text
@@ -145,6 +153,8 @@ class CellOutputs:
         return written
 
     def _add(self, output: _Output) -> None:
+        if not self._whole:
+            return
         if self._clear_waits:
             self._outputs, self._kept, self._clear_waits = [], 0, False
         self._outputs.append(output)
@@ -152,9 +162,13 @@ class CellOutputs:
 
     def _check_size(self, added: int) -> None:
         self._kept += added
-        if self._whole and self._kept > MAX_KEPT_CHARS:
+        if self._kept > MAX_KEPT_CHARS:
             log.debug("The cell showed over %d characters: a bar taken out of it is blanked", MAX_KEPT_CHARS)
-            self._whole, self._outputs = False, []
+            self._stop_keeping()
+
+    def _stop_keeping(self) -> None:
+        """The record can't be whole for the rest of this cell: keep nothing until the next one."""
+        self._whole, self._outputs, self._kept = False, [], 0
 
 
 _watching: CellOutputs | None = None

@@ -1,8 +1,9 @@
 """What ``%offload_workers`` shows: per worker, its name, state, what it runs now, its GPU in short and its
 transfers, in a notebook's width (at most ``WIDTH`` characters of text; a narrow HTML table).
 
-In a Jupyter kernel the view refreshes in place (``LiveDisplay``: a display redrawn by its id every
-``REFRESH_S``) while the notebook stays connected, until a newer view replaces it; elsewhere it shows once.
+In a Jupyter kernel the view refreshes in place (``LiveDisplay``: a display redrawn by its id, asking the
+hub every ``REFRESH_S`` while something runs and every ``IDLE_REFRESH_S`` while nothing does) while the
+notebook stays connected, until a newer view replaces it; elsewhere it shows once.
 Every column is in ``%offload_workers --all`` (``tables.py``).
 """
 
@@ -40,9 +41,9 @@ WIDEST = (16, 5, 24, 28, 17)
 """The most characters each column takes; longer cells are cut with an ellipsis."""
 
 FOOTNOTE = ("running now: for how long, and the job's first line. GPU: its adapter, discrete or integrated "
-            "(a real GPU) or software (the CPU), tab: in a browser tab; none: numpy. data in / out: bytes of jobs "
-            "sent to it / sent back (up or down N%: this notebook's message crossing now). Every column: "
-            "%offload_workers --all.")
+            "(a real GPU) or software (the CPU), tab: in a browser tab; none or numpy: cells compute with numpy. "
+            "data in / out: bytes of jobs sent to it / sent back (up or down N%: this notebook's message "
+            "crossing now). Every column: %offload_workers --all.")
 
 Bundle = dict[str, str]
 Crossing = Sequence[tuple[str, str, int, int]]
@@ -77,13 +78,15 @@ def _running(worker: dict[str, Any]) -> str:
 
 
 def _gpu(worker: dict[str, Any]) -> str:
-    """'llvmpipe (software)', 'RTX 4090 (discrete)', 'SwiftShader (tab, software)', 'none', 'off'."""
+    """'llvmpipe (software)', 'NVIDIA GeFo… (discrete)', 'SwiftShader… (tab, software)', 'llvmpipe (software,
+    numpy)' (cells compute with numpy there: --gpu auto found only a software adapter), 'none', 'off'."""
     gpu = worker.get("gpu") or {}
     if not gpu.get("adapter"):
         return "off" if gpu.get("mode") == "off" else "none"
     name = str(gpu["adapter"]).split(" (")[0]
     where = "tab, " if gpu.get("browser_tab") else ""
-    return f"{_cut(name, 12)} ({where}{gpu.get('adapter_type', '?')})"
+    numpy = "" if gpu.get("active") else ", numpy"
+    return f"{_cut(name, 12)} ({where}{gpu.get('adapter_type', '?')}{numpy})"
 
 
 def _data(worker: dict[str, Any], crossing: Crossing) -> str:

@@ -86,6 +86,14 @@ with progress.Bars() as bars:  # a 2 MiB message crossing in 1.6 s, as the I/O t
 print("after")
 """
 
+REDRAWS = """import time
+from IPython.display import clear_output
+for i in range(4):
+    clear_output(wait=True)
+    print(f"frame {i}")
+    time.sleep(0.5)
+"""
+
 AFTER_THE_UPLOAD = 'print("before")\nprint("after")'
 
 OWN_TQDM = """import sys
@@ -117,7 +125,7 @@ def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_save
     offloaded cell, it is the notebook's class, as without remote-magic."""
     monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
     sources = ["%load_ext remote_magic\n%offload_connect", SLOW_CELL, "%%offload\n" + SLOW_CELL, SLOW_UPLOAD,
-               AFTER_THE_UPLOAD, OWN_TQDM]
+               AFTER_THE_UPLOAD, OWN_TQDM, REDRAWS, "%%offload\n" + REDRAWS]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
     client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
     drawn: dict[int, list[str]] = {}  # per cell, the text of every display or update the kernel sent
@@ -130,7 +138,7 @@ def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_save
 
     client.process_message = watch  # type: ignore[method-assign]
     client.execute()
-    connect, local, offloaded, upload, without_bars, own_tqdm = nb.cells
+    connect, local, offloaded, upload, without_bars, own_tqdm, redraws, offloaded_redraws = nb.cells
     assert "Connected to tcp://127.0.0.1" in "".join(o.get("text", "") for o in connect.outputs)
     assert any("running on 'shared': 00:01" in text for text in drawn[2]), drawn[2]
     assert any(text.startswith("sending to the worker:") and "M/2.10M [" in text for text in drawn[3]), drawn[3]
@@ -139,3 +147,6 @@ def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_save
     assert _saved(offloaded) == _saved(local)
     assert _saved(upload) == _saved(without_bars) == [("stream:stdout", "before\nafter\n")]
     assert _saved(own_tqdm) == [("stream:stdout", "False\ntqdm.auto tqdm\n")]
+    # A redraw loop's clear_output(wait=True) clears the bar with the frame before: its last frame stays alone.
+    assert _saved(redraws) == [("stream:stdout", "frame 3\n")]
+    assert _saved(offloaded_redraws) == _saved(redraws)
