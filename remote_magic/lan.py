@@ -1,6 +1,7 @@
 """Find hubs on the local network (`remote-worker --lan`) by mDNS/DNS-SD, and connect to one with its token.
 
-Needs the optional zeroconf package (``pip install "remote-magic[lan]"``), imported only when a browse
+Needs the optional zeroconf package (the ``lan`` extra; ``install_command("lan")`` names the pip command for
+this copy), imported only when a browse
 starts. Discovery supplies a hub's current address; the token still decides which hub, and
 authenticates to it.
 """
