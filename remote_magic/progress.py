@@ -65,8 +65,9 @@ _take_out: TakeOut | None = None
 
 
 def take_out_with(take_out: TakeOut | None) -> None:
-    """How a closed ``CellBar`` leaves the cell: the notebook layer (``notebook/cell_outputs.py``) takes it
-    out; without one (None), it is blanked, and the saved notebook keeps an empty output where it was."""
+    """How a closed ``CellBar`` leaves the cell: the notebook layer (``notebook/cell_outputs.py``, set up by
+    ``%load_ext remote_magic``) takes it out; without one (None: the client API in a notebook that didn't
+    load the extension), it is blanked, and the saved notebook keeps an empty output where it was."""
     global _take_out
     _take_out = take_out
 
