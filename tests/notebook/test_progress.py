@@ -10,10 +10,12 @@ import fcntl
 import os
 import pty
 import select
+import socket
 import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from support import WorkerProcess
+from remote_magic.wire.tokens import Token
+from support import WorkerProcess, hub_port
 
 SCRIPT = """
 import sys, remote_magic
@@ -74,17 +77,59 @@ shown.update("updated")
 print("after")
 """
 
-SLOW_UPLOAD = """import time
-from remote_magic import progress
-print("before")
-state = progress.TransferState()
-with progress.Bars() as bars:  # a 2 MiB message crossing in 1.6 s, as the I/O thread notes it
-    for done in range(0, 2**21 + 1, 2**17):
-        state.note("up", done, 2**21)
-        bars.update([(state, "")])
-        time.sleep(0.1)
+UPLOAD_RATE = 1_000_000
+"""Bytes per second from the notebook to the hub through ``SlowLink``: a 2 MiB value takes about 2 s."""
+
+PAYLOAD = "import numpy as np\npayload = np.random.default_rng(0).random(2**18)  # 2 MiB that don't compress"
+
+SLOW_UPLOAD = """print("before")
+total = float(payload.sum())
 print("after")
 """
+
+
+class SlowLink:
+    """A TCP forwarder on 127.0.0.1 to a hub that carries at most ``rate`` bytes/s from the notebook to the hub,
+    as a slow uplink does (the other way at full speed)."""
+
+    def __init__(self, target_port: int, rate: float) -> None:
+        self._target, self._rate = target_port, rate
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="slow link", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                notebook, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            hub = socket.create_connection(("127.0.0.1", self._target))
+            self._sockets += [notebook, hub]
+            threading.Thread(target=self._carry, args=(notebook, hub, self._rate), daemon=True).start()
+            threading.Thread(target=self._carry, args=(hub, notebook, None), daemon=True).start()
+
+    @staticmethod
+    def _carry(source: socket.socket, target: socket.socket, rate: float | None) -> None:
+        try:
+            while data := source.recv(16384):
+                target.sendall(data)
+                if rate:
+                    time.sleep(len(data) / rate)  # the link's pace
+        except OSError:  # either end closed
+            pass
+        finally:
+            for end in (source, target):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._server.close()
+        for end in self._sockets:
+            end.close()
 
 REDRAWS = """import time
 from IPython.display import clear_output
@@ -93,8 +138,6 @@ for i in range(4):
     print(f"frame {i}")
     time.sleep(0.5)
 """
-
-AFTER_THE_UPLOAD = 'print("before")\nprint("after")'
 
 OWN_TQDM = """import sys
 print("tqdm.auto" in sys.modules)
@@ -119,13 +162,15 @@ def _saved(cell: Any) -> list[tuple[str, str]]:
 
 def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_saved_notebook(
         worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """With ipywidgets installed (as in Colab) too: a job over a second, and a transfer over a second, each
-    show a bar while they last, and the saved cell is the local run's (before: tqdm's widget stayed, as
-    "HBox(...)" text in exports). And remote-magic leaves tqdm.auto to the notebook: imported after a long
+    """With ipywidgets installed (as in Colab) too: a job over a second, and a 2 MiB value crossing a slow
+    uplink for about 2 s, each show a bar while they last, and the saved cell is the local run's (before:
+    tqdm's widget stayed, as "HBox(...)" text in exports). And remote-magic leaves tqdm.auto to the notebook: imported after a long
     offloaded cell, it is the notebook's class, as without remote-magic."""
-    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
-    sources = ["%load_ext remote_magic\n%offload_connect", SLOW_CELL, "%%offload\n" + SLOW_CELL, SLOW_UPLOAD,
-               AFTER_THE_UPLOAD, OWN_TQDM, REDRAWS, "%%offload\n" + REDRAWS]
+    link = SlowLink(hub_port(worker), UPLOAD_RATE)
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", Token.decode(worker.token).with_address(f"tcp://127.0.0.1:{link.port}")
+                       .encode())
+    sources = ["%load_ext remote_magic\n%offload_connect", SLOW_CELL, "%%offload\n" + SLOW_CELL,
+               PAYLOAD, SLOW_UPLOAD, "%%offload\n" + SLOW_UPLOAD, OWN_TQDM, REDRAWS, "%%offload\n" + REDRAWS]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
     client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
     drawn: dict[int, list[str]] = {}  # per cell, the text of every display or update the kernel sent
@@ -137,15 +182,19 @@ def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_save
         return process(msg, cell, cell_index)
 
     client.process_message = watch  # type: ignore[method-assign]
-    client.execute()
-    connect, local, offloaded, upload, without_bars, own_tqdm, redraws, offloaded_redraws = nb.cells
+    try:
+        client.execute()
+    finally:
+        link.close()
+    connect, local, offloaded, _, sum_here, sum_offloaded, own_tqdm, redraws, offloaded_redraws = nb.cells
     assert "Connected to tcp://127.0.0.1" in "".join(o.get("text", "") for o in connect.outputs)
     assert any("running on 'shared': 00:01" in text for text in drawn[2]), drawn[2]
-    assert any(text.startswith("sending to the worker:") and "M/2.10M [" in text for text in drawn[3]), drawn[3]
+    assert any(text.startswith("sending to the worker:") and "/2.10M [" in text for text in drawn[5]), drawn[5]
     assert _saved(local) == [("stream:stdout", "before\n"),
                              ("display_data:", "[('text/plain', \"'updated'\")]"), ("stream:stdout", "after\n")]
     assert _saved(offloaded) == _saved(local)
-    assert _saved(upload) == _saved(without_bars) == [("stream:stdout", "before\nafter\n")]
+    assert _saved(sum_here) == [("stream:stdout", "before\nafter\n")]
+    assert _saved(sum_offloaded) == _saved(sum_here)
     assert _saved(own_tqdm) == [("stream:stdout", "False\ntqdm.auto tqdm\n")]
     # A redraw loop's clear_output(wait=True) clears the bar with the frame before: its last frame stays alone.
     assert _saved(redraws) == [("stream:stdout", "frame 3\n")]
