@@ -218,6 +218,9 @@ class LiveDisplay:
             except RemoteMagicError as exc:  # the hub went away, or didn't answer in time
                 log.debug("The workers view stops refreshing: %s", exc)
                 return
+            except Exception as exc:  # a bug: said in one line (a thread's traceback would land in any cell)
+                log.warning("The workers view stopped refreshing: %s: %s", type(exc).__name__, exc)
+                return
             if latest is None:
                 return
             if latest.what_changes() != view.what_changes():

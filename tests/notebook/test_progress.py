@@ -164,8 +164,8 @@ def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_save
         worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """With ipywidgets installed (as in Colab) too: a job over a second, and a 2 MiB value crossing a slow
     uplink for about 2 s, each show a bar while they last, and the saved cell is the local run's (before:
-    tqdm's widget stayed, as "HBox(...)" text in exports). And remote-magic leaves tqdm.auto to the notebook: imported after a long
-    offloaded cell, it is the notebook's class, as without remote-magic."""
+    tqdm's widget stayed, as "HBox(...)" text in exports). And remote-magic leaves tqdm.auto to the
+    notebook: imported after a long offloaded cell, it is the notebook's class, as without remote-magic."""
     link = SlowLink(hub_port(worker), UPLOAD_RATE)
     monkeypatch.setenv("REMOTE_MAGIC_TOKEN", Token.decode(worker.token).with_address(f"tcp://127.0.0.1:{link.port}")
                        .encode())
