@@ -1,15 +1,18 @@
-"""A worker on another Python than the notebook runs the notebook's cells.
+"""The built wheel installed in a fresh venv: a kernel from its own shaders, and a worker on another Python
+than the notebook that runs the notebook's cells.
 
-The worker runs from a fresh venv (the wheel with its [worker] extra and the newest releases)
-on Python 3.13 by default; with REMOTE_MAGIC_MATRIX=1, on every supported Python this machine
-has (3.10 to 3.13). The notebook is a real IPython shell in this process.
+The venv (the wheel with its [worker] extra and the newest releases, nothing from the base interpreter)
+is on Python 3.13 by default; with REMOTE_MAGIC_MATRIX=1, on every supported Python this machine has
+(3.10 to 3.13). The notebook is a real IPython shell in this process.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import platform
+import textwrap
 from pathlib import Path
 from typing import Iterator
 
@@ -50,15 +53,62 @@ frame = pd.DataFrame({'v': [1.0, 2.0, 6.0], 'label': ['a', 'b', 'c']})
 """
 
 
-@pytest.fixture(params=PYTHONS)
-def other_python_worker(request: pytest.FixtureRequest, wheel: Path, tmp_path: Path) -> Iterator[WorkerProcess]:
+CHECK = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from remote_magic import shaders
+    from remote_magic.errors import GpuError
+    from remote_magic.worker.gpu import GpuRuntime
+
+    import remote_magic.worker
+
+    report = {"shader": shaders.location("matmul"), "worker": remote_magic.worker.__file__}
+    try:
+        rt = GpuRuntime.create(mode="on")
+    except GpuError as exc:
+        report["no_adapter"] = str(exc)
+    else:
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        b = np.arange(8, dtype=np.float32).reshape(4, 2)
+        report["matmul"] = np.asarray(rt.gpu.matmul(a, b)).tolist()
+        report["expected"] = (a @ b).tolist()
+        rt.close()
+    print(json.dumps(report))
+""")
+
+
+@pytest.fixture(scope="module", params=PYTHONS)
+def installed(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv on that Python with the wheel and its [worker] extra from the index, as on a user's
+    machine; its python."""
     interpreter, version = find_python(request.param)
     if not version.startswith(f"{request.param}."):
         pytest.skip(f"no Python {request.param} on this machine")
-    python = make_venv(interpreter, tmp_path / "venv")
-    run_command(python, "-m", "pip", "install", f"{wheel}[worker]", "matplotlib", "pandas", cwd=tmp_path)
+    folder = tmp_path_factory.mktemp(f"py{version}")
+    python = make_venv(interpreter, folder / "venv")
+    run_command(python, "-m", "pip", "install", f"{wheel}[worker]", cwd=folder)
+    return python
+
+
+def test_the_installed_wheel_runs_a_kernel_from_its_own_shaders(installed: Path, tmp_path: Path) -> None:
+    report = json.loads(run_command(installed, "-c", CHECK, cwd=tmp_path).stdout.strip().splitlines()[-1])
+    site = Path(run_command(installed, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                            cwd=tmp_path).stdout.strip())
+    assert Path(report["shader"]).is_relative_to(site), f"{report['shader']} is not inside {site}"
+    assert Path(report["worker"]).is_relative_to(site)
+    if "no_adapter" in report:
+        if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
+            pytest.fail(f"REMOTE_MAGIC_REQUIRE_GPU=1 but no GPU adapter: {report['no_adapter']}")
+        pytest.skip(f"no GPU adapter: {report['no_adapter']}")
+    assert report["matmul"] == report["expected"]
+
+
+@pytest.fixture
+def other_python_worker(installed: Path, tmp_path: Path) -> Iterator[WorkerProcess]:
+    version = run_command(installed, "-c", "import platform; print(platform.python_version())",
+                          cwd=tmp_path).stdout.strip()
     worker = start_worker(tmp_path / "w", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", f"py{version}",
-                          executable=python.parent / "remote-worker")
+                          executable=installed.parent / "remote-worker")
     worker.python = version  # type: ignore[attr-defined]
     yield worker
     worker.stop()
