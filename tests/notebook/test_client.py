@@ -270,14 +270,19 @@ def test_matplotlib_objects_a_script_assigns_are_named_as_left_on_the_worker(
     assert "left on the worker: `fig` (Figure: it holds a matplotlib Figure" in caplog.text
 
 
-def test_close_ends_pending_futures_with_job_cancelled(worker) -> None:
-    client = remote_magic.connect(worker.token, timeout=10)
-    future = client.submit(time.sleep, 30)
-    started = time.monotonic()
-    client.close()
-    assert time.monotonic() - started < 1
-    with pytest.raises(JobCancelled, match="the client was closed before the job finished"):
-        future.result(timeout=1)  # before: pending forever
+def test_close_ends_pending_futures_with_job_cancelled(tmp_path: Path) -> None:
+    # A worker of its own: the job runs on, detached, after the client closes, and would hold up the next test's.
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off")
+    try:
+        client = remote_magic.connect(hub.token, timeout=10)
+        future = client.submit(time.sleep, 30)
+        started = time.monotonic()
+        client.close()
+        assert time.monotonic() - started < 1
+        with pytest.raises(JobCancelled, match="the client was closed before the job finished"):
+            future.result(timeout=1)  # before: pending forever
+    finally:
+        hub.stop()
 
 
 def test_a_job_sent_to_a_restarted_hub_ends_instead_of_waiting(tmp_path: Path) -> None:
