@@ -102,7 +102,8 @@ def test_a_model_trains_on_the_workers_gpu_and_its_weights_stay_there(ip: Intera
     np.testing.assert_array_equal(ip.user_ns["same"], predicted)
 
 
-def test_a_new_executor_finds_the_programs_and_schedules_an_earlier_one_generated(ip: InteractiveShell) -> None:
+def test_a_new_executor_finds_the_programs_and_schedules_an_earlier_one_generated(
+        ip: InteractiveShell, ml_worker: WorkerProcess) -> None:
     rng = np.random.default_rng(3)
     ip.user_ns.update(features=rng.standard_normal((64, 4), dtype=np.float32),
                       targets=rng.standard_normal((64, 1), dtype=np.float32), steps=3)
@@ -114,10 +115,15 @@ def test_a_new_executor_finds_the_programs_and_schedules_an_earlier_one_generate
     _run(ip, "%offload_reset")  # a new interpreter: a new executor process (the old one's tensors are gone)
     for name in [name for name, value in ip.user_ns.items() if isinstance(value, RemoteValue)]:
         del ip.user_ns[name]
-    _run(ip, "%%offload\nfrom tinygrad import Device\nheld = len(Device['WEBGPU'].allocator.held)\n" + count)
+    _run(ip, "%%offload\nfrom tinygrad import Device\nheld = len(Device['WEBGPU'].allocator.held)\n"
+             "search_key = Device['WEBGPU'].renderer.suffix\n" + count)
     assert ip.user_ns["programs"] >= generated > 0  # loaded as the device opened, before any kernel ran
     assert ip.user_ns["schedules"] >= scheduled > 0
     assert ip.user_ns["held"] == 0  # (the schedules came without the buffers they were last run on)
+    with remote_magic.connect(ml_worker.token) as client:
+        [info] = client.workers()
+    # tinygrad's kernel search (BEAM) keeps its results by this key: the adapter's, not one for every WEBGPU
+    assert info["gpu"]["adapter"] in ip.user_ns["search_key"]
     _run(ip, "%%offload\n" + MODEL + TRAIN + count)
     # the same model: not one program generated anew, not one schedule made anew, and the same losses
     assert (ip.user_ns["programs"], ip.user_ns["schedules"]) == (generated, scheduled)

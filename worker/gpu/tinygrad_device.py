@@ -276,10 +276,13 @@ class WebGpuDevice(Compiled):
         """Staging buffers for readbacks, kept for reuse (``memory.py``'s pool)."""
         with self.gpu.guard("opening tinygrad's WEBGPU device"):
             self.infinity = self._uniform_bytes(np.float32(np.inf).tobytes())
-        self.programs = ProgramCache(f"{self.gpu.info.name} {self.gpu.info.backend} {self.gpu.info.browser_tab or ''}",
-                                     WebGpuWGSLRenderer)
+        adapter = f"{self.gpu.info.name} {self.gpu.info.backend} {self.gpu.info.browser_tab or ''}"
+        self.programs = ProgramCache(adapter, WebGpuWGSLRenderer)
         self.programs.load()
         super().__init__(device, WebGpuAllocator(self), [WebGpuWGSLRenderer], WebGpuProgram)
+        # tinygrad keys the kernel search's results (BEAM=n, in its disk cache) by device name and this suffix: by
+        # adapter and what the renderer renders, as the programs are, not one WEBGPU for lavapipe and every tab
+        self.renderer.suffix = f"{adapter} revision {WebGpuWGSLRenderer.revision}"
 
     def layout(self, buffers: int, values: int) -> tuple[Any, Any]:
         """The bind group layout and pipeline layout of kernels binding ``buffers`` storage buffers and ``values``
