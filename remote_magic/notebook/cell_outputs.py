@@ -31,14 +31,15 @@ class _Output:
     """A stream's text (``name`` stdout or stderr) or a display (``data``, ``metadata``, its display id)."""
 
     name: str = ""
-    text: str = ""
+    parts: list[str] = field(default_factory=list)  # a stream's writes: joined when shown again, as a cell
+    # that prints a million lines would make appending to one string quadratic
     data: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     display_id: str | None = None
 
 
 def _chars(output: _Output) -> int:
-    return len(output.text) + sum(len(v) for v in output.data.values() if isinstance(v, (str, bytes)))
+    return sum(map(len, output.parts)) + sum(len(v) for v in output.data.values() if isinstance(v, (str, bytes)))
 
 
 class CellOutputs:
@@ -86,7 +87,7 @@ class CellOutputs:
             self._outputs, self._kept, self._clear_waits = [], 0, False
             for output in rest:
                 if output.name:
-                    self._streams[output.name].write(output.text)
+                    self._streams[output.name].write("".join(output.parts))
                 else:
                     self._on_publish(output.data, output.metadata, **(
                         {"transient": {"display_id": output.display_id}} if output.display_id else {}))
@@ -146,10 +147,10 @@ class CellOutputs:
         with self._lock:
             last = self._outputs[-1] if self._outputs else None
             if last is not None and last.name == name and not self._clear_waits:
-                last.text += text
+                last.parts.append(text)
                 self._check_size(len(text))
             else:
-                self._add(_Output(name=name, text=text))
+                self._add(_Output(name=name, parts=[text]))
         return written
 
     def _add(self, output: _Output) -> None:
