@@ -28,7 +28,7 @@ from concurrent.futures import Future, TimeoutError as PackTimeout
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from remote_magic._version import __version__
 from remote_magic.wire.install import SERVED_WHEEL_GENERATOR
@@ -49,6 +49,10 @@ _FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the same files give the same bytes, so th
 WHEEL_TAG = "py3-none-any"
 STOP_POLL_S = 0.1  # how often the server looks whether it is asked to stop: remote-worker stops this fast
 PACK_TIMEOUT_S = 60.0  # a request waits this long for the packing (a fraction of a second as a rule)
+MAX_CONNECTIONS = 16
+"""Connections served at once; one more is closed unanswered (each holds a thread)."""
+IDLE_TIMEOUT_S = 30.0
+"""A connection that sends or takes nothing for this long is closed."""
 
 
 @dataclass(frozen=True)
@@ -138,13 +142,39 @@ def _with_version(metadata: str, version: str) -> str:
     return re.sub(r"^Version: .*$", f"Version: {version}", metadata, count=1, flags=re.MULTILINE)
 
 
+class _BoundedServer(ThreadingHTTPServer):
+    """At most ``MAX_CONNECTIONS`` at once, each closed after ``IDLE_TIMEOUT_S`` without a byte either way."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._admitted: set[object] = set()
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        if not self._slots.acquire(blocking=False):
+            log.warning("%d connections for the wheel already: one more from %s closed", MAX_CONNECTIONS,
+                        client_address[0])
+            return False
+        self._admitted.add(request)
+        return True
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        try:
+            self._admitted.remove(request)  # (also called for a request verify_request refused)
+        except KeyError:
+            return
+        self._slots.release()
+
+
 class WheelServer:
     """Serves one wheel at ``/<its file name>`` over HTTP on ``host:port`` (port 0: any free one), once
     ``wheel`` holds it."""
 
     def __init__(self, wheel: Future[OwnWheel], host: str, port: int = 0) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler_for(wheel))
-        self._server.daemon_threads = True
+        self._server = _BoundedServer((host, port), _handler_for(wheel))
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, args=(STOP_POLL_S,),
                                         name="remote-magic-own-wheel", daemon=True)
@@ -160,6 +190,8 @@ class WheelServer:
 
 def _handler_for(packed: Future[OwnWheel]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = IDLE_TIMEOUT_S
+
         def do_GET(self) -> None:
             self._answer(body=True)
 

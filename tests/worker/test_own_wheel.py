@@ -9,9 +9,11 @@ import csv
 import hashlib
 import io
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -26,7 +28,7 @@ import remote_magic.wire.versions
 from remote_magic.hub.tunnel import Tunnel
 from remote_magic.wire.tokens import Token
 from remote_magic.wire.versions import describe_differences, local_versions
-from remote_magic.worker.own_wheel import ServedWheel
+from remote_magic.worker.own_wheel import MAX_CONNECTIONS, ServedWheel
 from support import REPO, WorkerProcess, run_command, start_worker
 
 INSTALL_LINE = re.compile(r"^%pip install (?P<url>(?P<base>https?://\S+)/(?P<name>[^/#\s]+)#sha256=(?P<sha>[0-9a-f]{64}))$",
@@ -169,6 +171,31 @@ def test_only_the_wheel_is_served(worker: WorkerProcess) -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             _download(base + path)
         assert refused.value.code == 404
+
+
+def test_the_wheels_server_serves_a_bounded_number_of_connections_at_once(worker: WorkerProcess) -> None:
+    """Each connection holds a thread of the worker: one more than MAX_CONNECTIONS is closed unanswered, and a
+    connection that ends frees its place."""
+    line = _printed_line(worker)
+    port = int(line["base"].rsplit(":", 1)[1])
+    # Idle, each holds its place (until the server's idle timeout); the server accepts them in order.
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as one_more:
+            assert one_more.recv(1) == b""  # closed, unanswered
+        held.pop().close()
+        deadline = time.monotonic() + 10
+        while True:  # its place is free once the server has seen it close
+            try:
+                data = _download(line["url"].split("#")[0])
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "no place came free"
+                time.sleep(0.05)  # polling with a deadline
+        assert hashlib.sha256(data).hexdigest() == line["sha"]
+    finally:
+        for connection in held:
+            connection.close()
 
 
 class _TunnelStandIn:
