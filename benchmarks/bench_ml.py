@@ -3,6 +3,7 @@
     python benchmarks/bench_ml.py                       # the three models, results.md updated
     python benchmarks/bench_ml.py --models mlp --no-write
     python benchmarks/bench_ml.py --matmuls-only        # tinygrad's matmul beside this project's, its own section
+    python benchmarks/bench_ml.py --matmuls-only --beam 2   # and tinygrad's searched kernel (long: minutes each)
 
 Three models, each a step a notebook would run in a loop:
 
@@ -26,7 +27,8 @@ Columns (median seconds of a warm step, the steps interleaved round by round):
 
 ``--matmuls-only`` measures, in a section of its own, the models' matrix products alone on the worker's GPU:
 tinygrad's kernel for ``a @ b`` (jitted) beside this project's tuned matmul (``worker/gpu/matmul.py``) on the same
-device, and numpy, each GPU product run to completion, both checked against numpy.
+device, and numpy, each GPU product run to completion, all checked against numpy; with ``--beam N``, also the kernel
+tinygrad's search finds (``BEAM=N``), and how long the search took.
 
 Both tinygrad columns start from the same weights (tinygrad's seeded generator), and their first losses are
 checked to agree; PyTorch's weights are its own, so its loss is only checked to be finite.
@@ -242,10 +244,12 @@ def numpy_mlp_step() -> Step:
 
 
 # -- matmuls alone -----------------------------------------------------------------------------------
-def matmul_runs(device: Any, dims: tuple[int, int, int]) -> dict[str, Callable[[], float]]:
+def matmul_runs(device: Any, dims: tuple[int, int, int], beam: int = 0) -> tuple[dict[str, Callable[[], float]], float]:
     """One m x k by k x n product on ``device`` (the worker's GPU) by tinygrad and by this project's matmul, and
-    by numpy; each run returns its seconds, the GPU's to completion. Both GPU results are checked against numpy."""
-    from tinygrad import Device, Tensor, TinyJit
+    by numpy; each run returns its seconds, the GPU's to completion. All GPU results are checked against numpy.
+    ``beam``: also tinygrad's kernel found by its search (``BEAM=beam``); the seconds the search took come second
+    (0.0 without one; a search tinygrad cached before for this adapter takes none)."""
+    from tinygrad import Context, Device, Tensor, TinyJit
 
     from remote_magic.worker.gpu.context import DeviceContext
     from remote_magic.worker.gpu.matmul import matmul
@@ -259,21 +263,34 @@ def matmul_runs(device: Any, dims: tuple[int, int, int]) -> dict[str, Callable[[
 
     webgpu = Device[tinygrad_hook.DEVICE_NAME]
     ta, tb = (Tensor(x, device=tinygrad_hook.DEVICE_NAME).realize() for x in (a, b))
-    product = TinyJit(lambda x, y: (x @ y).realize())
-    for _ in range(3):  # captured at the second call
-        result = product(ta, tb)
-    np.testing.assert_allclose(result.numpy(), expected, atol=tolerance)
+
+    def jitted(search: int) -> Callable[[Any, Any], Any]:
+        product = TinyJit(lambda x, y: (x @ y).realize())
+        with Context(BEAM=search):
+            for _ in range(3):  # captured at the second call
+                result = product(ta, tb)
+        np.testing.assert_allclose(result.numpy(), expected, atol=tolerance)
+        return product
+
+    def timed(product: Callable[[Any, Any], Any]) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            product(ta, tb)
+            webgpu.synchronize()
+            return time.perf_counter() - start
+        return run
+
+    runs = {"tinygrad": timed(jitted(0))}
+    searched = 0.0
+    if beam:
+        start = time.perf_counter()
+        runs[f"tinygrad, BEAM={beam}"] = timed(jitted(beam))
+        searched = time.perf_counter() - start
 
     ctx = DeviceContext(device, Stats())
     ua, ub = ctx.upload(a), ctx.upload(b)
     out, _ = matmul(ctx, ua, (m, k), ub, (k, n))
     np.testing.assert_allclose(ctx.download(out, m * n).reshape(m, n), expected, atol=tolerance)
-
-    def tinygrad_run() -> float:
-        start = time.perf_counter()
-        product(ta, tb)
-        webgpu.synchronize()
-        return time.perf_counter() - start
 
     def ours_run() -> float:
         start = time.perf_counter()
@@ -287,20 +304,30 @@ def matmul_runs(device: Any, dims: tuple[int, int, int]) -> dict[str, Callable[[
         np.matmul(a, b)
         return time.perf_counter() - start
 
-    return {"tinygrad": tinygrad_run, "remote-magic": ours_run, "numpy": numpy_run}
+    return {**runs, "remote-magic": ours_run, "numpy": numpy_run}, searched
 
 
-def measure_matmuls(device: Any, repeat: int, budget_s: float) -> str:
-    """The section of ``--matmuls-only``: the products of :data:`MATMULS`, each column's median."""
+def measure_matmuls(device: Any, repeat: int, budget_s: float, beam: int) -> str:
+    """The section of ``--matmuls-only``: the products of :data:`MATMULS`, each column's median; ``beam``: with
+    tinygrad's searched kernel (``BEAM=beam``) too."""
+    searched = f"tinygrad, BEAM={beam}"
+    columns = ["tinygrad", *([searched] if beam else []), "remote-magic", "numpy"]
     rows = []
     for title, dims in MATMULS.items():
-        medians = interleaved_medians(matmul_runs(device, dims), repeat, budget_s)
+        runs, search_s = matmul_runs(device, dims, beam)
+        medians = interleaved_medians(runs, repeat, budget_s)
         m, k, n = dims
-        rows.append(f"| {title}: {m}x{k} @ {k}x{n} | {medians['tinygrad'] * 1000:.1f} | "
-                    f"{medians['remote-magic'] * 1000:.1f} | {medians['numpy'] * 1000:.1f} | "
-                    f"{medians['tinygrad'] / medians['remote-magic']:.2f} |")
-    return "\n".join(["| float32 product, ms | tinygrad, worker's GPU | remote-magic's matmul, worker's GPU | numpy | "
-                      "tinygrad ÷ remote-magic |", "| --- | ---: | ---: | ---: | ---: |", *rows])
+        cells = [f"{medians[column] * 1000:.1f}" for column in columns]
+        ratios = [f"{medians[column] / medians['remote-magic']:.2f}" for column in columns[:1 + bool(beam)]]
+        rows.append(f"| {title}: {m}x{k} @ {k}x{n} | " + " | ".join(cells + ratios) +
+                    (f" | {search_s:.0f} |" if beam else " |"))
+    names = {"tinygrad": "tinygrad, worker's GPU", searched: f"tinygrad BEAM={beam}, worker's GPU",
+             "remote-magic": "remote-magic's matmul, worker's GPU", "numpy": "numpy"}
+    header = [names[column] for column in columns] + [f"{names[column].split(',')[0]} ÷ remote-magic"
+                                                      for column in columns[:1 + bool(beam)]]
+    header += [f"BEAM={beam}'s search, s"] if beam else []
+    return "\n".join(["| float32 product, ms | " + " | ".join(header) + " |",
+                      "| --- | " + " | ".join("---:" for _ in header) + " |", *rows])
 
 
 # -- the table ---------------------------------------------------------------------------------------
@@ -434,6 +461,9 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave results.md as it is")
     parser.add_argument("--matmuls-only", action="store_true",
                         help="only the models' matrix products: tinygrad's kernel beside this project's matmul")
+    parser.add_argument("--beam", type=int, default=0, metavar="N",
+                        help="with --matmuls-only: also tinygrad's kernel found by its search, BEAM=N (minutes a "
+                             "product on lavapipe; cached per adapter in tinygrad's disk cache)")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
     parser.add_argument("--no-schedules", action="store_true", help=argparse.SUPPRESS)  # (its saved programs only)
     parser.add_argument("--tab-steps", metavar="MODEL", help=argparse.SUPPRESS)  # (steps in a tab, in a new process)
@@ -448,15 +478,17 @@ def main() -> None:
     tinygrad_hook.install(lambda: device, default=False)
     adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
     if args.matmuls_only:
-        table = measure_matmuls(device, args.repeat, args.budget)
-        body = "\n".join([f"Measured by `python benchmarks/bench_ml.py --matmuls-only --repeat {args.repeat}`.", "",
+        table = measure_matmuls(device, args.repeat, args.budget, args.beam)
+        flags = f"--matmuls-only{f' --beam {args.beam}' if args.beam else ''} --repeat {args.repeat}"
+        body = "\n".join([f"Measured by `python benchmarks/bench_ml.py {flags}`.", "",
                           f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
                           f"- Load average (1 min) before / after the run: {load_before:.2f} / "
                           f"{os.getloadavg()[0]:.2f}", "", table, "",
                           "Median of each column's runs, the columns interleaved round by round; each GPU product "
                           "runs to completion (tinygrad's jitted `a @ b` and a synchronize; remote-magic's "
-                          "`worker/gpu/matmul.py` and a wait), inputs already on the GPU; both checked against "
-                          "numpy in float64 once."])
+                          "`worker/gpu/matmul.py` and a wait), inputs already on the GPU; each checked against "
+                          "numpy in float64 once. A BEAM column's kernel is tinygrad's search's pick on this "
+                          "adapter; its search, once per product and adapter, is not in its time."])
         print(body)
         if not args.no_write:
             write_section(MATMUL_SECTION, body)
