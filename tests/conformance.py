@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-from nbclient import NotebookClient
 
 from remote_magic.progress import LABELS
+from support import notebook_client
 
 CELL_TIMEOUT_S = 180
 LOCAL_TAG = "local"
@@ -146,8 +146,7 @@ def run_notebook(path: Path, workdir: Path, token: str | None = None, kernel_nam
         added.insert(0, nbformat.v4.new_code_cell(f"%load_ext remote_magic\n%offload_connect {token}"))
     nb.cells = added[:-1] + nb.cells + added[-1:]
     workdir.mkdir(parents=True, exist_ok=True)
-    client = NotebookClient(nb, kernel_name=kernel_name, timeout=CELL_TIMEOUT_S, allow_errors=True,
-                            resources={"metadata": {"path": str(workdir)}})
+    client = notebook_client(nb, workdir, kernel_name, CELL_TIMEOUT_S, allow_errors=True)
     client.execute()
     if token is not None:
         connect = nb.cells[0]

@@ -11,8 +11,10 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -334,6 +336,22 @@ def join_worker(hub: WorkerProcess, folder: Path, name: str) -> WorkerProcess:
     """Start a worker process that joins ``hub`` as ``name``."""
     return start_worker(folder, "--join", "--gpu", "off", "--name", name, token_file=False,
                         env={"REMOTE_MAGIC_JOIN_TOKEN": worker_token(hub)})
+
+
+def notebook_client(nb: Any, folder: Path, kernel_name: str = "python3", timeout: float = 120,
+                    **options: Any) -> Any:
+    """nbclient's NotebookClient for ``nb``, run in ``folder``, its kernel's sockets IPC ones in a folder of their
+    own: over TCP, a port jupyter_client picked for the kernel could be taken by another test's process before
+    the kernel binds it ("Kernel died before replying to kernel_info")."""
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    sockets = tempfile.mkdtemp(prefix="kernel-")  # short: a socket's path holds at most 107 characters
+    config = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+    client = NotebookClient(nb, kernel_name=kernel_name, timeout=timeout, config=config,
+                            resources={"metadata": {"path": str(folder)}}, **options)
+    weakref.finalize(client, shutil.rmtree, sockets, True)
+    return client
 
 
 def cell_text(cell: Any) -> str:

@@ -8,9 +8,8 @@ from typing import Iterator
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from support import WorkerProcess, cell_text, join_worker, start_worker
+from support import WorkerProcess, cell_text, join_worker, notebook_client, start_worker
 
 NOTEBOOK = Path(__file__).parents[2] / "examples" / "data_parallel.ipynb"
 
@@ -30,8 +29,7 @@ def test_data_parallel_notebook_trains_the_local_model_on_two_workers(
         two: WorkerProcess, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("REMOTE_MAGIC_TOKEN", two.token)
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=120,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    notebook_client(nb, tmp_path).execute()
     connect, _, shard, train, local, split, check = [c for c in nb.cells if c.cell_type == "code"]
     assert "Connected to tcp://127.0.0.1" in cell_text(connect)
     shards = cell_text(shard)

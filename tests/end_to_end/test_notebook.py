@@ -7,9 +7,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from support import WorkerProcess, cell_text
+from support import WorkerProcess, cell_text, notebook_client
 
 NOTEBOOK = Path(__file__).parents[2] / "examples" / "quickstart.ipynb"
 
@@ -20,8 +19,7 @@ def test_quickstart_notebook_runs_against_a_worker(worker: WorkerProcess, monkey
                                                    tmp_path: Path) -> None:
     monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=120,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    notebook_client(nb, tmp_path).execute()
     cells = [c for c in nb.cells if c.cell_type == "code"]
     connect, _, offload, check, figure, failing, untouched, workers, _ = cells
     assert "Connected to tcp://127.0.0.1" in cell_text(connect)
@@ -69,8 +67,7 @@ def test_clear_output_in_an_offloaded_cell_clears_the_cell_as_locally(worker: Wo
     for redraw in REDRAWS:
         cells += [nbformat.v4.new_code_cell(redraw), nbformat.v4.new_code_cell("%%offload\n" + redraw)]
     nb = nbformat.v4.new_notebook(cells=cells)
-    NotebookClient(nb, kernel_name="python3", timeout=120,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    notebook_client(nb, tmp_path).execute()
     connect, frames_local, frames_offloaded, steps_local, steps_offloaded = nb.cells
     assert "Connected to tcp://127.0.0.1" in cell_text(connect)
     assert _shown(frames_local) == [("stream", "frame 2\n"), ("display_data", "image/png,text/plain")]

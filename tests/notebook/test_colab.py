@@ -24,13 +24,13 @@ from typing import Any, Iterator
 import nbformat
 import pytest
 from conformance import compare, run_notebook
-from nbclient import NotebookClient
 
 from support import (
     REPO,
     WorkerProcess,
     find_python,
     make_venv,
+    notebook_client,
     run_command,
     start_worker,
 )
@@ -152,7 +152,7 @@ def test_the_colab_quickstart_runs_on_colabs_runtime_against_a_newer_worker(
         "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\ntriple = make_scaler(3)"))
     nb.cells.insert(-1, nbformat.v4.new_code_cell("%%offload\ntripled = triple(2)",
                                                   metadata={"tags": ["raises-exception"]}))
-    NotebookClient(nb, kernel_name=kernel, timeout=180, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    notebook_client(nb, tmp_path, kernel, 180).execute()
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     (connect, definitions, offload, check, rich, to_worker, dtypes, failing, untouched, workers,

@@ -22,10 +22,9 @@ from typing import Any
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from remote_magic.wire.tokens import Token
-from support import WorkerProcess, hub_port
+from support import WorkerProcess, hub_port, notebook_client
 
 SCRIPT = """
 import sys, remote_magic
@@ -172,7 +171,7 @@ def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_save
     sources = ["%load_ext remote_magic\n%offload_connect", SLOW_CELL, "%%offload\n" + SLOW_CELL,
                PAYLOAD, SLOW_UPLOAD, "%%offload\n" + SLOW_UPLOAD, OWN_TQDM, REDRAWS, "%%offload\n" + REDRAWS]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
-    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
+    client = notebook_client(nb, tmp_path)
     drawn: dict[int, list[str]] = {}  # per cell, the text of every display or update the kernel sent
     process = client.process_message
 
