@@ -59,6 +59,7 @@ from remote_magic.worker.gpu.device import open_device  # noqa: E402
 
 SECTION = "## ML training steps: tinygrad on the worker's GPU beside PyTorch (issue 31)"
 MATMUL_SECTION = "## tinygrad's matmul beside remote-magic's tuned matmul on the worker's GPU (issue 31)"
+BEAM_SECTION = "## tinygrad's kernel search (BEAM) on a matmul beside its default kernel and the tuned one (issue 31)"
 MATMULS = {"MLP layer 1, forward": (128, 784, 512), "block's qkv, forward": (128, 768, 2304),
            "block's MLP down, forward": (128, 3072, 768), "block's MLP up, weight gradient": (768, 128, 3072)}
 """(m, k, n) of products the models' steps compute: an m x k by k x n float32 matmul each."""
@@ -307,13 +308,15 @@ def matmul_runs(device: Any, dims: tuple[int, int, int], beam: int = 0) -> tuple
     return {**runs, "remote-magic": ours_run, "numpy": numpy_run}, searched
 
 
-def measure_matmuls(device: Any, repeat: int, budget_s: float, beam: int) -> str:
-    """The section of ``--matmuls-only``: the products of :data:`MATMULS`, each column's median; ``beam``: with
-    tinygrad's searched kernel (``BEAM=beam``) too."""
+def measure_matmuls(device: Any, repeat: int, budget_s: float, beam: int, products: list[str]) -> str:
+    """The section of ``--matmuls-only``: the products of :data:`MATMULS` (those of ``products``, their titles'
+    starts, if any are named), each column's median; ``beam``: with tinygrad's searched kernel (``BEAM=beam``)."""
     searched = f"tinygrad, BEAM={beam}"
     columns = ["tinygrad", *([searched] if beam else []), "remote-magic", "numpy"]
     rows = []
     for title, dims in MATMULS.items():
+        if products and not any(title.startswith(start) for start in products):
+            continue
         runs, search_s = matmul_runs(device, dims, beam)
         medians = interleaved_medians(runs, repeat, budget_s)
         m, k, n = dims
@@ -463,7 +466,10 @@ def main() -> None:
                         help="only the models' matrix products: tinygrad's kernel beside this project's matmul")
     parser.add_argument("--beam", type=int, default=0, metavar="N",
                         help="with --matmuls-only: also tinygrad's kernel found by its search, BEAM=N (minutes a "
-                             "product on lavapipe; cached per adapter in tinygrad's disk cache)")
+                             "product on lavapipe; cached per adapter in tinygrad's disk cache), in a section of "
+                             "its own")
+    parser.add_argument("--products", default="", metavar="TITLES",
+                        help="with --matmuls-only: only the products whose titles start so (comma-separated)")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
     parser.add_argument("--no-schedules", action="store_true", help=argparse.SUPPRESS)  # (its saved programs only)
     parser.add_argument("--tab-steps", metavar="MODEL", help=argparse.SUPPRESS)  # (steps in a tab, in a new process)
@@ -478,8 +484,10 @@ def main() -> None:
     tinygrad_hook.install(lambda: device, default=False)
     adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
     if args.matmuls_only:
-        table = measure_matmuls(device, args.repeat, args.budget, args.beam)
-        flags = f"--matmuls-only{f' --beam {args.beam}' if args.beam else ''} --repeat {args.repeat}"
+        products = [start for start in args.products.split(",") if start]
+        table = measure_matmuls(device, args.repeat, args.budget, args.beam, products)
+        flags = (f"--matmuls-only{f' --beam {args.beam}' if args.beam else ''}"
+                 f"{f' --products {args.products!r}' if products else ''} --repeat {args.repeat}")
         body = "\n".join([f"Measured by `python benchmarks/bench_ml.py {flags}`.", "",
                           f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
                           f"- Load average (1 min) before / after the run: {load_before:.2f} / "
@@ -491,7 +499,7 @@ def main() -> None:
                           "adapter; its search, once per product and adapter, is not in its time."])
         print(body)
         if not args.no_write:
-            write_section(MATMUL_SECTION, body)
+            write_section(BEAM_SECTION if args.beam else MATMUL_SECTION, body)
         return
     results = {name: measure(name, args.repeat, args.budget) for name in args.models.split(",")}
     tabs = {name: tab_in_a_new_process(name, args.repeat) for name in filter(None, args.tab_models.split(","))}
