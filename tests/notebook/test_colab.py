@@ -88,7 +88,8 @@ def colab_python(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Itera
     python = make_venv(interpreter, tmp / "venv")
     pins = _constraints(tmp / "colab-constraints.txt")
     _say(f"Colab's pins from {COLAB_FREEZE}")
-    pip = (python, "-m", "pip", "install", "-c", tmp / "colab-constraints.txt")
+    # --no-compile: Python compiles what it imports when it does (half an install's time is compiling it all)
+    pip = (python, "-m", "pip", "install", "--no-compile", "-c", tmp / "colab-constraints.txt")
     run_command(*pip, *COLAB_KERNEL_PACKAGES, cwd=tmp)
     before = _freeze(python)
     run_command(*pip, wheel, cwd=tmp)
@@ -299,7 +300,7 @@ def test_the_oldest_supported_notebook_side_offloads_cells(
     if not version.startswith("3.10."):
         _say(f"no Python 3.10 on this machine: the oldest-versions venv uses Python {version}", always=True)
     python = make_venv(interpreter, tmp_path / "venv")
-    run_command(python, "-m", "pip", "install", *OLDEST, wheel, cwd=tmp_path)
+    run_command(python, "-m", "pip", "install", "--no-compile", *OLDEST, wheel, cwd=tmp_path)
     installed = _freeze(python)
     assert [f"{n}=={installed[_normalise(n)]}" for n in (p.split("==")[0] for p in OLDEST)] == list(OLDEST)
     report = json.loads(run_command(python, "-c", OLDEST_SHELL, newest_worker.token, cwd=tmp_path,
@@ -345,8 +346,8 @@ def test_the_dask_extra_keeps_colabs_dask_and_runs_a_cell_on_a_dask_cluster(
     python, _ = colab_python
     pins = _constraints(tmp_path / "colab-constraints.txt")
     before = _freeze(python)
-    run_command(python, "-m", "pip", "install", "-c", tmp_path / "colab-constraints.txt", f"{wheel}[dask]",
-                cwd=tmp_path)
+    run_command(python, "-m", "pip", "install", "--no-compile", "-c", tmp_path / "colab-constraints.txt",
+                f"{wheel}[dask]", cwd=tmp_path)
     after = _freeze(python)
     changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
     assert not changed, f"installing remote-magic[dask] changed Colab's packages: {changed}"
