@@ -151,17 +151,20 @@ def test_a_saved_schedule_leaves_the_buffers_it_ran_on_behind(tmp_path: Path,
     assert placeholder.op is Ops.BUFFER and placeholder.realized is not None
     programs = ProgramCache("an adapter of this test", type("Renderer", (), {}))
     schedule_cache[b"this test's schedule"] = UOp(Ops.LINEAR, src=(placeholder,))
+    schedule_cache[b"one that doesn't pickle"] = UOp(Ops.LINEAR, arg=lambda: None)  # (left out, not an error)
     try:
         programs.save()
-        del schedule_cache[b"this test's schedule"], held, placeholder
+        del schedule_cache[b"this test's schedule"], schedule_cache[b"one that doesn't pickle"], held, placeholder
         gc.collect()
         saved = programs.path.read_bytes()
         assert weights.tobytes()[:64] not in saved and len(saved) < weights.nbytes
         programs.load()
         (loaded,) = schedule_cache[b"this test's schedule"].src
         assert loaded.op is Ops.BUFFER and loaded.realized is None and loaded.dtype.itemsize == 4
+        assert b"one that doesn't pickle" not in schedule_cache
     finally:
         schedule_cache.pop(b"this test's schedule", None)
+        schedule_cache.pop(b"one that doesn't pickle", None)
 
 
 def test_a_jitted_step_made_in_one_cell_runs_in_the_next(ip: InteractiveShell) -> None:

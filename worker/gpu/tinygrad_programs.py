@@ -52,6 +52,19 @@ def _dumps(value: Any) -> bytes:
     return out.getvalue()
 
 
+def _picklable(entries: dict[Any, Any]) -> dict[Any, Any]:
+    """The entries that pickle."""
+    kept = {}
+    for key, value in entries.items():
+        try:
+            _dumps(value)
+        except Exception as exc:
+            log.debug("tinygrad's %r isn't saved: it doesn't pickle (%s)", key, exc)
+            continue
+        kept[key] = value
+    return kept
+
+
 class ProgramCache:
     """tinygrad's generated programs and schedules for this adapter, on the worker's disk, so that a new executor
     running a model an earlier one ran skips tinygrad's code generation and scheduling (most of a model's first
@@ -99,12 +112,16 @@ class ProgramCache:
         counts = self._counts()
         if counts == self._saved:
             return
-        kept = {"programs": dict(list(self._ours().items())[-MAX_PROGRAMS:]),
-                "schedules": dict(list(schedule_cache.items())[-MAX_SCHEDULES:])}
+        kept: dict[str, dict[Any, Any]] = {"programs": dict(list(self._ours().items())[-MAX_PROGRAMS:]),
+                                           "schedules": dict(list(schedule_cache.items())[-MAX_SCHEDULES:])}
+        try:
+            data = _dumps(kept)
+        except Exception:  # (a schedule holding what doesn't pickle, such as a cell's function): left out
+            data = _dumps({part: _picklable(entries) for part, entries in kept.items()})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(f"{self.path.name}.{os.getpid()}")
         try:
-            partial.write_bytes(_dumps(kept))
+            partial.write_bytes(data)
             partial.replace(self.path)  # whole, even with another executor saving too
         except OSError as exc:  # a full disk costs the next executor its head start, nothing else
             log.warning("could not save tinygrad's programs to %s: %s", self.path, exc)
