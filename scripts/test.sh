@@ -21,8 +21,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 if [ "${CI:-}" = "true" ]; then export REMOTE_MAGIC_REQUIRE_GPU=1; fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 bash scripts/check.sh    # ruff, and mypy --strict on the package
-# Two processes, one test file each at a time: most tests wait on workers and kernels they started, so the
-# two share the 2 cores well. Files go out in collection order, which puts the longest first (tests/conftest.py,
-# LONGEST_FILES), so the run doesn't end on one long file while the other process idles.
+# Three processes, one test file each at a time: a test often waits on the workers, kernels, browsers and
+# emulated links it started, so two processes left a 2-core machine's CPUs idle a sixth of the time, and three
+# keep them busy. Files go out in collection order, which puts the longest first (tests/conftest.py,
+# LONGEST_FILES), so the run doesn't end on one long file while the other processes idle.
 # REMOTE_MAGIC_TEST_PROCESSES=1 runs everything in one process.
-exec python -m pytest -n "${REMOTE_MAGIC_TEST_PROCESSES:-2}" --dist loadfile --no-loadscope-reorder "$@"
+exec python -m pytest -n "${REMOTE_MAGIC_TEST_PROCESSES:-3}" --dist loadfile --no-loadscope-reorder "$@"

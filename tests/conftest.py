@@ -18,18 +18,18 @@ collect_ignore = ["gpu/tinygrad"]
 TESTS = Path(__file__).resolve().parent
 
 LONGEST_FILES = {
-    "end_to_end/test_conformance.py": 280, "end_to_end/test_lossy_link.py": 125, "gpu/test_tinygrad_ops.py": 95,
-    "end_to_end/test_conformance_gpu.py": 95, "notebook/test_colab.py": 80, "notebook/test_client.py": 70,
-    "worker/test_worker_pythons.py": 70, "end_to_end/test_wheel.py": 65, "hub/test_hub.py": 60,
-    "hub/test_fuzz.py": 60, "end_to_end/test_blips.py": 50, "notebook/test_same_as_local.py": 40,
-    "end_to_end/test_slow_link.py": 36, "end_to_end/test_soak.py": 35, "end_to_end/test_outage.py": 35,
-    "worker/test_kernel_provider.py": 35, "browser/test_browser.py": 33, "gpu/test_ml.py": 30,
-    "worker/test_cli.py": 29, "worker/test_liveness.py": 22, "gpu/test_numpy_oracle.py": 21,
-    "gpu/test_arg_scan.py": 21,
+    "end_to_end/test_conformance.py": 168, "gpu/test_tinygrad_ops.py": 117, "notebook/test_colab.py": 98,
+    "end_to_end/test_blips.py": 70, "end_to_end/test_conformance_gpu.py": 72, "end_to_end/test_lossy_link.py": 59,
+    "hub/test_fuzz.py": 56, "gpu/test_ml.py": 56, "gpu/test_numpy_oracle.py": 47, "notebook/test_client.py": 43,
+    "hub/test_hub.py": 42, "browser/test_browser.py": 41, "notebook/test_same_as_local.py": 37,
+    "end_to_end/test_outage.py": 34, "end_to_end/test_slow_link.py": 34, "worker/test_kernel_provider.py": 32,
+    "end_to_end/test_soak.py": 24, "hub/test_detached.py": 26, "gpu/test_counting.py": 26, "gpu/test_arg_scan.py": 25,
+    "worker/test_worker_pythons.py": 24, "worker/test_cli.py": 24, "worker/test_liveness.py": 23,
+    "hub/test_fleet_run.py": 21,
 }
-"""The files that take longest, in seconds of one process on a busy 2-core machine (``--durations=0``):
+"""The files that take longest, in seconds of one process on an idle 2-core machine (``--junitxml``'s times):
 the suite starts them first. Its processes each take a whole file at a time (``--dist loadfile``), so a
-long file started last keeps one process busy while the other idles; longest first, the last files are short.
+long file started last keeps one process busy while the others idle; longest first, the last files are short.
 A file not listed runs after these, in its usual order; the figures only need to be roughly right."""
 
 

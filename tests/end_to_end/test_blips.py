@@ -19,7 +19,7 @@ bytes made from a seed, what it printed).
   that print) while both proxies blip at random moments, half of them timed to land inside a
   transfer. At the end: no job hung, none ran twice, none returned a wrong result, none failed.
 
-The soak blips for 30 s in the default suite (``REMOTE_MAGIC_BLIP_S=600`` for longer);
+The soak blips for 20 s in the default suite (``REMOTE_MAGIC_BLIP_S=600`` for longer);
 ``REMOTE_MAGIC_BLIP_SEED=N`` replays its workload and blip choices (the seed is printed; thread timing still
 differs between runs).
 """
@@ -47,7 +47,7 @@ import remote_magic
 from remote_magic.wire.tokens import Token
 from support import WorkerProcess, hub_port, in_thread, start_worker, wait_for, worker_token
 
-BLIP_S = float(os.environ.get("REMOTE_MAGIC_BLIP_S", "30"))
+BLIP_S = float(os.environ.get("REMOTE_MAGIC_BLIP_S", "20"))
 """How long the soak blips while the clients submit."""
 
 FAR = "far"

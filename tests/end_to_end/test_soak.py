@@ -7,7 +7,7 @@ restarts joined workers, stops and continues them, and restarts the hub on the s
 end: every job ended within its deadline, every result is right, nothing ran twice, every failure
 is one the faults explain, and every worker and client serves again.
 
-In the default suite it injects faults for 30 s. ``REMOTE_MAGIC_SOAK_S=600`` soaks longer;
+In the default suite it injects faults for 20 s. ``REMOTE_MAGIC_SOAK_S=600`` soaks longer;
 ``REMOTE_MAGIC_SOAK_SEED=N`` replays a run's workload and fault choices (the seed is printed;
 thread timing still differs between runs).
 """
@@ -36,7 +36,7 @@ from remote_magic.wire.protocol import HEARTBEAT_LIVENESS
 from remote_magic.wire.tokens import Token
 from support import WorkerProcess, in_thread, start_worker, wait_for
 
-SOAK_S = float(os.environ.get("REMOTE_MAGIC_SOAK_S", "30"))
+SOAK_S = float(os.environ.get("REMOTE_MAGIC_SOAK_S", "20"))
 """How long faults are injected while the clients submit."""
 
 HEARTBEAT_S = 0.2
