@@ -143,15 +143,22 @@ async def _say_alive(socket: aiohttp.ClientWebSocketResponse, progress: bool, un
         await asyncio.sleep(0.2)  # the tab's own period, as tab.js's timer
 
 
+@pytest.mark.parametrize("compiling, bound, doing", [
+    (False, STALL_S, "ran nothing of its work"),
+    # A phone's driver may take far longer to compile one kernel than 20 s without progress allows.
+    (True, COMPILE_STALL_S, "has compiled one kernel"),
+])
 def test_a_tab_that_says_it_is_alive_but_makes_no_progress_is_closed_and_its_batch_fails_naming_it(
-        server: TabServer) -> None:
+        server: TabServer, compiling: bool, bound: float, doing: str) -> None:
+    name = "compiling" if compiling else "stuck"
+
     async def scenario() -> dict[str, Any]:
         context = zmq.asyncio.Context()
         try:
             async with aiohttp.ClientSession() as client:
-                socket, executor = await _one_batch_owed(server, Tabs(server, client), "stuck", context)
+                socket, executor = await _one_batch_owed(server, Tabs(server, client), name, context)
                 owed_at = time.monotonic()
-                chatter = asyncio.ensure_future(_say_alive(socket, False, owed_at + 30))
+                chatter = asyncio.ensure_future(_say_alive(socket, False, owed_at + 30, compiling=compiling))
                 reply = tab.decode(await asyncio.wait_for(executor.recv(), 20))[0]
                 failed_after = time.monotonic() - owed_at
                 closed = await closing(socket)
@@ -162,35 +169,11 @@ def test_a_tab_that_says_it_is_alive_but_makes_no_progress_is_closed_and_its_bat
             context.destroy(linger=0)
 
     seen = asyncio.run(scenario())
-    assert seen["reply"] == {"error": {"message": f"the browser tab 'stuck' is stuck: it says it is alive, but ran "
-                                                  f"nothing of its work for {STALL_S:g} s", "lost": True}}
-    assert STALL_S - 0.2 < seen["failed_after"] < STALL_S + 3, seen["failed_after"]
+    assert seen["reply"] == {"error": {"message": f"the browser tab {name!r} is stuck: it says it is alive, but "
+                                                  f"{doing} for {bound:g} s", "lost": True}}
+    assert bound - 0.2 < seen["failed_after"] < bound + 3, seen["failed_after"]
     assert seen["closed"] == (aiohttp.WSCloseCode.GOING_AWAY, "is stuck")  # what the page shows
-    wait_until(lambda: "stuck" not in server.tabs, 10, "the stuck tab to leave")
-
-
-def test_a_tab_compiling_a_kernel_has_longer_than_the_stall_bound_but_not_for_ever(server: TabServer) -> None:
-    """A phone's driver may take far longer to compile one kernel than 20 s without progress allows."""
-    async def scenario() -> dict[str, Any]:
-        context = zmq.asyncio.Context()
-        try:
-            async with aiohttp.ClientSession() as client:
-                socket, executor = await _one_batch_owed(server, Tabs(server, client), "compiling", context)
-                owed_at = time.monotonic()
-                chatter = asyncio.ensure_future(_say_alive(socket, False, owed_at + 30, compiling=True))
-                reply = tab.decode(await asyncio.wait_for(executor.recv(), 20))[0]
-                failed_after = time.monotonic() - owed_at
-                await closing(socket)
-                await chatter
-                executor.close()
-                return {"reply": reply, "failed_after": failed_after}
-        finally:
-            context.destroy(linger=0)
-
-    seen = asyncio.run(scenario())
-    assert seen["reply"] == {"error": {"message": f"the browser tab 'compiling' is stuck: it says it is alive, but "
-                                                  f"has compiled one kernel for {COMPILE_STALL_S:g} s", "lost": True}}
-    assert COMPILE_STALL_S - 0.2 < seen["failed_after"] < COMPILE_STALL_S + 3, seen["failed_after"]
+    wait_until(lambda: name not in server.tabs, 10, "the stuck tab to leave")
 
 
 def test_a_tab_that_makes_progress_keeps_its_batch_alive_past_the_stall_bound(server: TabServer) -> None:
