@@ -139,7 +139,10 @@ async def _say_alive(socket: aiohttp.ClientWebSocketResponse, progress: bool, un
     done = 0
     while time.monotonic() < until and not socket.closed:
         done += progress
-        await socket.send_str(json.dumps({"type": "alive", "done": done, "compiling": compiling}))
+        try:
+            await socket.send_str(json.dumps({"type": "alive", "done": done, "compiling": compiling}))
+        except ConnectionError:  # the server closed it while this was saying so (aiohttp's reset error is one)
+            return
         await asyncio.sleep(0.2)  # the tab's own period, as tab.js's timer
 
 

@@ -752,6 +752,7 @@ def _fuzz_the_workers(context: zmq.Context, token: Token, examples: int) -> int:
 # -- tests -----------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(600)  # a backstop: about a minute on 2 idle cores, three times that with both busy
 def test_fuzzed_hub_and_workers_keep_serving(fleet: tuple[WorkerProcess, WorkerProcess],
                                              record_property: Any) -> None:
     hub = fleet[0]
