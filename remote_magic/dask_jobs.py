@@ -79,8 +79,10 @@ class DaskJobs:
         dask.subscribe_topic(self._topic, self._on_event)
 
     def close(self) -> None:
-        """Stop receiving this client's events."""
-        self._dask.unsubscribe_topic(self._topic)
+        """Stop receiving this client's events (nothing to stop once Dask's client closed itself: it does when
+        its scheduler stays gone)."""
+        if self._dask.status in ("running", "connecting", "newly-created"):
+            self._dask.unsubscribe_topic(self._topic)
 
     def submit_calls(self, calls: list[dict[str, Any]], addresses: list[str] | None, events: Events) -> list[DaskJob]:
         """Call jobs (each ``{"fn", "args", "kwargs"}``), handed to Dask in one graph as Dask's own
