@@ -62,10 +62,11 @@ HUB_RESTART_GRACE_S = 3.0
 """After the hub said goodbye, how long a send waits for a hub on the same address to welcome this
 connection back (one restarting: a worker started again on its port) before it says the hub is gone:
 libzmq's longest reconnect interval (``reconnect_ivl_max``) and a hello's round trip."""
+
 OUTBOX_MESSAGES = 100
 """Messages the caller's thread may queue for the I/O thread on each side of their pipe, beyond what the link's
 socket holds (its 1,000): so a full link makes ``send`` wait (or raise Busy past ``send_timeout``) after about
-1,200 messages, not 3,000, whatever their size."""
+1,200 messages, whatever their size."""
 
 RECONNECT_ADVICE = ("This connection keeps trying: run it again once the hub (or the tunnel in front of it) "
                     "answers again.")
