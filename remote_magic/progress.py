@@ -50,7 +50,7 @@ class TransferState:
 
 
 LABELS = {"up": "sending to the worker", "down": "receiving from the worker", "job": "running on"}
-"""How each bar starts: a notebook's conformance test knows them by that."""
+"""How each bar starts."""
 
 
 def direction(about: Mapping[str, Any]) -> str:

@@ -38,7 +38,6 @@ from typing import Any
 
 import nbformat
 
-from remote_magic.progress import LABELS
 from support import notebook_client
 
 CELL_TIMEOUT_S = 180
@@ -50,7 +49,6 @@ RTOL = 1e-5
 ATOL = 1e-6
 """Their absolute tolerance, relative to the magnitude of the values (the largest of an array, or of an output)."""
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
-_WIDGET = "application/vnd.jupyter.widget-view+json"
 
 # Appended to both runs, and run locally: pickles the namespace (each value on its own, so one that
 # can't be pickled is described instead) with the names that share one object or one array's memory.
@@ -193,8 +191,6 @@ def _outputs(cell: Any) -> list[tuple[str, str]]:
             found.append(("value", f"{', '.join(sorted(output['data']))}: {text}"))
         elif kind == "display_data":
             text = _ADDRESS.sub("", output["data"].get("text/plain", ""))
-            if _WIDGET in output["data"] and any(label in text for label in LABELS.values()):
-                continue  # remote-magic's own progress bar (tqdm's widget, where ipywidgets is installed)
             found.append(("display", f"{', '.join(sorted(output['data']))}: {text}"))
         elif kind == "error":
             found.append(("error", output["ename"]))
