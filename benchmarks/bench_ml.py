@@ -20,10 +20,16 @@ Columns (median seconds of a warm step, the steps interleaved round by round):
   ``TinyJit``. Its first step (code generation and compiles included) is reported apart, each in a new
   process as a new executor runs it (``DEV=WEBGPU``): with nothing saved; with the programs and schedules an
   earlier process saved (``ProgramCache``: what a worker's next executor finds); and with its programs only
-  (the schedules left out, as before they were saved too). The last two interleaved, the faster of two each.
+  (the schedules left out, as before they were saved too). The last two interleaved, the faster of two each. A
+  first step computes what a warm one does: on a software adapter that is most of it, so the table also gives
+  what the first step costs beyond a warm step (setting up: code generation, scheduling, compiling pipelines).
 * **tinygrad, CPU**: tinygrad's own CPU device (clang), the same jitted step.
 * **PyTorch, CPU**: the same model in eager PyTorch on the host's cores.
 * **numpy**: the MLP's forward, backward and Adam written out in numpy (the other two have no numpy column).
+
+The MLP and the CNN also run in a browser tab (headless Chromium's WebGPU, as a tab worker's executor runs them),
+beside wgpu-py on the same adapter: Chromium's own SwiftShader, which wgpu-py loads through ``VK_ICD_FILENAMES``
+(without a GPU, the tab's adapter; comparing the tab with lavapipe would compare two drivers).
 
 ``--matmuls-only`` measures, in a section of its own, the models' matrix products alone on the worker's GPU:
 tinygrad's kernel for ``a @ b`` (jitted) beside this project's tuned matmul (``worker/gpu/matmul.py``) on the same
@@ -37,8 +43,10 @@ checked to agree; PyTorch's weights are its own, so its loss is only checked to 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,6 +75,7 @@ MODELS = ("mlp", "cnn", "block")
 TITLES = {"mlp": "MLP 784-512-512-10, batch 128, Adam step", "cnn": "CNN 2 conv + linear, batch 32, Adam step",
           "block": "GPT-2 small block, 1x128 tokens, forward + backward"}
 WIDTH, HEADS, TOKENS = 768, 12, 128
+SWIFTSHADER_ICD = "vk_swiftshader_icd.json"
 
 Step = Callable[[], float]
 """Runs one step to completion; returns its loss."""
@@ -360,17 +369,29 @@ def first_step(name: str, schedules: bool) -> None:
     print(seconds)
 
 
-def steps_in_a_tab(name: str, repeat: int) -> dict[str, Any]:
+def chromiums_swiftshader() -> Path | None:
+    """Chromium's own Vulkan driver, SwiftShader (headless Chromium's WebGPU adapter without a GPU), which wgpu-py
+    can run on too (``VK_ICD_FILENAMES``): the tab's adapter under both. None without Chromium."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    folders = [Path(os.path.realpath(chromium)).parent] if chromium else []
+    return next((f / SWIFTSHADER_ICD for f in [*folders, Path("/usr/lib/chromium")] if (f / SWIFTSHADER_ICD).exists()),
+                None)
+
+
+def steps_on(name: str, repeat: int, where: str) -> dict[str, Any]:
     """(In a process of its own: tinygrad has one ``WEBGPU`` device per process.) The median warm step of
-    ``name``, its first step and the adapter, on headless Chromium's WebGPU behind a tab bridge, as a tab
-    worker's executor runs it."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from browser_tabs import tab_bridge
+    ``name``, its first step and the adapter: ``where`` is "tab" (headless Chromium's WebGPU behind a tab bridge,
+    as a tab worker's executor runs it) or "wgpu" (wgpu-py on the adapter this process's environment gives)."""
+    with contextlib.ExitStack() as stack:
+        if where == "tab":
+            sys.path.insert(0, str(REPO / "tests"))
+            from browser_tabs import tab_bridge
 
-    from remote_magic.worker.gpu.tab_device import open_tab_device
+            from remote_magic.worker.gpu.tab_device import open_tab_device
 
-    with tab_bridge() as endpoint:
-        device = open_tab_device(endpoint)
+            device = open_tab_device(stack.enter_context(tab_bridge()))
+        else:
+            device = open_device()
         tinygrad_hook.install(lambda: device, default=False)
         step, first = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
         times = []
@@ -411,16 +432,22 @@ def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], 
     return medians, first
 
 
-def tab_in_a_new_process(name: str, repeat: int) -> dict[str, Any]:
-    """:func:`steps_in_a_tab` of ``name``, run in a new process."""
-    run = subprocess.run([sys.executable, __file__, "--tab-steps", name, "--repeat", str(repeat)], capture_output=True,
-                         text=True, check=True, timeout=1200)
+def steps_in_a_new_process(name: str, repeat: int, where: str) -> dict[str, Any]:
+    """:func:`steps_on` of ``name``, run in a new process; wgpu-py's ("wgpu") on Chromium's SwiftShader."""
+    env = dict(os.environ)
+    if where == "wgpu":
+        icd = chromiums_swiftshader()
+        if icd is None:
+            raise SystemExit("no Chromium: its SwiftShader is the adapter the tab and wgpu-py are compared on")
+        env["VK_ICD_FILENAMES"] = str(icd)
+    run = subprocess.run([sys.executable, __file__, "--steps-on", where, name, "--repeat", str(repeat)],
+                         capture_output=True, text=True, check=True, timeout=1200, env=env)
     found: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     return found
 
 
 def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapter: str, args: Any,
-           load: tuple[float, float], tabs: dict[str, dict[str, Any]]) -> str:
+           load: tuple[float, float], tabs: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> str:
     from importlib.metadata import version
 
     import torch
@@ -439,19 +466,21 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
         ratio = medians["tinygrad, worker's GPU"] / medians["PyTorch, CPU"]
         lines.append(f"| {TITLES[name]} | " + " | ".join(cells) + f" | {ratio:.2f} |")
     lines += ["", "| first step, s | worker's GPU, new executor | worker's GPU, new executor, programs and schedules "
-              "saved before | the same, programs only | tinygrad, CPU |", "| --- | ---: | ---: | ---: | ---: |"]
-    for name, (_, first) in results.items():
-        lines.append(f"| {TITLES[name]} | {first['new']:.2f} | {first['saved']:.2f} | {first['programs_only']:.2f} | "
-                     f"{first['CPU']:.2f} |")
+              "saved before | the same, less a warm step's time | the same, programs only | tinygrad, CPU |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, (medians, first) in results.items():
+        setup = first["saved"] - medians[columns[0]]
+        lines.append(f"| {TITLES[name]} | {first['new']:.2f} | {first['saved']:.2f} | {setup:.2f} | "
+                     f"{first['programs_only']:.2f} | {first['CPU']:.2f} |")
     if tabs:
-        tab_adapter = next(iter(tabs.values()))["adapter"]
-        lines += ["", f"| tinygrad in a browser tab (headless Chromium's WebGPU: {tab_adapter}) beside wgpu-py, warm "
-                  "step, ms | wgpu-py | tab | tab ÷ wgpu-py | tab's first step, s |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
-        for name, tab in tabs.items():
-            ours = results[name][0][columns[0]]
-            lines.append(f"| {TITLES[name]} | {ours * 1000:.1f} | {tab['median'] * 1000:.1f} | "
-                         f"{tab['median'] / ours:.2f} | {tab['first']:.1f} |")
+        tab, wgpu = next(iter(tabs.values()))
+        lines += ["", f"| tinygrad in a browser tab (headless Chromium's WebGPU: {tab['adapter']}) beside wgpu-py on "
+                  f"the same adapter ({wgpu['adapter']}, Chromium's own), warm step, ms | wgpu-py | tab | "
+                  "tab ÷ wgpu-py | wgpu-py's first step, s | tab's first step, s |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for name, (tab, wgpu) in tabs.items():
+            lines.append(f"| {TITLES[name]} | {wgpu['median'] * 1000:.1f} | {tab['median'] * 1000:.1f} | "
+                         f"{tab['median'] / wgpu['median']:.2f} | {wgpu['first']:.1f} | {tab['first']:.1f} |")
     return "\n".join(lines)
 
 
@@ -472,12 +501,12 @@ def main() -> None:
                         help="with --matmuls-only: only the products whose titles start so (comma-separated)")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
     parser.add_argument("--no-schedules", action="store_true", help=argparse.SUPPRESS)  # (its saved programs only)
-    parser.add_argument("--tab-steps", metavar="MODEL", help=argparse.SUPPRESS)  # (steps in a tab, in a new process)
+    parser.add_argument("--steps-on", nargs=2, metavar=("WHERE", "MODEL"), help=argparse.SUPPRESS)  # (a new process's)
     args = parser.parse_args()
     if args.first_step:
         return first_step(args.first_step, not args.no_schedules)
-    if args.tab_steps:
-        return print(json.dumps(steps_in_a_tab(args.tab_steps, args.repeat)))
+    if args.steps_on:
+        return print(json.dumps(steps_on(args.steps_on[1], args.repeat, args.steps_on[0])))
     os.environ["REMOTE_MAGIC_HOME"] = tempfile.mkdtemp()  # no programs saved by an earlier run
     load_before = os.getloadavg()[0]
     device = open_device()
@@ -502,7 +531,8 @@ def main() -> None:
             write_section(BEAM_SECTION if args.beam else MATMUL_SECTION, body)
         return
     results = {name: measure(name, args.repeat, args.budget) for name in args.models.split(",")}
-    tabs = {name: tab_in_a_new_process(name, args.repeat) for name in filter(None, args.tab_models.split(","))}
+    tabs = {name: (steps_in_a_new_process(name, args.repeat, "tab"), steps_in_a_new_process(name, args.repeat, "wgpu"))
+            for name in filter(None, args.tab_models.split(","))}
     body = render(results, adapter, args, (load_before, os.getloadavg()[0]), tabs)
     print(body)
     if not args.no_write:
