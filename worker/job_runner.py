@@ -125,7 +125,7 @@ class JobRunner:
                     if shown is not None:
                         header["value_display"] = shown
                 finally:
-                    outputs.show_figures(after_cell=True)  # a cell that raised shows its figures too, as locally
+                    outputs.show_figures_at_end()  # a cell that raised shows its figures too, as locally
             self._send_result(job, header, frames, started)
         except _CellFailed as failed:
             self._send_failure(msg, failed)

@@ -216,9 +216,21 @@ class JobOutputs:
             return None
         return header
 
+    def show_figures_at_end(self) -> None:
+        """The cell ends: show its figures as the notebook's inline backend would (its ``flush_figures``).
+        That is every open figure, after the cell's value, where the cell (or a cell since the last time)
+        made a figure with interactive mode on; with it off (``plt.ioff()``), nothing, and the figures stay
+        open for a later ``plt.show()``."""
+        global _figure_made_interactively
+        try:
+            if _figure_made_interactively:
+                self.show_figures(after_cell=True)
+        finally:
+            _figure_made_interactively = False
+
     def show_figures(self, after_cell: bool = False) -> None:
         """Send every open matplotlib figure as an image, then close them (as the inline backend does,
-        on plt.show() and at the end of a cell).
+        on plt.show() and, see ``show_figures_at_end``, at the end of a cell).
 
         Figures travel rendered, in the notebook's figure formats, never as pickled objects: the
         two sides' matplotlib versions differ as a rule.
@@ -247,6 +259,21 @@ def show_open_figures() -> None:
     outputs = _current()
     if outputs is not None:
         outputs.show_figures()
+
+
+_figure_made_interactively = False
+"""Was a figure made with interactive mode on since the figures were last shown at a cell's end? (The
+inline backend's ``show._draw_called``.)"""
+
+
+def figure_made() -> None:
+    """pyplot made a figure (``plt.figure()``, ``plt.subplots()``, a first ``plt.plot()``): with interactive
+    mode on, the cell shows the open figures at its end, as the notebook's inline backend does."""
+    global _figure_made_interactively
+    import matplotlib
+
+    if matplotlib.is_interactive():
+        _figure_made_interactively = True
 
 
 def flush_periodically(current: Callable[[], JobOutputs | None]) -> None:

@@ -1,6 +1,7 @@
 """The module state an offloaded cell shares with the notebook's own process: the global random
 generators (the ``random`` module's and numpy's legacy one), numpy's print options, matplotlib's
-rcParams, pandas' display options, and the environment variables set since remote-magic loaded (``%env``).
+rcParams and interactive mode, pandas' display options, and the environment variables set since
+remote-magic loaded (``%env``).
 
 Locally every cell runs in one process, so ``np.random.seed(0)`` in a local cell decides what the
 next cell draws, and ``plt.rcParams["figure.figsize"] = ...`` how it plots, wherever that cell runs.
@@ -88,7 +89,8 @@ def _numpy_print_options(numpy: Any, options: Mapping[str, Any]) -> None:
 
 
 _NOT_SHARED_RC = ("backend", "interactive", "webagg.")
-"""rcParams each side keeps its own: how figures are drawn and shown there."""
+"""rcParams each side keeps its own: how figures are drawn and shown there (interactive mode travels as
+its own kind, ``_interactive``)."""
 
 
 def _rc_changes(matplotlib: Any) -> dict[str, Any]:
@@ -127,6 +129,37 @@ def _set_rc(matplotlib: Any, changes: Mapping[str, Any]) -> None:
                 params[key] = value
         except (KeyError, ValueError, TypeError) as exc:  # a key or value this matplotlib doesn't take
             log.info("rcParams[%r] from the other side doesn't apply here: %s", key, exc)
+
+
+_figures_started = False
+"""Has a figure backend started on the other side (or here, as that side last said)? See ``figures_start``."""
+
+
+def _interactive(matplotlib: Any) -> tuple[bool, bool]:
+    """matplotlib's interactive mode (``plt.ion()``/``plt.ioff()``), and whether this session's figure backend
+    has started: the notebook's inline backend turns interactive mode on as it starts (at the first figure,
+    or ``%matplotlib inline``), once; after that it is what the cells set."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    started = _figures_started or getattr(pyplot, "_backend_mod", None) is not None
+    return bool(matplotlib.is_interactive()), started
+
+
+def _set_interactive(matplotlib: Any, state: tuple[Any, ...]) -> None:
+    global _figures_started
+    interactive, started = state
+    _figures_started = _figures_started or bool(started)
+    # Not plt.ion(): that may start a GUI's event loop in a shell; the flag is what decides what shows.
+    matplotlib.interactive(bool(interactive))
+
+
+def figures_start(matplotlib: Any) -> None:
+    """A worker's figure backend starts: it turns interactive mode on, as the notebook's inline backend does
+    as it starts, unless a figure backend of this session started already (the notebook's, say), whose
+    interactive mode holds."""
+    global _figures_started
+    if not _figures_started:
+        matplotlib.interactive(True)
+    _figures_started = True
 
 
 def _pandas_display(pandas: Any) -> dict[str, Any]:
@@ -205,6 +238,7 @@ KINDS: dict[str, _Kind] = {
     "numpy.random": _Kind("numpy", _numpy_rng_state, _set_numpy_rng, _numpy_rng_token),
     "numpy.printoptions": _Kind("numpy", lambda numpy: numpy.get_printoptions(), _numpy_print_options),
     "matplotlib.rcParams": _Kind("matplotlib", _rc_changes, _set_rc),
+    "matplotlib.interactive": _Kind("matplotlib", _interactive, _set_interactive),
     "pandas.display": _Kind("pandas", _pandas_display, _set_pandas_display),
     "os.environ": _Kind("os", _environment_changes, _set_environment),
 }

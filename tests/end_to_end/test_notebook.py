@@ -75,3 +75,52 @@ def test_clear_output_in_an_offloaded_cell_clears_the_cell_as_locally(worker: Wo
     # clear_output() clears at once; with wait=True and nothing after it, what was shown stays.
     assert _shown(steps_local) == [("stream", "step 2\n"), ("display_data", "text/plain")]
     assert _shown(steps_offloaded) == _shown(steps_local)
+
+
+SETUP_FIGURES = "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.close('all')\nplt.ioff()"
+FIGURES = (  # (source, kept local in the offloaded run)
+    ("fig, ax = plt.subplots()\n_ = ax.plot([1, 2])\nprint(plt.isinteractive(), len(plt.get_fignums()))", False),
+    ("plt.show()", False),
+    ("fig2, ax2 = plt.subplots()\n_ = ax2.plot([2, 1])\nplt.show()\nprint(len(plt.get_fignums()))", False),
+    ("fig3 = plt.figure()\n_ = fig3.add_subplot().plot([3, 4])\nplt.ion()\nprint(plt.isinteractive())", False),
+    ("print(plt.isinteractive())", True),
+    ("fig3", False),
+    ("fig4 = plt.figure()\n_ = plt.plot([0, 1])", False),
+    ("plt.ioff()\nprint(plt.isinteractive())", False),
+    ("print(plt.isinteractive())", True),
+)
+
+
+def test_interactive_mode_is_the_notebooks_and_decides_the_figures_a_cell_shows(worker: WorkerProcess,
+                                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                                 tmp_path: Path) -> None:
+    """After ``plt.ioff()`` in the notebook, an offloaded cell reads ``plt.isinteractive()`` False and shows a
+    figure it made only on ``plt.show()`` (or as its value), as the inline backend does locally; ``plt.ion()``
+    and ``plt.ioff()`` in an offloaded cell come back (before: interactive mode was each side's own, and an
+    offloaded cell showed every figure still open at its end)."""
+    monkeypatch.setenv("REMOTE_MAGIC_TOKEN", worker.token)
+    cells = ["%load_ext remote_magic\n%offload_connect", SETUP_FIGURES]
+    cells += [source for source, _ in FIGURES] + [SETUP_FIGURES]
+    cells += [source if local else "%%offload\n" + source for source, local in FIGURES]
+    cells += ["%%offload\nprint(plt.get_backend())"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    notebook_client(nb, tmp_path).execute()
+    connect, *ran, backend = nb.cells
+    assert "Connected to tcp://127.0.0.1" in cell_text(connect)
+    local, offloaded = ran[1:len(FIGURES) + 1], ran[len(FIGURES) + 2:]
+    image = ("display_data", "image/png,text/plain")
+    assert [_shown(cell) for cell in local] == [
+        [("stream", "False 1\n")],  # made with interactive mode off: not shown, left open
+        [image],  # ...until plt.show()
+        [image, ("stream", "0\n")],
+        [("stream", "True\n")],  # made while off, then plt.ion(): not shown
+        [("stream", "True\n")],
+        [("execute_result", "image/png,text/plain")],  # a figure as the value shows
+        [image, image],  # a figure made with interactive mode on: every open figure shows
+        [("stream", "False\n")],
+        [("stream", "False\n")],
+    ]
+    # Offloaded, the notices saying what stayed on the worker (`fig`: a Figure) come in addition.
+    assert [[(kind, text) for kind, text in _shown(cell) if not text.startswith("remote-magic: ")]
+            for cell in offloaded] == [_shown(cell) for cell in local]
+    assert cell_text(backend) == "module://remote_magic.worker.figures\n"  # still Agg there
