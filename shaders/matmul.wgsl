@@ -17,6 +17,9 @@
 // otherwise one element at a time (`A[i / 4][i % 4]`), which serves any shape. The host binds
 // A and B with sizes rounded up to 16 bytes, so the last partial vec4 is inside the binding.
 //
+// TRANS_A and TRANS_B read A stored K x M and B stored N x K (tinygrad's `x @ w.T` and `g.T @ x`, run
+// by worker/gpu/tinygrad_matmul.py), one element at a time; the subgroup kernel has no such layouts.
+//
 // Dispatch: one workgroup per (column tile, row tile, batch), numbered linearly and folded by
 // the host over x and y when the count passes the 65,535-per-dimension limit. Leading (batch)
 // dimensions broadcast as in numpy: the host passes the batch shape and each operand's batch
@@ -28,6 +31,8 @@ override WX: u32 = 16u;       // invocations per workgroup along N
 override WY: u32 = 16u;       // invocations per workgroup along M
 override TM: u32 = 8u;        // rows and columns of C per invocation: 4 (tiled4) or 8 (tiled8)
 override VEC4: bool = false;  // load A and B tiles as vec4 (shapes aligned to 4; see above)
+override TRANS_A: bool = false;  // A is stored K x M: A's (m, k) at k * lda + m (never with VEC4)
+override TRANS_B: bool = false;  // B is stored N x K: B's (k, n) at n * ldb + k (never with VEC4)
 const BK: u32 = 16u;          // K step through workgroup memory
 
 struct Params {
@@ -60,6 +65,21 @@ fn a_at(i: u32) -> f32 {
 
 fn b_at(i: u32) -> f32 {
     return B[i / 4u][i % 4u];
+}
+
+// A's (m, k) and B's (k, n) from the batch entry at `base`, either layout (TRANS_A, TRANS_B).
+fn a_elem(base: u32, m: u32, k: u32) -> f32 {
+    if (TRANS_A) {
+        return a_at(base + k * p.lda + m);
+    }
+    return a_at(base + m * p.lda + k);
+}
+
+fn b_elem(base: u32, k: u32, n: u32) -> f32 {
+    if (TRANS_B) {
+        return b_at(base + n * p.ldb + k);
+    }
+    return b_at(base + k * p.ldb + n);
 }
 
 // Element offsets of batch entry `entry` in A, B and C, broadcasting leading dimensions.
@@ -139,7 +159,7 @@ fn load_tiles(li: u32, m0: u32, n0: u32, k0: u32, a_base: u32, b_base: u32) {
         let k = e % BK;
         var v = 0.0;
         if (m0 + m < p.M && k0 + k < p.K) {
-            v = a_at(a_base + (m0 + m) * p.lda + k0 + k);
+            v = a_elem(a_base, m0 + m, k0 + k);
         }
         let at = k * bm + m;
         As[at / 4u][at % 4u] = v;
@@ -150,10 +170,9 @@ fn load_tiles(li: u32, m0: u32, n0: u32, k0: u32, a_base: u32, b_base: u32) {
         let n = (e % (bn / 4u)) * 4u;
         var v = vec4<f32>(0.0);
         if (k0 + k < p.K) {
-            let at = b_base + (k0 + k) * p.ldb + n0 + n;
             for (var t = 0u; t < 4u; t++) {
                 if (n0 + n + t < p.N) {
-                    v[t] = b_at(at + t);
+                    v[t] = b_elem(b_base, k0 + k, n0 + n + t);
                 }
             }
         }
@@ -173,10 +192,9 @@ fn naive(@builtin(workgroup_id) wg: vec3<u32>,
         return;  // no barriers below: invocations may leave on their own
     }
     let base = bases(wid / per_batch);
-    let a_row = base.x + row * p.lda;
     var acc = 0.0;
     for (var k = 0u; k < p.K; k++) {
-        acc = fma(a_at(a_row + k), b_at(base.y + k * p.ldb + col), acc);
+        acc = fma(a_elem(base.x, row, k), b_elem(base.y, k, col), acc);
     }
     let at = base.z + row * p.ldc + col;
     C[at] = result(at, acc);

@@ -39,10 +39,12 @@ from tinygrad.uop.ops import UOp
 from remote_magic.errors import GpuError
 from remote_magic.wire.sizes import human_size
 
+from .context import DeviceContext
 from .device import GpuDevice
 from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool
 from .resident import content_key
 from .tinygrad_hook import executor_context, executor_gpu_device
+from .tinygrad_matmul import Launch, TunedMatmulProgram, install as install_tuned_matmul, tuned_context
 from .tinygrad_programs import ProgramCache
 
 MAX_UNIFORMS = 1024
@@ -72,7 +74,7 @@ class WebGpuWGSLRenderer(WGSLRenderer):
 
     code_for_op = {**WGSLRenderer.code_for_op, Ops.LOG2: _nan_outside("log2", below_zero=True),
                    Ops.SQRT: _nan_outside("sqrt", below_zero=True), Ops.EXP2: _nan_outside("exp2", below_zero=False)}
-    revision = 2
+    revision = 3
     """Bumped when the WGSL this renders changes: programs saved by another revision are generated anew."""
 
     def render(self, uops: list[UOp]) -> str:
@@ -85,8 +87,9 @@ class WebGpuWGSLRenderer(WGSLRenderer):
 
 
 class WebGpuAllocator(Allocator["WebGpuDevice"]):
-    """tinygrad buffers as wgpu storage buffers (sizes rounded up to 4 bytes, as WebGPU wants), counted, so that
-    running out of GPU memory (or past :attr:`WebGpuDevice.memory_limit`) says what was asked and what is held."""
+    """tinygrad buffers as wgpu storage buffers (sizes rounded up to 16 bytes: whole vec4s, as the tuned matmul
+    reads them), counted, so that running out of GPU memory (or past :attr:`WebGpuDevice.memory_limit`) says what
+    was asked and what is held."""
 
     def __init__(self, dev: "WebGpuDevice") -> None:
         super().__init__(dev)
@@ -101,12 +104,12 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
                            f"{self.dev.gpu.info.name} ({limit:,} bytes, WebGPU's max_storage_buffer_binding_size): "
                            "split it into smaller tensors")
         bound = self.dev.memory_limit
-        if bound is not None and sum(self.held.values()) + _round4(size) > bound:
+        if bound is not None and sum(self.held.values()) + _round16(size) > bound:
             raise GpuError(self._out_of_memory(size, f"past the {human_size(bound)} its tensors may hold "
                                                      f"(Device['WEBGPU'].memory_limit = {bound:,})"))
         try:
             with self.dev.gpu.guard("allocating a tinygrad buffer"):
-                buffer = self.dev.gpu.handle.create_buffer(size=_round4(size), usage=STORAGE_USAGE)
+                buffer = self.dev.gpu.handle.create_buffer(size=_round16(size), usage=STORAGE_USAGE)
         except GpuError as exc:
             if self.dev.gpu.lost:
                 raise
@@ -275,14 +278,36 @@ class WebGpuDevice(Compiled):
         self.staging = BufferPool(self.gpu.handle)
         """Staging buffers for readbacks, kept for reuse (``memory.py``'s pool)."""
         with self.gpu.guard("opening tinygrad's WEBGPU device"):
-            self.infinity = self._uniform_bytes(np.float32(np.inf).tobytes())
+            self.infinity = self.uniform_bytes(np.float32(np.inf).tobytes())
         adapter = f"{self.gpu.info.name} {self.gpu.info.backend} {self.gpu.info.browser_tab or ''}"
+        self.adapter = adapter
+        """The adapter, as the programs saved for it are named."""
+        self.renderer_class = WebGpuWGSLRenderer
+        self.tuned_matmuls = 0
+        """Products the tuned matmul ran in tinygrad's place (``tinygrad_matmul.py``)."""
+        self.tuned_matmul = "measure"
+        """Which kernel runs tinygrad's plain products compiled from now on (``tinygrad_matmul.py``): ``"measure"``
+        (the faster on this adapter, timed once per product), ``"always"`` the tuned matmul, ``"never"``
+        tinygrad's. The choice is saved with the program, for the next executor too."""
+        self._matmul_context: DeviceContext | None = None
         self.programs = ProgramCache(adapter, WebGpuWGSLRenderer)
         self.programs.load()
         super().__init__(device, WebGpuAllocator(self), [WebGpuWGSLRenderer], WebGpuProgram)
         # tinygrad keys the kernel search's results (BEAM=n, in its disk cache) by device name and this suffix: by
         # adapter and what the renderer renders, as the programs are, not one WEBGPU for lavapipe and every tab
         self.renderer.suffix = f"{adapter} revision {WebGpuWGSLRenderer.revision}"
+        install_tuned_matmul(self)
+
+    def runtime(self, obj: TinyELF) -> Any:
+        """The program for a compiled kernel: tinygrad's, or the tuned matmul in its place (``tinygrad_matmul.py``)."""
+        launch = Launch.parse(obj.lib)
+        return TunedMatmulProgram(self, launch, obj.name) if launch is not None else WebGpuProgram(self, obj)
+
+    def matmul_context(self) -> DeviceContext:
+        """The tuned matmul's pipelines and tiling limits on this GPU."""
+        if self._matmul_context is None:
+            self._matmul_context = tuned_context(self.gpu)
+        return self._matmul_context
 
     def layout(self, buffers: int, values: int) -> tuple[Any, Any]:
         """The bind group layout and pipeline layout of kernels binding ``buffers`` storage buffers and ``values``
@@ -344,14 +369,19 @@ class WebGpuDevice(Compiled):
         if value not in self._uniforms:
             if len(self._uniforms) >= MAX_UNIFORMS:  # (commands recorded with them keep them alive)
                 self._uniforms.clear()
-            self._uniforms[value] = self._uniform_bytes(int(value).to_bytes(4, "little", signed=value < 0))
+            self._uniforms[value] = self.uniform_bytes(int(value).to_bytes(4, "little", signed=value < 0))
         return self._uniforms[value]
 
-    def _uniform_bytes(self, data: bytes) -> Any:
-        buffer = self.gpu.handle.create_buffer(size=4, usage=UNIFORM_USAGE)
+    def uniform_bytes(self, data: bytes) -> Any:
+        """A uniform buffer holding ``data``."""
+        buffer = self.gpu.handle.create_buffer(size=len(data), usage=UNIFORM_USAGE)
         self.gpu.handle.queue.write_buffer(buffer, 0, data)
         return buffer
 
 
 def _round4(size: int) -> int:
     return -(-size // 4) * 4
+
+
+def _round16(size: int) -> int:
+    return -(-max(size, 1) // 16) * 16

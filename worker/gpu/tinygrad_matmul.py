@@ -1,0 +1,336 @@
+"""This project's tuned matmul (``shaders/matmul.wgsl``, tiled as ``matmul.py`` tiles it) run for tinygrad's plain
+float32 matrix products on its ``WEBGPU`` device, where it measures faster than tinygrad's own kernel.
+
+tinygrad 0.14 gives a device no hook that sees a kernel's AST: its renderer, compiler and program class get the
+kernel only after tinygrad has optimized and lowered it, where a matmul is no longer recognizable. So
+:func:`install` wraps ``tinygrad.codegen.do_to_program`` (in memory, tinygrad's files untouched), the function
+that turns each kernel's AST into a program for a renderer: for a kernel of this device's renderer whose AST is a
+plain product (:func:`gemm_of`), it runs tinygrad's own code generation as before, then times tinygrad's kernel and
+the tuned one once on this adapter, and where the tuned one is faster returns tinygrad's program with its source
+replaced by a description of the tuned launch (:data:`MARKER`), which :class:`TunedMatmulProgram` runs with the
+same buffers. The choice is part of the program, so tinygrad's program cache (and this worker's copy of it on
+disk, ``tinygrad_programs.py``, per adapter) and ``TinyJit`` keep it: each product is timed once per adapter.
+
+A plain product is ``C[m, n] = sum_k A[m, k] * B[k, n]`` stored straight into C, every buffer float32 and whole
+(WebGPU's tinygrad has no sub-buffer views), each of C, A and B row- or column-major: ``x @ w``, ``x @ w.T``,
+``g.T @ x``. A product with anything else in its kernel (a fused bias or activation, a batch dimension, a side of
+1, a symbolic size, a padded or strided operand) is left to tinygrad.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable
+
+from tinygrad import codegen
+from tinygrad.dtype import dtypes
+from tinygrad.uop import Ops
+from tinygrad.uop.ops import UOp
+
+from remote_magic.errors import GpuError
+
+from .context import DeviceContext
+from .matmul import choose_tiling
+from .memory import STORAGE_USAGE
+from .stats import Stats
+from .uniforms import MATMUL
+
+if TYPE_CHECKING:
+    from .tinygrad_device import WebGpuDevice
+
+log = logging.getLogger(__name__)
+
+MARKER = "// remote-magic tuned matmul "
+"""How a program's source starts when it is the tuned matmul; the launch follows as JSON."""
+TIMED_RUNS = 2
+"""Runs of each kernel timed (after one untimed) when a product is first compiled; the faster run counts."""
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One plain float32 product of a tinygrad kernel: C (m x n) = A (m x k) @ B (k x n).
+
+    ``out``, ``a``, ``b``: the kernel's parameter slots of C, A and B; ``trans_a``: A is stored k x m;
+    ``trans_b``: B is stored n x k (C is row-major: a column-major C is the product of the transposes, swapped).
+    """
+
+    m: int
+    n: int
+    k: int
+    out: int
+    a: int
+    b: int
+    trans_a: bool
+    trans_b: bool
+
+
+def _affine(index: UOp) -> dict[UOp | None, int] | None:
+    """``index`` as coefficients of its ranges (None: the constant), if it is only sums and constant multiples
+    of ranges; else None."""
+    if index.op is Ops.CONST and type(index.arg) is int:
+        return {None: index.arg}
+    if index.op is Ops.RANGE:
+        return {index: 1}
+    if index.op is Ops.ADD and len(index.src) == 2:
+        left, right = _affine(index.src[0]), _affine(index.src[1])
+        if left is None or right is None:
+            return None
+        return {key: left.get(key, 0) + right.get(key, 0) for key in left.keys() | right.keys()}
+    if index.op is Ops.MUL and len(index.src) == 2:
+        for term, factor in (index.src, index.src[::-1]):
+            if factor.op is Ops.CONST and type(factor.arg) is int and (form := _affine(term)) is not None:
+                return {key: value * factor.arg for key, value in form.items()}
+    return None
+
+
+def _size(node: UOp) -> int | None:
+    """The constant size (a range's end, a buffer's elements) in ``node``'s first source, if it is one."""
+    if len(node.src) >= 1 and node.src[0].op is Ops.CONST and type(node.src[0].arg) is int:
+        return int(node.src[0].arg)
+    return None
+
+
+def _float_buffer(node: UOp) -> tuple[int, int, dict[UOp | None, int]] | None:
+    """A float32 buffer's slot, its elements and its index's coefficients, if ``node`` reads or writes one
+    whole buffer at an affine index without a gate; else None."""
+    if node.op is not Ops.INDEX or len(node.src) != 2 or node.dtype != dtypes.float:
+        return None
+    param, index = node.src
+    size = _size(param)
+    if param.op is not Ops.PARAM or param.dtype != dtypes.float or param.arg.dtype != dtypes.float or size is None:
+        return None
+    form = _affine(index)
+    if form is None or form.pop(None, 0) != 0 or any(value == 0 for value in form.values()):
+        return None
+    return param.arg.slot, size, form
+
+
+def gemm_of(ast: UOp) -> Gemm | None:
+    """The plain product ``ast`` (a kernel's AST, as tinygrad schedules it) computes, if that is all it computes
+    (see the module docstring); else None."""
+    if ast.op is not Ops.SINK or ast.tag is not None or len(ast.src) != 1 or ast.src[0].op is not Ops.END:
+        return None
+    end = ast.src[0]
+    store, loops = end.src[0], end.src[1:]
+    if store.op is not Ops.STORE or len(store.src) != 2 or len(loops) != 2:
+        return None
+    reduce = store.src[1]
+    if (reduce.op is not Ops.REDUCE or reduce.dtype != dtypes.float or not isinstance(reduce.arg, tuple)
+            or reduce.arg[0] is not Ops.ADD or len(reduce.src) != 2):
+        return None
+    product, r_k = reduce.src
+    if product.op is not Ops.MUL or product.dtype != dtypes.float or len(product.src) != 2:
+        return None
+    ranges = (*loops, r_k)
+    sizes = [_size(r) for r in ranges]
+    if any(r.op is not Ops.RANGE for r in ranges) or len(set(ranges)) != 3 or any(s is None or s < 2 for s in sizes):
+        return None
+    out, first, second = _float_buffer(store.src[0]), _float_buffer(product.src[0]), _float_buffer(product.src[1])
+    if out is None or first is None or second is None:
+        return None
+    out_slot, out_size, out_form = out
+    if set(out_form) != set(loops):
+        return None
+    r_n = next((r for r in loops if out_form[r] == 1), None)
+    if r_n is None:
+        return None
+    r_m = loops[0] if r_n is loops[1] else loops[1]
+    m, n, k = (int(_size(r) or 0) for r in (r_m, r_n, r_k))
+    if out_form[r_m] != n or out_size != m * n:
+        return None
+    operands = {frozenset(form): (slot, size, form) for slot, size, form in (first, second)}
+    a, b = operands.get(frozenset((r_m, r_k))), operands.get(frozenset((r_k, r_n)))
+    if a is None or b is None or out_slot in (a[0], b[0]) or a[1] != m * k or b[1] != k * n:
+        return None
+    a_form, b_form = a[2], b[2]
+    if (a_form[r_m], a_form[r_k]) == (k, 1):
+        trans_a = False
+    elif (a_form[r_m], a_form[r_k]) == (1, m):
+        trans_a = True
+    else:
+        return None
+    if (b_form[r_k], b_form[r_n]) == (n, 1):
+        trans_b = False
+    elif (b_form[r_k], b_form[r_n]) == (1, k):
+        trans_b = True
+    else:
+        return None
+    return Gemm(m, n, k, out_slot, a[0], b[0], trans_a, trans_b)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How :class:`TunedMatmulProgram` runs a product: its :class:`Gemm`, and where C, A and B are among the
+    buffers the program is called with (tinygrad passes them in its program's ``globals`` order)."""
+
+    gemm: Gemm
+    out: int
+    a: int
+    b: int
+
+    def source(self) -> str:
+        """The program's source: :data:`MARKER` and this launch."""
+        return MARKER + json.dumps({"gemm": vars(self.gemm), "out": self.out, "a": self.a, "b": self.b})
+
+    @staticmethod
+    def parse(lib: bytes) -> Launch | None:
+        """The launch a program's binary describes, if it is a tuned matmul's."""
+        if not lib.startswith(MARKER.encode()):
+            return None
+        fields = json.loads(lib[len(MARKER):].decode())
+        return Launch(Gemm(**fields["gemm"]), fields["out"], fields["a"], fields["b"])
+
+
+class TunedMatmulProgram:
+    """A tinygrad program that runs this project's tuned matmul for its :class:`Launch`, recorded into the
+    device's compute pass as tinygrad's kernels are."""
+
+    def __init__(self, dev: WebGpuDevice, launch: Launch, name: str) -> None:
+        self.dev = dev
+        self.launch = launch
+        self.name = name
+        gemm = launch.gemm
+        ctx = dev.matmul_context()
+        # the subgroup kernel reads its operands row-major only
+        tiling = choose_tiling(ctx, (gemm.m, gemm.n, gemm.k), 1, subgroups=not (gemm.trans_a or gemm.trans_b))
+        lda = gemm.m if gemm.trans_a else gemm.k
+        ldb = gemm.k if gemm.trans_b else gemm.n
+        vec4 = (tiling.entry != "naive" and not gemm.trans_a and not gemm.trans_b
+                and all(v % 4 == 0 for v in (gemm.k, gemm.n)))
+        constants = {**tiling.constants(vec4), **({"TRANS_A": 1} if gemm.trans_a else {}),
+                     **({"TRANS_B": 1} if gemm.trans_b else {})}
+        with dev.gpu.guard(f"compiling the tuned matmul for tinygrad's {name}"):
+            self.pipeline = ctx.pipelines.get(tiling.shader, tiling.entry, constants)
+        tiles_n, tiles_m = math.ceil(gemm.n / tiling.tile_n), math.ceil(gemm.m / tiling.tile_m)
+        self.groups = ctx.fold(tiles_n * tiles_m)
+        params = MATMUL.pack(M=gemm.m, N=gemm.n, K=gemm.k, batch=1, lda=lda, ldb=ldb, ldc=gemm.n, accumulate=0,
+                             a_off=0, b_off=0, c_off=0, batch_ndim=0, tiles_n=tiles_n, tiles_m=tiles_m,
+                             c_bstride=gemm.m * gemm.n, batch_shape=(), a_bstride=(), b_bstride=())
+        self.params = dev.uniform_bytes(params)
+        self.tiling = tiling.name
+
+    def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1),
+                 local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (),
+                 wait: bool = False, **_: Any) -> float | None:
+        dev, launch = self.dev, self.launch
+        with dev.gpu.guard(f"running the tuned matmul for tinygrad's {self.name}"):
+            out, a, b = bufs[launch.out], bufs[launch.a], bufs[launch.b]
+            resources = [a, b, out]
+            group = dev.gpu.handle.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=[
+                *({"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
+                  for n, buffer in enumerate(resources)),
+                {"binding": 3, "resource": {"buffer": self.params, "offset": 0, "size": self.params.size}}])
+            compute = dev.compute_pass()
+            compute.set_pipeline(self.pipeline)
+            compute.set_bind_group(0, group)
+            compute.dispatch_workgroups(*self.groups)
+            dev.tuned_matmuls += 1
+            if not wait:
+                return None
+            start = time.perf_counter()
+            dev.synchronize()
+            return time.perf_counter() - start
+
+
+_device: WebGpuDevice | None = None
+"""The opened ``WEBGPU`` device whose renderer's programs this replaces (the newest: a lost one is replaced)."""
+_faster: dict[tuple[str, Gemm], bool] = {}
+"""Whether the tuned matmul measured faster, by adapter and product."""
+
+
+def install(device: WebGpuDevice) -> None:
+    """Make tinygrad's programs for ``device``'s renderer run the tuned matmul where it measures faster (see the
+    module docstring). Once per process; a later device (after a lost one) takes the earlier one's place."""
+    global _device
+    _device = device
+    if not getattr(codegen.do_to_program, "remote_magic_tuned", False):
+        wrapped = _wrapping(codegen.do_to_program)
+        setattr(wrapped, "remote_magic_tuned", True)
+        codegen.do_to_program = wrapped
+
+
+def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
+    def do_to_program(ast: UOp, renderer: Any) -> UOp:
+        program = original(ast, renderer)
+        device = _device
+        if device is None or renderer.__class__ is not device.renderer_class or device.gpu.lost:
+            return program
+        gemm = gemm_of(ast)
+        if gemm is None:
+            return program
+        try:
+            return _tuned(device, program, gemm)
+        except GpuError:
+            raise
+        except Exception:  # (the tuned kernel is only ever a faster way: tinygrad's own still computes it)
+            log.warning("the tuned matmul failed for tinygrad's %s; tinygrad's kernel runs it", gemm, exc_info=True)
+            return program
+    return do_to_program
+
+
+def _tuned(device: WebGpuDevice, program: UOp, gemm: Gemm) -> UOp:
+    """``program`` (tinygrad's for ``gemm``), or the tuned matmul's in its place where it measures faster."""
+    info = program.arg
+    if device.tuned_matmul not in ("measure", "always", "never"):
+        raise GpuError(f"Device['WEBGPU'].tuned_matmul is {device.tuned_matmul!r}: make it 'measure' (the faster "
+                       "kernel on this adapter), 'always' (the tuned matmul) or 'never' (tinygrad's)")
+    if device.tuned_matmul == "never" or info.vars or sorted(info.globals) != sorted({gemm.out, gemm.a, gemm.b}):
+        return program
+    launch = Launch(gemm, info.globals.index(gemm.out), info.globals.index(gemm.a), info.globals.index(gemm.b))
+    name = f"matmul_tuned_{gemm.m}_{gemm.n}_{gemm.k}{'_ta' if gemm.trans_a else ''}{'_tb' if gemm.trans_b else ''}"
+    key = (device.adapter, gemm)
+    if device.tuned_matmul == "measure" and key not in _faster:
+        _faster[key] = _measure_faster(device, program, TunedMatmulProgram(device, launch, name), gemm)
+    if device.tuned_matmul == "measure" and not _faster[key]:
+        return program
+    source = launch.source()
+    return program.replace(arg=replace(info, name=name), src=(*program.src[:2], UOp(Ops.SOURCE, arg=source),
+                                                              UOp(Ops.BINARY, arg=source.encode())))
+
+
+def _measure_faster(device: WebGpuDevice, program: UOp, tuned: TunedMatmulProgram, gemm: Gemm) -> bool:
+    """True if ``tuned`` ran faster than tinygrad's ``program`` on ``device`` (the faster of
+    :data:`TIMED_RUNS` runs each, on scratch buffers)."""
+    theirs = device.runtime(program.to_elf())
+    sizes = {gemm.out: gemm.m * gemm.n, gemm.a: gemm.m * gemm.k, gemm.b: gemm.k * gemm.n}
+    handle = device.gpu.handle
+    scratch = [handle.create_buffer(size=-(-4 * sizes[slot] // 16) * 16, usage=STORAGE_USAGE)
+               for slot in program.arg.globals]
+    global_size, local_size = program.arg.launch_dims({})
+
+    def seconds(run: Callable[[], Any]) -> float:
+        device.synchronize()
+        start = time.perf_counter()
+        run()
+        device.synchronize()
+        return time.perf_counter() - start
+
+    try:
+        def tinygrads() -> Any:
+            return theirs(*scratch, global_size=global_size, local_size=local_size)
+
+        def ours() -> Any:
+            return tuned(*scratch)
+
+        seconds(tinygrads), seconds(ours)
+        best_theirs = best_ours = math.inf
+        for _ in range(TIMED_RUNS):
+            best_theirs = min(best_theirs, seconds(tinygrads))
+            best_ours = min(best_ours, seconds(ours))
+    finally:
+        device.tuned_matmuls -= 1 + TIMED_RUNS  # (what the measure ran is not the cells')
+        for buffer in scratch:
+            buffer.destroy()
+    log.info("tinygrad's %s: its kernel %.2f ms, the tuned matmul (%s) %.2f ms on %s", gemm, best_theirs * 1e3,
+             tuned.tiling, best_ours * 1e3, device.adapter)
+    return best_ours < best_theirs
+
+
+def tuned_context(device: Any) -> DeviceContext:
+    """A :class:`DeviceContext` on ``device`` for the tuned matmul's tiling and pipelines (no buffers of its)."""
+    return DeviceContext(device, Stats())
+
