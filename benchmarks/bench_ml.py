@@ -32,9 +32,10 @@ beside wgpu-py on the same adapter: Chromium's own SwiftShader, which wgpu-py lo
 (without a GPU, the tab's adapter; comparing the tab with lavapipe would compare two drivers).
 
 ``--matmuls-only`` measures, in a section of its own, the models' matrix products alone on the worker's GPU:
-tinygrad's kernel for ``a @ b`` (jitted) beside this project's tuned matmul (``worker/gpu/matmul.py``) on the same
-device, and numpy, each GPU product run to completion, all checked against numpy; with ``--beam N``, also the kernel
-tinygrad's search finds (``BEAM=N``), and how long the search took.
+tinygrad's kernel for ``a @ b`` (jitted), the same with the tuned matmul run in tinygrad's place where it measures
+faster (``worker/gpu/tinygrad_matmul.py``; the cell says which kernel ran), this project's tuned matmul
+(``worker/gpu/matmul.py``) on the same device, and numpy, each GPU product run to completion, all checked against
+numpy; with ``--beam N``, also the kernel tinygrad's search finds (``BEAM=N``), and how long the search took.
 
 Both tinygrad columns start from the same weights (tinygrad's seeded generator), and their first losses are
 checked to agree; PyTorch's weights are its own, so its loss is only checked to be finite.
@@ -254,12 +255,16 @@ def numpy_mlp_step() -> Step:
 
 
 # -- matmuls alone -----------------------------------------------------------------------------------
-def matmul_runs(device: Any, dims: tuple[int, int, int], beam: int = 0) -> tuple[dict[str, Callable[[], float]], float]:
-    """One m x k by k x n product on ``device`` (the worker's GPU) by tinygrad and by this project's matmul, and
-    by numpy; each run returns its seconds, the GPU's to completion. All GPU results are checked against numpy.
-    ``beam``: also tinygrad's kernel found by its search (``BEAM=beam``); the seconds the search took come second
-    (0.0 without one; a search tinygrad cached before for this adapter takes none)."""
+def matmul_runs(device: Any, dims: tuple[int, int, int],
+                beam: int = 0) -> tuple[dict[str, Callable[[], float]], float, str]:
+    """One m x k by k x n product on ``device`` (the worker's GPU) by tinygrad (its own kernel, and with the tuned
+    matmul where that measures faster: ``tinygrad_matmul.py``) and by this project's matmul, and by numpy; each run
+    returns its seconds, the GPU's to completion. All GPU results are checked against numpy. ``beam``: also
+    tinygrad's kernel found by its search (``BEAM=beam``); the seconds the search took come second (0.0 without
+    one; a search tinygrad cached before for this adapter takes none); third, which kernel the tuned column ran
+    ("tuned" or "tinygrad's")."""
     from tinygrad import Context, Device, Tensor, TinyJit
+    from tinygrad.codegen import to_program_cache
 
     from remote_magic.worker.gpu.context import DeviceContext
     from remote_magic.worker.gpu.matmul import matmul
@@ -274,7 +279,9 @@ def matmul_runs(device: Any, dims: tuple[int, int, int], beam: int = 0) -> tuple
     webgpu = Device[tinygrad_hook.DEVICE_NAME]
     ta, tb = (Tensor(x, device=tinygrad_hook.DEVICE_NAME).realize() for x in (a, b))
 
-    def jitted(search: int) -> Callable[[Any, Any], Any]:
+    def jitted(search: int, tuned: str = "never") -> Callable[[Any, Any], Any]:
+        webgpu.tuned_matmul = tuned  # (tinygrad's own kernel, or the tuned matmul where it measures faster)
+        to_program_cache.clear()  # (the product compiled under the other choice would be found there)
         product = TinyJit(lambda x, y: (x @ y).realize())
         with Context(BEAM=search):
             for _ in range(3):  # captured at the second call
@@ -291,6 +298,9 @@ def matmul_runs(device: Any, dims: tuple[int, int, int], beam: int = 0) -> tuple
         return run
 
     runs = {"tinygrad": timed(jitted(0))}
+    before = webgpu.tuned_matmuls
+    runs["tinygrad, tuned"] = timed(jitted(0, "measure"))
+    chosen = "tuned" if webgpu.tuned_matmuls > before else "tinygrad's"
     searched = 0.0
     if beam:
         start = time.perf_counter()
@@ -314,29 +324,32 @@ def matmul_runs(device: Any, dims: tuple[int, int, int], beam: int = 0) -> tuple
         np.matmul(a, b)
         return time.perf_counter() - start
 
-    return {**runs, "remote-magic": ours_run, "numpy": numpy_run}, searched
+    webgpu.tuned_matmul = "measure"
+    return {**runs, "remote-magic": ours_run, "numpy": numpy_run}, searched, chosen
 
 
 def measure_matmuls(device: Any, repeat: int, budget_s: float, beam: int, products: list[str]) -> str:
     """The section of ``--matmuls-only``: the products of :data:`MATMULS` (those of ``products``, their titles'
     starts, if any are named), each column's median; ``beam``: with tinygrad's searched kernel (``BEAM=beam``)."""
     searched = f"tinygrad, BEAM={beam}"
-    columns = ["tinygrad", *([searched] if beam else []), "remote-magic", "numpy"]
+    columns = ["tinygrad", "tinygrad, tuned", *([searched] if beam else []), "remote-magic", "numpy"]
     rows = []
     for title, dims in MATMULS.items():
         if products and not any(title.startswith(start) for start in products):
             continue
-        runs, search_s = matmul_runs(device, dims, beam)
+        runs, search_s, chosen = matmul_runs(device, dims, beam)
         medians = interleaved_medians(runs, repeat, budget_s)
         m, k, n = dims
         cells = [f"{medians[column] * 1000:.1f}" for column in columns]
-        ratios = [f"{medians[column] / medians['remote-magic']:.2f}" for column in columns[:1 + bool(beam)]]
+        cells[1] += f" ({chosen})"
+        ratios = [f"{medians[column] / medians['remote-magic']:.2f}" for column in columns[:2 + bool(beam)]]
         rows.append(f"| {title}: {m}x{k} @ {k}x{n} | " + " | ".join(cells + ratios) +
                     (f" | {search_s:.0f} |" if beam else " |"))
-    names = {"tinygrad": "tinygrad, worker's GPU", searched: f"tinygrad BEAM={beam}, worker's GPU",
-             "remote-magic": "remote-magic's matmul, worker's GPU", "numpy": "numpy"}
+    names = {"tinygrad": "tinygrad, worker's GPU", "tinygrad, tuned": "tinygrad with the tuned matmul, worker's GPU",
+             searched: f"tinygrad BEAM={beam}, worker's GPU", "remote-magic": "remote-magic's matmul, worker's GPU",
+             "numpy": "numpy"}
     header = [names[column] for column in columns] + [f"{names[column].split(',')[0]} ÷ remote-magic"
-                                                      for column in columns[:1 + bool(beam)]]
+                                                      for column in columns[:2 + bool(beam)]]
     header += [f"BEAM={beam}'s search, s"] if beam else []
     return "\n".join(["| float32 product, ms | " + " | ".join(header) + " |",
                       "| --- | " + " | ".join("---:" for _ in header) + " |", *rows])

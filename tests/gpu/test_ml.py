@@ -207,6 +207,77 @@ def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
     np.testing.assert_allclose(ip.user_ns["stepped"], expected, rtol=1e-5, atol=1e-6)
 
 
+TUNED_PRODUCTS = """
+from tinygrad import Tensor, Device
+webgpu = Device['WEBGPU']
+webgpu.tuned_matmul = 'always'
+A, B, At, Bt = Tensor(a), Tensor(b), Tensor(a.T.copy()), Tensor(b.T.copy())
+made = {'x @ w': lambda: A @ B, 'x @ w.T': lambda: A @ Bt.T, 'g.T @ x': lambda: At.T @ B,
+        'w.T @ x.T': lambda: At.T @ Bt.T, '(x @ w).T': lambda: (A @ B).T.contiguous(), 'x @ x.T': lambda: A @ A.T,
+        'past the tiles': lambda: Tensor(c) @ Tensor(d), 'one row': lambda: Tensor(a[:1]) @ B,
+        'K = 1': lambda: Tensor(a[:, :1]) @ Tensor(b[:1]), 'a fused relu': lambda: (A @ B).relu()}
+products, tuned = {}, {}
+for name, make in made.items():
+    before = webgpu.tuned_matmuls
+    products[name] = make().numpy()
+    tuned[name] = webgpu.tuned_matmuls - before
+webgpu.tuned_matmul = 'measure'
+measured = (Tensor(c[:40, :24]) @ Tensor(d[:24, :56])).numpy()  # the faster kernel, either way the same values
+"""
+
+
+def test_tinygrads_matmuls_run_the_tuned_kernel_and_equal_numpys(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((33, 17), dtype=np.float32), rng.standard_normal((17, 9), dtype=np.float32)
+    c, d = rng.standard_normal((70, 130), dtype=np.float32), rng.standard_normal((130, 67), dtype=np.float32)
+    ip.user_ns.update(a=a, b=b, c=c, d=d)
+    _run(ip, "%%offload\n" + TUNED_PRODUCTS)
+    expected = {"x @ w": a @ b, "x @ w.T": a @ b, "g.T @ x": a @ b, "w.T @ x.T": a @ b, "(x @ w).T": (a @ b).T,
+                "x @ x.T": a @ a.T, "past the tiles": c @ d, "one row": a[:1] @ b, "K = 1": a[:, :1] @ b[:1],
+                "a fused relu": np.maximum(a @ b, 0)}
+    products, tuned = ip.user_ns["products"], ip.user_ns["tuned"]
+    for name, value in expected.items():
+        np.testing.assert_allclose(products[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
+    # each plain product ran the tuned kernel once; a side of 1 or a fused relu is not one, and stays tinygrad's
+    assert tuned == {name: int(name not in ("one row", "K = 1", "a fused relu")) for name in expected}, tuned
+    np.testing.assert_allclose(ip.user_ns["measured"], c[:40, :24] @ d[:24, :56], rtol=1e-5, atol=1e-5)
+
+
+def test_a_tuned_matmul_setting_of_no_known_kind_says_which_there_are(ip: InteractiveShell) -> None:
+    with capture_output():
+        result = ip.run_cell("%%offload\nfrom tinygrad import Tensor, Device\n"
+                             "Device['WEBGPU'].tuned_matmul = 'sometimes'\n"
+                             "try:\n    (Tensor.ones(19, 7).contiguous() @ Tensor.ones(7, 5).contiguous()).numpy()\n"
+                             "finally:\n    Device['WEBGPU'].tuned_matmul = 'measure'")
+    message = str(result.error_in_exec)
+    assert not result.success and "'sometimes'" in message and "'measure'" in message and "'never'" in message
+
+
+def test_a_training_step_through_the_tuned_matmul_matches_numpy(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(7)
+    x, w1, w2, target = (rng.standard_normal(shape, dtype=np.float32)
+                         for shape in ((24, 12), (16, 12), (10, 16), (24, 10)))
+    ip.user_ns.update(x=x, w1=w1, w2=w2, target=target)
+    _run(ip, "%%offload\n"
+             "from tinygrad import Tensor, Context, Device\nfrom tinygrad.nn.optim import SGD\n"
+             "webgpu = Device['WEBGPU']\nwebgpu.tuned_matmul, before = 'always', webgpu.tuned_matmuls\n"
+             "first, second = Tensor(w1), Tensor(w2)\nopt = SGD([first, second], lr=0.1)\n"
+             "with Context(TRAINING=1):\n"
+             "    opt.zero_grad()\n"
+             "    loss = (((Tensor(x) @ first.T).relu() @ second.T - Tensor(target)) ** 2).mean()\n"
+             "    loss.backward()\n    loss.realize()\n    opt.step()\n"  # (the loss before the step)
+             "stepped, loss = (first.numpy(), second.numpy()), loss.item()\nran = webgpu.tuned_matmuls - before\n"
+             "webgpu.tuned_matmul = 'measure'\ndel first, second, opt")
+    hidden = x @ w1.T
+    error = np.maximum(hidden, 0) @ w2.T - target
+    out_gradient = 2 * error / error.size
+    gradients = ((out_gradient @ w2 * (hidden > 0)).T @ x, out_gradient.T @ np.maximum(hidden, 0))
+    assert ip.user_ns["ran"] >= 1  # (tinygrad fuses the others' elementwise work into them: not plain products)
+    assert ip.user_ns["loss"] == pytest.approx(float(np.mean(error ** 2)), rel=1e-5)
+    for stepped, weight, gradient in zip(ip.user_ns["stepped"], (w1, w2), gradients):
+        np.testing.assert_allclose(stepped, weight - 0.1 * gradient, rtol=1e-5, atol=1e-5)
+
+
 def test_a_tensor_over_the_binding_limit_says_so(ip: InteractiveShell, ml_worker: WorkerProcess) -> None:
     with remote_magic.connect(ml_worker.token) as client:
         [info] = client.workers()

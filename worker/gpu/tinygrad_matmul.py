@@ -219,7 +219,8 @@ class TunedMatmulProgram:
         dev, launch = self.dev, self.launch
         with dev.gpu.guard(f"running the tuned matmul for tinygrad's {self.name}"):
             out, a, b = bufs[launch.out], bufs[launch.a], bufs[launch.b]
-            resources = [a, b, out]
+            # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy)
+            resources = [dev.copy_for_reading(x) if x is out else x for x in (a, b)] + [out]
             group = dev.gpu.handle.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=[
                 *({"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
                   for n, buffer in enumerate(resources)),
@@ -247,8 +248,12 @@ def install(device: WebGpuDevice) -> None:
     module docstring). Once per process; a later device (after a lost one) takes the earlier one's place."""
     global _device
     _device = device
-    if not getattr(codegen.do_to_program, "remote_magic_tuned", False):
-        wrapped = _wrapping(codegen.do_to_program)
+    original = getattr(codegen, "do_to_program", None)
+    if original is None:  # (another tinygrad release: its own kernels run everything)
+        log.warning("tinygrad %s has no tinygrad.codegen.do_to_program: the tuned matmul is not used", codegen)
+        return
+    if not getattr(original, "remote_magic_tuned", False):
+        wrapped = _wrapping(original)
         setattr(wrapped, "remote_magic_tuned", True)
         codegen.do_to_program = wrapped
 
@@ -262,11 +267,14 @@ def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
         gemm = gemm_of(ast)
         if gemm is None:
             return program
+        if device.tuned_matmul not in ("measure", "always", "never"):
+            raise GpuError(f"Device['WEBGPU'].tuned_matmul is {device.tuned_matmul!r}: make it 'measure' (the "
+                           "faster kernel on this adapter), 'always' (the tuned matmul) or 'never' (tinygrad's)")
         try:
             return _tuned(device, program, gemm)
-        except GpuError:
-            raise
         except Exception:  # (the tuned kernel is only ever a faster way: tinygrad's own still computes it)
+            if device.gpu.lost:
+                raise
             log.warning("the tuned matmul failed for tinygrad's %s; tinygrad's kernel runs it", gemm, exc_info=True)
             return program
     return do_to_program
@@ -275,9 +283,6 @@ def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
 def _tuned(device: WebGpuDevice, program: UOp, gemm: Gemm) -> UOp:
     """``program`` (tinygrad's for ``gemm``), or the tuned matmul's in its place where it measures faster."""
     info = program.arg
-    if device.tuned_matmul not in ("measure", "always", "never"):
-        raise GpuError(f"Device['WEBGPU'].tuned_matmul is {device.tuned_matmul!r}: make it 'measure' (the faster "
-                       "kernel on this adapter), 'always' (the tuned matmul) or 'never' (tinygrad's)")
     if device.tuned_matmul == "never" or info.vars or sorted(info.globals) != sorted({gemm.out, gemm.a, gemm.b}):
         return program
     launch = Launch(gemm, info.globals.index(gemm.out), info.globals.index(gemm.a), info.globals.index(gemm.b))
