@@ -36,6 +36,7 @@ from remote_magic.wire import definitions, identity, module_state, schema, seria
 from remote_magic.wire.cellcode import split_last_expression
 from remote_magic.wire.failures import error_header
 from remote_magic.wire.handles import CELL_VALUE, RemoteValue, summarize
+from remote_magic.wire.imported_names import notebook_imports
 from remote_magic.wire.protocol import Message, MessageType as T
 from remote_magic.wire.sizes import human_size
 from remote_magic.wire.versions import local_versions
@@ -327,7 +328,9 @@ class JobRunner:
         portable_pandas = notebook.get("pandas") != local_versions().get("pandas")
         while True:
             with definitions.defining_into(dict(changes.namespace)):  # (a copy: nothing is bound there)
-                packed = serialization.pack(values, OutputError, _stays_on_worker if cell else None,
+                # A name the cell imported is what the same import binds there (imported_names.py)
+                sent = notebook_imports(values, str(msg.header.get("code", ""))) if cell else values
+                packed = serialization.pack(sent, OutputError, _stays_on_worker if cell else None,
                                             portable_pandas=portable_pandas, keep_unpicklable=every_name,
                                             one_memo=True, shared=changes.shared, patch=inside.values())
             over = _largest_over(packed, limit) if limit is not None else None

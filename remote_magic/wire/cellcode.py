@@ -10,7 +10,7 @@ import ast
 import re
 import symtable
 from types import CodeType
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 
 def _walk_tables(table: symtable.SymbolTable) -> Iterator[symtable.SymbolTable]:
@@ -136,6 +136,33 @@ def names_assigned(code: str) -> list[str]:
             where = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
             first[name] = min(first.get(name, where), where)
     return sorted(names, key=lambda n: first.get(n, (0, 0)))
+
+
+class Imported(NamedTuple):
+    """Where an import statement takes a name from: ``from module import attribute``; or, with ``attribute``
+    None, ``import module``, which binds the module itself with ``as``, and without it (``top``) its
+    top-level package (``import a.b`` binds ``a``)."""
+
+    module: str
+    attribute: str | None = None
+    top: bool = False
+
+
+def names_imported(code: str) -> dict[str, list[Imported]]:
+    """Names the code's top-level import statements bind, each with where from, in source order (one name
+    may be imported more than once). Relative and star imports are left out: a notebook has no package to
+    be relative to, and a star import's names are known only once it runs."""
+    imported: dict[str, list[Imported]] = {}
+    for node in _walk_top_scope(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.asname or alias.name.partition(".")[0]
+                imported.setdefault(name, []).append(Imported(alias.name, None, top=alias.asname is None))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.name != "*":
+                    imported.setdefault(alias.asname or alias.name, []).append(Imported(node.module, alias.name))
+    return imported
 
 
 def split_last_expression(code: str, filename: str, transform: Callable[[ast.Module], ast.Module] | None = None,

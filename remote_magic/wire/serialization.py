@@ -26,6 +26,7 @@ from ..errors import InputError, OutputError, SerializationError
 from . import definitions, portable, tracebacks
 from .handles import CLOSED_FILE, SHUT_DOWN_POOL
 from .identity import PATCH_PREFIX
+from .imported_names import NotebookImport
 from .versions import bytecode_loads_here, explain_load_failure
 
 PICKLE_PROTOCOL = 5
@@ -110,6 +111,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         self._portable_pandas = portable_pandas
 
     def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, NotebookImport):  # the notebook's own import, or else the value (imported_names.py)
+            return obj.reduction(self._alone(obj.value))
         named = isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType))
         module = getattr(obj, "__module__", None) if named else type(obj).__module__
         if isinstance(module, str):
@@ -131,6 +134,16 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
             return by_name
         return _with_slots(obj, super().reducer_override(obj))
 
+    def _alone(self, value: Any) -> bytes:
+        """``value``'s pickle on its own, as a value is pickled (a module as a ModuleRef), its buffers in
+        band; what it is made of is recorded as this value's."""
+        stream = io.BytesIO()
+        pickler = _Pickler(stream, _in_band, self._keep_back, self._portable_pandas)
+        pickler.dump(ModuleRef(value.__name__) if isinstance(value, types.ModuleType) else value)
+        self.modules |= pickler.modules
+        self.by_value += pickler.by_value
+        return stream.getvalue()
+
     def about(self) -> dict[str, Any]:
         """What a receiver needs to explain a failure to load this value."""
         libraries = {}
@@ -145,6 +158,10 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         if outermost:
             about["by_value"] = sorted(outermost)
         return about
+
+
+def _in_band(buffer: pickle.PickleBuffer) -> bool:
+    return True  # true means: serialise in band
 
 
 def _with_slots(cls: Any, reduced: Any) -> Any:
