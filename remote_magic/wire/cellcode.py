@@ -150,8 +150,8 @@ class Imported(NamedTuple):
 
 def names_imported(code: str) -> dict[str, list[Imported]]:
     """Names the code's top-level import statements bind, each with where from, in source order (one name
-    may be imported more than once). Relative and star imports are left out: a notebook has no package to
-    be relative to, and a star import's names are known only once it runs."""
+    may be imported more than once). Star imports are under ``"*"`` (``Imported(module, "*")``): their names
+    are known only once they run. Relative imports are left out: a notebook has no package to be relative to."""
     imported: dict[str, list[Imported]] = {}
     for node in _walk_top_scope(ast.parse(code)):
         if isinstance(node, ast.Import):
@@ -160,8 +160,7 @@ def names_imported(code: str) -> dict[str, list[Imported]]:
                 imported.setdefault(name, []).append(Imported(alias.name, None, top=alias.asname is None))
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
-                if alias.name != "*":
-                    imported.setdefault(alias.asname or alias.name, []).append(Imported(node.module, alias.name))
+                imported.setdefault(alias.asname or alias.name, []).append(Imported(node.module, alias.name))
     return imported
 
 

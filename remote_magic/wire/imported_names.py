@@ -46,7 +46,9 @@ def notebook_imports(values: Mapping[str, Any], code: str) -> dict[str, Any]:
     """``values`` (what a cell bound, by name) with each name that ``code``'s import statements bound to a
     module, class or function, and that is still bound to the very object they bound, as a NotebookImport."""
     imported = names_imported(code)
-    return {name: _as_notebook_import(value, imported.get(name, ())) for name, value in values.items()}
+    starred = [star.module for star in imported.pop("*", [])]  # `from m import *` may have bound any of m's names
+    return {name: _as_notebook_import(value, [*imported.get(name, ()), *(Imported(m, name) for m in starred)])
+            for name, value in values.items()}
 
 
 def _as_notebook_import(value: Any, imported: Iterable[Imported]) -> Any:

@@ -93,6 +93,9 @@ def test_a_name_an_offloaded_cell_imports_is_the_notebooks_own(ip: InteractiveSh
     result, _ = run(ip, f"from {name} import Bar as local_bar, new_bar as local_new_bar")
     assert result.success and ns["local_bar"] is ns["Bar"] and ns["local_new_bar"] is ns["new_bar"]
     assert "stays on the worker" not in out.stderr
+    result, out = run(ip, f"%%offload\nfrom {name} import *")  # a star import's names too
+    assert result.success, f"{result.error_in_exec}\n{out.stderr}"
+    assert ns["Bar"] is here.ShellBar and ns["backend"] is json and ns["IN_A_SHELL"] is False
 
 
 def test_a_name_imported_from_a_module_only_the_worker_has_is_what_it_was(
