@@ -387,6 +387,21 @@ LINK = re.compile(r"(https?://127\.0\.0\.1:\d+)/#(\S+)")
 NOTEBOOK = Path(__file__).parents[2] / "examples" / "train_on_a_tab.ipynb"
 
 
+TUNED_IN_A_TAB = """
+import numpy as np
+from tinygrad import Tensor, Device
+webgpu = Device['WEBGPU']
+webgpu.tuned_matmul, before = 'always', webgpu.tuned_matmuls
+rng = np.random.default_rng(8)
+a, b = rng.standard_normal((21, 13), dtype=np.float32), rng.standard_normal((13, 6), dtype=np.float32)
+A, B = Tensor(a), Tensor(b)
+products = [(A @ B).numpy(), (A @ Tensor(b.T.copy()).T).numpy(), (Tensor(a.T.copy()).T @ B).numpy()]
+worst = max(float(np.abs(product - a @ b).max()) for product in products)
+ran = webgpu.tuned_matmuls - before
+webgpu.tuned_matmul = 'measure'
+"""
+
+
 def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """examples/train_on_a_tab.ipynb in a real Jupyter kernel, its model learning on a tab's WebGPU (Chromium's;
     SwiftShader without a GPU) through a worker started with --browser."""
@@ -421,6 +436,11 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
                 aliased = client.execute(ALIASED, worker="phone").values
             np.testing.assert_array_equal(aliased["read_twice"], ALIASED_READ_TWICE)
             np.testing.assert_array_equal(aliased["in_place"], ALIASED_IN_PLACE)
+
+            # the tuned matmul in tinygrad's place, each layout, in the tab (Chrome's compiler, the tab's device)
+            with remote_magic.connect(hub.token, timeout=10) as client:
+                tuned = client.execute(TUNED_IN_A_TAB, worker="phone").values
+            assert tuned["ran"] == 3 and tuned["worst"] < 1e-5, tuned
 
             # The tab's device lost mid-training: the cell fails saying so, and the next gets a new device.
             with remote_magic.connect(hub.token, timeout=10) as client:
