@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from tinygrad import codegen
-from tinygrad.dtype import dtypes
+from tinygrad.dtype import AddrSpace, dtypes
 from tinygrad.uop import Ops
-from tinygrad.uop.ops import UOp
+from tinygrad.uop.ops import AxisType, UOp
 
 from remote_magic.errors import GpuError
 
@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 MARKER = "// remote-magic tuned matmul "
 """How a program's source starts when it is the tuned matmul; the launch follows as JSON."""
+OUTPUT_AXES = (AxisType.WEAK, AxisType.LOOP, AxisType.GLOBAL)
+"""The kinds of range a plain product's C is stored over, as tinygrad schedules it (unoptimized)."""
 TIMED_RUNS = 2
 """Runs of each kernel timed (after one untimed) when a product is first compiled; the faster run counts."""
 
@@ -101,7 +103,8 @@ def _float_buffer(node: UOp) -> tuple[int, int, dict[UOp | None, int]] | None:
         return None
     param, index = node.src
     size = _size(param)
-    if param.op is not Ops.PARAM or param.dtype != dtypes.float or param.arg.dtype != dtypes.float or size is None:
+    if (param.op is not Ops.PARAM or param.dtype != dtypes.float or param.arg.dtype != dtypes.float or size is None
+            or param.arg.addrspace is not AddrSpace.GLOBAL):
         return None
     form = _affine(index)
     if form is None or form.pop(None, 0) != 0 or any(value == 0 for value in form.values()):
@@ -119,8 +122,8 @@ def gemm_of(ast: UOp) -> Gemm | None:
     if store.op is not Ops.STORE or len(store.src) != 2 or len(loops) != 2:
         return None
     reduce = store.src[1]
-    if (reduce.op is not Ops.REDUCE or reduce.dtype != dtypes.float or not isinstance(reduce.arg, tuple)
-            or reduce.arg[0] is not Ops.ADD or len(reduce.src) != 2):
+    if (reduce.op is not Ops.REDUCE or reduce.dtype != dtypes.float or reduce.arg != (Ops.ADD, 0)
+            or len(reduce.src) != 2):
         return None
     product, r_k = reduce.src
     if product.op is not Ops.MUL or product.dtype != dtypes.float or len(product.src) != 2:
@@ -128,6 +131,8 @@ def gemm_of(ast: UOp) -> Gemm | None:
     ranges = (*loops, r_k)
     sizes = [_size(r) for r in ranges]
     if any(r.op is not Ops.RANGE for r in ranges) or len(set(ranges)) != 3 or any(s is None or s < 2 for s in sizes):
+        return None
+    if r_k.arg[-1] is not AxisType.REDUCE or any(r.arg[-1] not in OUTPUT_AXES for r in loops):
         return None
     out, first, second = _float_buffer(store.src[0]), _float_buffer(product.src[0]), _float_buffer(product.src[1])
     if out is None or first is None or second is None:
