@@ -18,11 +18,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_hook", "tinygrad_programs", "uniforms"),
     # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device
     ("pipelines", "resident", "tab_device"),
-    # one device: pool, resident buffers, transfers, pipelines, timer, dispatch; tinygrad's WEBGPU device over wgpu-py
-    # (it copies arrays kept by resident)
-    ("context", "tinygrad_device"),
+    ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch
     ("launch", "custom", "sort", "arg_reduce", "scan", "counting"),  # launching the built-in shaders and users' kernels
     ("matmul", "select", "integer", "unique", "gather"),  # kernels built on launch (unique: on sort and scan)
+    ("tinygrad_matmul",),  # the tuned matmul in tinygrad's place; the device it runs on through a Protocol
+    # tinygrad's WEBGPU device over wgpu-py (it copies arrays kept by resident, runs tinygrad_matmul's programs)
+    ("tinygrad_device",),
     ("dispatch",),  # running kernels on host values; counting what ran with numpy
     ("numpy_kernels",),  # numpy operations as kernels, with numpy's answers
     ("numpy_counting", "numpy_indexing"),  # bincount, add.at, sort, quantiles, unique; x[rows]: numpy_kernels' rules

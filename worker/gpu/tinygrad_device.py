@@ -282,7 +282,7 @@ class WebGpuDevice(Compiled):
         adapter = f"{self.gpu.info.name} {self.gpu.info.backend} {self.gpu.info.browser_tab or ''}"
         self.adapter = adapter
         """The adapter, as the programs saved for it are named."""
-        self.renderer_class = WebGpuWGSLRenderer
+        self.renderer_class: type = WebGpuWGSLRenderer
         self.tuned_matmuls = 0
         """Products the tuned matmul ran in tinygrad's place (``tinygrad_matmul.py``)."""
         self.tuned_matmul = "measure"

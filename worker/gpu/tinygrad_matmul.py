@@ -24,7 +24,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from tinygrad import codegen
 from tinygrad.dtype import AddrSpace, dtypes
@@ -34,13 +34,28 @@ from tinygrad.uop.ops import AxisType, UOp
 from remote_magic.errors import GpuError
 
 from .context import DeviceContext
+from .device import GpuDevice
 from .matmul import choose_tiling
 from .memory import STORAGE_USAGE
 from .stats import Stats
 from .uniforms import MATMUL
 
-if TYPE_CHECKING:
-    from .tinygrad_device import WebGpuDevice
+
+class TinygradDevice(Protocol):
+    """What this module uses of tinygrad's ``WEBGPU`` device (``tinygrad_device.py``, a layer above)."""
+
+    gpu: GpuDevice
+    adapter: str
+    renderer_class: type
+    tuned_matmul: str
+    tuned_matmuls: int
+
+    def matmul_context(self) -> DeviceContext: ...
+    def uniform_bytes(self, data: bytes) -> Any: ...
+    def compute_pass(self) -> Any: ...
+    def copy_for_reading(self, buffer: Any) -> Any: ...
+    def synchronize(self) -> None: ...
+    def runtime(self, obj: Any) -> Any: ...
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +209,7 @@ class TunedMatmulProgram:
     """A tinygrad program that runs this project's tuned matmul for its :class:`Launch`, recorded into the
     device's compute pass as tinygrad's kernels are."""
 
-    def __init__(self, dev: WebGpuDevice, launch: Launch, name: str) -> None:
+    def __init__(self, dev: TinygradDevice, launch: Launch, name: str) -> None:
         self.dev = dev
         self.launch = launch
         self.name = name
@@ -242,13 +257,13 @@ class TunedMatmulProgram:
             return time.perf_counter() - start
 
 
-_device: WebGpuDevice | None = None
+_device: TinygradDevice | None = None
 """The opened ``WEBGPU`` device whose renderer's programs this replaces (the newest: a lost one is replaced)."""
 _faster: dict[tuple[str, Gemm], bool] = {}
 """Whether the tuned matmul measured faster, by adapter and product."""
 
 
-def install(device: WebGpuDevice) -> None:
+def install(device: TinygradDevice) -> None:
     """Make tinygrad's programs for ``device``'s renderer run the tuned matmul where it measures faster (see the
     module docstring). Once per process; a later device (after a lost one) takes the earlier one's place."""
     global _device
@@ -285,7 +300,7 @@ def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
     return do_to_program
 
 
-def _tuned(device: WebGpuDevice, program: UOp, gemm: Gemm) -> UOp:
+def _tuned(device: TinygradDevice, program: UOp, gemm: Gemm) -> UOp:
     """``program`` (tinygrad's for ``gemm``), or the tuned matmul's in its place where it measures faster."""
     info = program.arg
     if device.tuned_matmul == "never" or info.vars or sorted(info.globals) != sorted({gemm.out, gemm.a, gemm.b}):
@@ -302,7 +317,7 @@ def _tuned(device: WebGpuDevice, program: UOp, gemm: Gemm) -> UOp:
                                                               UOp(Ops.BINARY, arg=source.encode())))
 
 
-def _measure_faster(device: WebGpuDevice, program: UOp, tuned: TunedMatmulProgram, gemm: Gemm) -> bool:
+def _measure_faster(device: TinygradDevice, program: UOp, tuned: TunedMatmulProgram, gemm: Gemm) -> bool:
     """True if ``tuned`` ran faster than tinygrad's ``program`` on ``device`` (the faster of
     :data:`TIMED_RUNS` runs each, on scratch buffers)."""
     theirs = device.runtime(program.to_elf())
