@@ -21,6 +21,7 @@ with what they started), the largest is killed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -135,6 +136,11 @@ class KernelHost:
         """Kill every kernel and stop the thread; nothing this host started is left running."""
         self._stop.set()
         if self._thread.is_alive():
+            with self._context.socket(zmq.PUSH) as wake:
+                wake.linger = 0
+                wake.connect(self._inbox_endpoint)
+                with contextlib.suppress(zmq.Again):  # (a full inbox wakes it anyway)
+                    wake.send(b"", zmq.NOBLOCK)
             self._thread.join(5)
         else:
             self._inbox.close()
@@ -163,7 +169,8 @@ class KernelHost:
                 for sock in sockets.keys() - registered:
                     poller.register(sock, zmq.POLLIN)
                 registered = set(sockets)
-                ready = dict(poller.poll(int(SUPERVISE_INTERVAL_S * 1000)))
+                # With no kernel to watch, only the hub's messages (or close's wake-up) can give it work.
+                ready = dict(poller.poll(int(SUPERVISE_INTERVAL_S * 1000) if self._kernels else None))
                 for sock in [s for s in ready if s in sockets]:
                     kernel = sockets[sock]
                     if kernel.id in self._kernels:  # the link to the hub carries it once, in order (wire/link.py)
@@ -175,7 +182,8 @@ class KernelHost:
                             frames = self._inbox.recv_multipart(zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
-                        self._guarded(frames)
+                        if len(frames) > 1:  # (one empty frame: close's wake-up)
+                            self._guarded(frames)
                 self._supervise()
         except Exception:
             log.exception("the worker's kernel relay failed; its kernels are stopped")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -259,7 +260,7 @@ class Hub:
         next_tick = time.monotonic()
         try:
             while not self._stopping.is_set():
-                timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
+                timeout_ms = max(0, math.ceil((next_tick - time.monotonic()) * 1000))  # (not 0 until it is due)
                 if self._send_held():  # the socket can't say when a peer's queue has room again: look often
                     timeout_ms = min(timeout_ms, HELD_RETRY_MS)
                 if (acks_due_ms := self._send_acks()) is not None:
