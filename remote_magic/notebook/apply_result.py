@@ -27,6 +27,7 @@ def apply_result(result: JobResult, namespace: dict[str, Any], inputs: Mapping[s
     """
     replaced = {name: inputs[name] for name in result.in_place
                 if name in inputs and result.values.get(name) is not inputs[name]}
+    _tell_finalized_here(result, namespace)
     namespace.update(result.values)
     namespace.update(result.kept_on_worker)
     for name in result.deleted:
@@ -58,6 +59,21 @@ def apply_result(result: JobResult, namespace: dict[str, Any], inputs: Mapping[s
                    f"(`{holders[0].strip('`')} = {named}{where}`) where they should follow it")
     for note in result.notes:
         notice(note)
+
+
+def _tell_finalized_here(result: JobResult, namespace: Mapping[str, Any]) -> None:
+    """Before the names a cell deleted or rebound let go of their objects here: where that was a notebook object's
+    last name and its class has a ``__del__``, say that it runs now (locally: where the cell's ``del`` ran)."""
+    dropped = {name for name in (*result.deleted, *result.values)
+               if name in namespace and result.values.get(name) is not namespace[name]}
+    going = [name for name in sorted(dropped) if getattr(type(namespace[name]), "__module__", None) == "__main__"
+             and hasattr(type(namespace[name]), "__del__")
+             and not any(value is namespace[name] for other, value in namespace.items() if other not in dropped)]
+    if going:
+        names = ", ".join(f"`{name}`" for name in going)
+        notice(f"{names} let go of {'an object whose class has' if len(going) == 1 else 'objects whose classes have'} "
+               "a `__del__`: it runs here now, after the cell's output (locally it runs where the cell's `del` or "
+               "assignment ran); where its place matters, call the cleanup yourself (a `with` block, `close()`)")
 
 
 def apply_results(namespace: dict[str, Any], results: Mapping[str, JobResult],

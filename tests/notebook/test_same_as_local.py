@@ -170,6 +170,22 @@ def test_an_object_changed_in_place_that_cant_be_updated_here_says_which_names_k
             "value; bind them again (`alias = x`) where they should follow it") in out.stderr
 
 
+def test_a_notebook_objects_finalizer_that_runs_here_after_the_cells_output_is_named(ip: InteractiveShell) -> None:
+    """Locally `del res` runs `Res.__del__` where the `del` is; offloaded, the notebook's copy goes as the result
+    lands, after the cell's output: a notice says so, once the object's last name here let go of it."""
+    ip.reset(new_session=False)
+    run(ip, "class Res:\n    def __del__(self):\n        print('closed')\n\nres = Res()\nkept = Res()\n"
+            "alias = kept\nplain = [1]")
+    result, out = run(ip, "%%offload\ndel res, kept, plain\nprint('cell done')")
+    assert result.success, result.error_in_exec
+    assert out.stdout.splitlines() == ["cell done", "closed"]  # (locally: closed, then cell done)
+    assert ("remote-magic: `res` let go of an object whose class has a `__del__`: it runs here now, after the cell's "
+            "output (locally it runs where the cell's `del` or assignment ran); where its place matters, call the "
+            "cleanup yourself (a `with` block, `close()`)") in out.stderr.splitlines()
+    assert "`kept`" not in out.stderr and "`plain`" not in out.stderr  # `alias` holds one; a list has no __del__
+    assert "alias" in ip.user_ns and not {"res", "kept", "plain"} & set(ip.user_ns)
+
+
 _ONE_PROCESS = [
     "import random\nimport numpy as np\nimport pandas as pd\nimport matplotlib\nnp.random.seed(0)\nrandom.seed(1)\n"
     "matplotlib.rcParams['lines.linewidth'] = 3.5\npd.set_option('display.max_rows', 7)",
