@@ -62,7 +62,7 @@ def describe_jobs(waiting: Sequence[Mapping[str, Any]]) -> str:
 
 
 def describe_files(files: FileChanges) -> str:
-    """One line: which files the cell wrote or removed on the worker, and how to copy them here."""
+    """One line: which files were written or removed on the worker while the cell ran, and how to copy them here."""
     def listed(names: list[str], count: int) -> str:
         more = count - len(names)
         return ", ".join(names) + (f" and {more} more" if more > 0 else "")
@@ -70,9 +70,12 @@ def describe_files(files: FileChanges) -> str:
     written = [f"{path} ({human_size(size)})" if size >= NOTICE_SIZE_BYTES else path
                for path, size in list(files.written.items())[:NOTICE_FILES]]
     deleted = files.deleted[:NOTICE_FILES]
-    done = [f"wrote {listed(written, files.written_count)}" if files.written_count else "",
-            f"deleted {listed(deleted, files.deleted_count)}" if files.deleted_count else ""]
-    text = f"the cell {' and '.join(d for d in done if d)} on worker {files.worker!r}"
+    # What changed while the cell ran, not who changed it: file events don't say which process wrote.
+    kinds = [("written", written, files.written_count), ("deleted", deleted, files.deleted_count)]
+    changes = [(kind, listed(names, count)) for kind, names, count in kinds if count]
+    said = "; ".join(f"{kind}: {names}" if n else names for n, (kind, names) in enumerate(changes))
+    first_kind = changes[0][0] if changes else "written"
+    text = f"files {first_kind} on worker {files.worker!r} while the cell ran: {said or 'none seen'}"
     if files.written:
         first = next(iter(files.written))
         text += f" — they are there, not here: %offload_get {shlex.quote(first)} copies one here"

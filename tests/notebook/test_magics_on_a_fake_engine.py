@@ -267,8 +267,8 @@ def test_files_the_cell_wrote_and_the_clients_notes_are_told(shell: InteractiveS
 
     engine.answer(writing)
     _, out = run(shell, "%%offload\nwrite()")
-    assert ("remote-magic: the cell wrote out.csv and deleted old.csv on worker 'box' — they are there, not here: "
-            "%offload_get out.csv copies one here") in out.stderr
+    assert ("remote-magic: files written on worker 'box' while the cell ran: out.csv; deleted: old.csv — they are "
+            "there, not here: %offload_get out.csv copies one here") in out.stderr
     assert "remote-magic: `v` went to the worker as a copy" in out.stderr
 
 

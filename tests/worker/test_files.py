@@ -64,8 +64,8 @@ def test_a_cell_that_writes_files_says_so_in_one_line(shell: InteractiveShell, f
     result, out = run(shell, "%%offload\nimport os\nopen('out.csv', 'w').write('a,b\\n1,2\\n')\n"
                              "open('model.pt', 'wb').write(os.urandom(2_500_000))\nx = 1")
     assert result.success, result.error_in_exec
-    assert notices(out.stderr) == ["remote-magic: the cell wrote model.pt (2.5 MB), out.csv on worker 'box' — they "
-                                   "are there, not here: %offload_get model.pt copies one here"]
+    assert notices(out.stderr) == ["remote-magic: files written on worker 'box' while the cell ran: model.pt (2.5 MB), "
+                                   "out.csv — they are there, not here: %offload_get model.pt copies one here"]
     assert (folder / "out.csv").read_text() == "a,b\n1,2\n"
 
 
@@ -81,8 +81,8 @@ def test_changing_and_deleting_files_is_noticed(shell: InteractiveShell, folder:
     (folder / "old.tmp").write_text("x")
     result, out = run(shell, "%%offload\nopen('log.txt', 'a').write('two\\n')\nimport os\nos.remove('old.tmp')")
     assert result.success, result.error_in_exec
-    assert notices(out.stderr) == ["remote-magic: the cell wrote log.txt and deleted old.tmp on worker 'box' — they "
-                                   "are there, not here: %offload_get log.txt copies one here"]
+    assert notices(out.stderr) == ["remote-magic: files written on worker 'box' while the cell ran: log.txt; deleted: "
+                                   "old.tmp — they are there, not here: %offload_get log.txt copies one here"]
 
 
 def test_many_files_are_counted_and_subfolders_named(shell: InteractiveShell) -> None:
@@ -90,14 +90,14 @@ def test_many_files_are_counted_and_subfolders_named(shell: InteractiveShell) ->
                              "for i in range(12):\n    open(f'many/f{i:02}.txt', 'w').write(str(i))")
     assert result.success, result.error_in_exec
     [line] = notices(out.stderr)
-    assert "the cell wrote many/f00.txt, many/f01.txt, many/f02.txt and 9 more on worker 'box'" in line
+    assert "on worker 'box' while the cell ran: many/f00.txt, many/f01.txt, many/f02.txt and 9 more —" in line
 
 
 def test_a_cell_that_wrote_a_file_then_raised_still_says_so(shell: InteractiveShell) -> None:
     result, out = run(shell, "%%offload\nopen('partial.txt', 'w').write('half')\nraise ValueError('then failed')")
     assert isinstance(result.error_in_exec, remote_magic.RemoteError)
-    assert notices(out.stderr) == ["remote-magic: the cell wrote partial.txt on worker 'box' — they are there, "
-                                   "not here: %offload_get partial.txt copies one here"]
+    assert notices(out.stderr) == ["remote-magic: files written on worker 'box' while the cell ran: partial.txt — they "
+                                   "are there, not here: %offload_get partial.txt copies one here"]
 
 
 def test_files_are_compared_in_the_folder_the_cell_started_in(client: remote_magic.Client, folder: Path) -> None:
