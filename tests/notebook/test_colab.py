@@ -234,12 +234,13 @@ _REMOTE_KERNEL_SCRIPT = textwrap.dedent("""
         if msg["msg_type"] == "stream":
             print(msg["content"]["text"], end="")
     kc.execute_interactive("import os; print('parent', os.getppid())", timeout=60, output_hook=show)
-    msg_id = kc.execute("while True: pass")
-    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "execute_input")(
+    # Pressed once the loop runs: ipykernel drops a request (no reply ever) whose handler an interrupt cuts
+    # short before the cell's code starts, which its execute_input doesn't rule out on a loaded machine.
+    msg_id = kc.execute("print('looping', flush=True)\\nwhile True: pass")
+    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
             kc.get_iopub_msg(timeout=60)):
         pass
-    # Pressed again, as a user would, when the first press landed before the loop ran (seen once, on a
-    # loaded machine); the time is from the press that stopped it.
+    # Pressed again, as a user would, were a press lost; the time is from the press that stopped it.
     reply, presses, deadline = None, 0, time.monotonic() + 60
     while reply is None and time.monotonic() < deadline:
         pressed, presses = time.monotonic(), presses + 1
