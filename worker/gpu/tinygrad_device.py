@@ -52,6 +52,10 @@ from .tinygrad_programs import ProgramCache
 MAX_UNIFORMS = 1024
 """Uniform buffers of kernels' variables kept for reuse, by value."""
 
+MAX_BIND_GROUPS = 4096
+"""Bind groups kept for reuse, by layout and buffers: a jitted step binds the same buffers to the same kernels each
+time, and a browser tab pays for each new one (a call the tab runs, and an object it holds)."""
+
 
 def _is_nan(x: str) -> str:
     """WGSL that is true where the f32 ``x`` is NaN, from its bits: a compiler may assume ``x != x`` false."""
@@ -129,6 +133,7 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
 
     def _free(self, opaque: Any, options: BufferSpec) -> None:
         self.held.pop(id(opaque), None)
+        self.dev.forget_bindings(opaque)
         self.dev.submit()  # a buffer that recorded kernels use can't go before they are submitted
         if not self.dev.gpu.lost:
             opaque.destroy()
@@ -240,10 +245,8 @@ class WebGpuProgram(Program["WebGpuDevice"]):
         with dev.gpu.guard(f"running tinygrad's kernel {self.name}"):
             layout, pipeline = self._pipeline(len(bufs), len(vals))
             storage = self._unaliased(bufs) if len({id(b) for b in bufs}) < len(bufs) else bufs
-            resources = [dev.infinity, *storage, *(dev.uniform(v) for v in vals)]
-            group = dev.gpu.handle.create_bind_group(layout=layout, entries=[
-                {"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
-                for n, buffer in enumerate(resources)])
+            resources = (dev.infinity, *storage, *(dev.uniform(v) for v in vals))
+            group = dev.bind_group(layout, resources, keep=storage is bufs)
             compute = dev.compute_pass()
             compute.set_pipeline(pipeline)
             compute.set_bind_group(0, group)
@@ -273,6 +276,8 @@ class WebGpuDevice(Compiled):
         self._uniforms: dict[int, Any] = {}
         self._copies: list[Any] = []
         self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._bind_groups: dict[tuple[int, ...], tuple[Any, tuple[Any, ...]]] = {}  # (buffers held: ids stay theirs)
+        self._bound_in: dict[int, set[tuple[int, ...]]] = {}  # a buffer's id: the keys of the groups that bind it
         self.memory_limit: int | None = None
         """Bytes tinygrad's tensors may hold on this GPU (None: what the GPU gives); past it, an allocation fails
         saying what was asked and what is held. Set it in a cell to share the GPU: ``Device['WEBGPU'].memory_limit
@@ -365,6 +370,32 @@ class WebGpuDevice(Compiled):
         """Submit what was recorded and wait for the GPU to finish it."""
         self.submit()
         self.gpu.wait()
+
+    def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True) -> Any:
+        """A bind group of ``resources`` (whole buffers, in binding order) for ``layout``: the one made before for
+        them, while ``keep`` (False: buffers made for this one dispatch) and none of them was freed."""
+        key = (id(layout), *map(id, resources))
+        if (found := self._bind_groups.get(key)) is not None:
+            return found[0]
+        group = self.gpu.handle.create_bind_group(layout=layout, entries=[
+            {"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
+            for n, buffer in enumerate(resources)])
+        if keep:
+            if len(self._bind_groups) >= MAX_BIND_GROUPS:
+                self._bind_groups.clear()
+                self._bound_in.clear()
+            self._bind_groups[key] = (group, resources)
+            for buffer in resources:
+                self._bound_in.setdefault(id(buffer), set()).add(key)
+        return group
+
+    def forget_bindings(self, buffer: Any) -> None:
+        """``buffer`` is freed: the bind groups that bind it go (a new buffer may take its id)."""
+        for key in self._bound_in.pop(id(buffer), ()):
+            _, resources = self._bind_groups.pop(key)
+            for other in resources:
+                if other is not buffer:
+                    self._bound_in[id(other)].discard(key)
 
     def uniform(self, value: int) -> Any:
         """A uniform buffer holding the 32-bit integer ``value`` (a kernel's variable), kept for reuse."""
