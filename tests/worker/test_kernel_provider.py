@@ -142,7 +142,7 @@ def test_an_interrupt_stops_a_busy_loop_within_two_seconds_and_the_kernel_lives_
     # Pressed once the loop runs: ipykernel drops a request (no reply ever) whose handler an interrupt cuts short
     # before the cell's code starts, which its execute_input doesn't rule out on a loaded machine.
     msg_id = kc.execute("print('looping', flush=True)\nwhile True: pass")
-    wait_for(lambda: _busy_with(kc, msg_id), TIMEOUT, "the loop to start")
+    wait_for(lambda: _printed_by(kc, msg_id), TIMEOUT, "the loop to start")
     pressed = time.monotonic()
     km.interrupt_kernel()
     reply = kc.get_shell_msg(timeout=TIMEOUT)
@@ -167,11 +167,19 @@ def _idle_after(kc: BlockingKernelClient, msg_id: str) -> bool:
 
 
 def _busy_with(kc: BlockingKernelClient, msg_id: str) -> bool:
+    return _next_iopub_is(kc, msg_id, "execute_input")
+
+
+def _printed_by(kc: BlockingKernelClient, msg_id: str) -> bool:
+    return _next_iopub_is(kc, msg_id, "stream")
+
+
+def _next_iopub_is(kc: BlockingKernelClient, msg_id: str, msg_type: str) -> bool:
     try:
         msg = kc.get_iopub_msg(timeout=0.1)
     except Empty:
         return False
-    return bool(msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream")
+    return bool(msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == msg_type)
 
 
 def test_input_is_answered_over_stdin(shared_kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
