@@ -57,6 +57,7 @@ class TinygradDevice(Protocol):
     def synchronize(self) -> None: ...
     def runtime(self, obj: Any) -> Any: ...
 
+
 log = logging.getLogger(__name__)
 
 MARKER = "// remote-magic tuned matmul "
