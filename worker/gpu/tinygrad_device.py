@@ -276,7 +276,8 @@ class WebGpuDevice(Compiled):
         self._uniforms: dict[int, Any] = {}
         self._copies: list[Any] = []
         self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
-        self._bind_groups: dict[tuple[int, ...], tuple[Any, tuple[Any, ...]]] = {}  # (buffers held: ids stay theirs)
+        # (its layout and buffers held in the value, so that their ids in its key stay theirs)
+        self._bind_groups: dict[tuple[int, ...], tuple[Any, Any, tuple[Any, ...]]] = {}
         self._bound_in: dict[int, set[tuple[int, ...]]] = {}  # a buffer's id: the keys of the groups that bind it
         self.memory_limit: int | None = None
         """Bytes tinygrad's tensors may hold on this GPU (None: what the GPU gives); past it, an allocation fails
@@ -384,7 +385,7 @@ class WebGpuDevice(Compiled):
             if len(self._bind_groups) >= MAX_BIND_GROUPS:
                 self._bind_groups.clear()
                 self._bound_in.clear()
-            self._bind_groups[key] = (group, resources)
+            self._bind_groups[key] = (group, layout, resources)
             for buffer in resources:
                 self._bound_in.setdefault(id(buffer), set()).add(key)
         return group
@@ -392,10 +393,12 @@ class WebGpuDevice(Compiled):
     def forget_bindings(self, buffer: Any) -> None:
         """``buffer`` is freed: the bind groups that bind it go (a new buffer may take its id)."""
         for key in self._bound_in.pop(id(buffer), ()):
-            _, resources = self._bind_groups.pop(key)
+            _, _, resources = self._bind_groups.pop(key)
             for other in resources:
-                if other is not buffer:
-                    self._bound_in[id(other)].discard(key)
+                if other is not buffer and (keys := self._bound_in.get(id(other))) is not None:
+                    keys.discard(key)
+                    if not keys:  # (a buffer no kept group binds any more, a uniform say, isn't remembered)
+                        del self._bound_in[id(other)]
 
     def uniform(self, value: int) -> Any:
         """A uniform buffer holding the 32-bit integer ``value`` (a kernel's variable), kept for reuse."""

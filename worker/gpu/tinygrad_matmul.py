@@ -52,6 +52,7 @@ class TinygradDevice(Protocol):
 
     def matmul_context(self) -> DeviceContext: ...
     def uniform_bytes(self, data: bytes) -> Any: ...
+    def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True) -> Any: ...
     def compute_pass(self) -> Any: ...
     def copy_for_reading(self, buffer: Any) -> Any: ...
     def synchronize(self) -> None: ...
@@ -167,20 +168,16 @@ def gemm_of(ast: UOp) -> Gemm | None:
     a, b = operands.get(frozenset((r_m, r_k))), operands.get(frozenset((r_k, r_n)))
     if a is None or b is None or out_slot in (a[0], b[0]) or a[1] != m * k or b[1] != k * n:
         return None
-    a_form, b_form = a[2], b[2]
-    if (a_form[r_m], a_form[r_k]) == (k, 1):
-        trans_a = False
-    elif (a_form[r_m], a_form[r_k]) == (1, m):
-        trans_a = True
-    else:
-        return None
-    if (b_form[r_k], b_form[r_n]) == (n, 1):
-        trans_b = False
-    elif (b_form[r_k], b_form[r_n]) == (1, k):
-        trans_b = True
-    else:
+    trans_a, trans_b = _transposed(a[2], r_m, r_k, m, k), _transposed(b[2], r_k, r_n, k, n)
+    if trans_a is None or trans_b is None:
         return None
     return Gemm(m, n, k, out_slot, a[0], b[0], trans_a, trans_b)
+
+
+def _transposed(form: dict[UOp | None, int], row: UOp, column: UOp, rows: int, columns: int) -> bool | None:
+    """Whether an operand indexed by ``form`` over ``row`` and ``column`` (a rows x columns matrix) is stored
+    transposed (False: row-major); None when it is neither."""
+    return {(columns, 1): False, (1, rows): True}.get((form[row], form[column]))
 
 
 @dataclass(frozen=True)
@@ -226,6 +223,7 @@ class TunedMatmulProgram:
                      **({"TRANS_B": 1} if gemm.trans_b else {})}
         with dev.gpu.guard(f"compiling the tuned matmul for tinygrad's {name}"):
             self.pipeline = ctx.pipelines.get(tiling.shader, tiling.entry, constants)
+            self.layout = self.pipeline.get_bind_group_layout(0)
         tiles_n, tiles_m = math.ceil(gemm.n / tiling.tile_n), math.ceil(gemm.m / tiling.tile_m)
         self.groups = ctx.fold(tiles_n * tiles_m)
         params = MATMUL.pack(M=gemm.m, N=gemm.n, K=gemm.k, batch=1, lda=lda, ldb=ldb, ldc=gemm.n, accumulate=0,
@@ -240,12 +238,10 @@ class TunedMatmulProgram:
         dev, launch = self.dev, self.launch
         with dev.gpu.guard(f"running the tuned matmul for tinygrad's {self.name}"):
             out, a, b = bufs[launch.out], bufs[launch.a], bufs[launch.b]
-            # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy)
-            resources = [dev.copy_for_reading(x) if x is out else x for x in (a, b)] + [out]
-            group = dev.gpu.handle.create_bind_group(layout=self.pipeline.get_bind_group_layout(0), entries=[
-                *({"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
-                  for n, buffer in enumerate(resources)),
-                {"binding": 3, "resource": {"buffer": self.params, "offset": 0, "size": self.params.size}}])
+            # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy, made for
+            # this dispatch alone)
+            operands = tuple(dev.copy_for_reading(x) if x is out else x for x in (a, b))
+            group = dev.bind_group(self.layout, (*operands, out, self.params), keep=out is not a and out is not b)
             compute = dev.compute_pass()
             compute.set_pipeline(self.pipeline)
             compute.set_bind_group(0, group)
