@@ -23,6 +23,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -38,14 +39,26 @@ NOTEBOOKS = ("numpy100", "pdsh_numpy", "numpy_basics_tutorial", "numpy_simulatio
 STATS = re.compile(r"ran on [^:]+: GPU kernels (.*?); with numpy (.*?); GPU time")
 
 
-def measure(name: str, workdir: Path) -> tuple[int, int, int, int, list[str]]:
+def adapter_of(worker: Any) -> str:
+    """The worker's GPU adapter, as its description names it; lavapipe said to be no GPU."""
+    import remote_magic
+
+    with remote_magic.connect(worker.token) as client:
+        [info] = client.workers()
+    gpu = info["gpu"]
+    software = " — lavapipe, Mesa's software Vulkan, not a GPU" if gpu.get("adapter_type") == "software" else ""
+    return f"{gpu.get('adapter')} ({gpu.get('adapter_type')}, {gpu.get('backend')}){software}"
+
+
+def measure(name: str, workdir: Path) -> tuple[int, int, int, int, list[str], str]:
     """(offloaded cells, cells that ran a GPU kernel, cells that computed something with numpy, the number of
-    differences from the local run, those differences in words) for one notebook."""
+    differences from the local run, those differences in words, the worker's adapter) for one notebook."""
     notebook = REPO / "tests" / "conformance" / f"{name}.ipynb"
     (workdir / "cwd").mkdir(parents=True)
     worker = start_worker(workdir / "worker", "--listen", "127.0.0.1:0", "--gpu", "on", cwd=workdir / "cwd")
     try:
         require_a_gpu(worker)
+        adapter = adapter_of(worker)
         compared = run_notebook(notebook, workdir / "gpu", token=worker.token, gpu=True)
         counted = run_notebook(notebook, workdir / "stats", token=worker.token, magic="%%offload --gpu --stats")
     finally:
@@ -56,7 +69,7 @@ def measure(name: str, workdir: Path) -> tuple[int, int, int, int, list[str]]:
     assert any(per_cell), f"{name}: no --stats line was found in any cell's output"
     on_gpu = sum(1 for found in per_cell if any(kernels != "none" for kernels, _ in found))
     with_numpy = sum(1 for found in per_cell if any(numpy != "none" for _, numpy in found))
-    return len(offloaded), on_gpu, with_numpy, len(differences), differences
+    return len(offloaded), on_gpu, with_numpy, len(differences), differences, adapter
 
 
 def main() -> None:
@@ -66,10 +79,10 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["PYTHONHASHSEED"] = "0"  # both runs and the worker order sets of strings alike
     load = os.getloadavg()[0]
-    rows, totals = [], [0, 0, 0, 0]
+    rows, totals, adapter = [], [0, 0, 0, 0], ""
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.notebooks:
-            cells, on_gpu, with_numpy, differing, differences = measure(name, Path(tmp) / name)
+            cells, on_gpu, with_numpy, differing, differences, adapter = measure(name, Path(tmp) / name)
             for difference in differences:
                 print(difference, file=sys.stderr)
             rows.append(f"| {name} | {cells} | {on_gpu} | {with_numpy} | {differing} |")
@@ -79,8 +92,8 @@ def main() -> None:
         f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}; {code_version()}; load average (1 min) before / after: {load:.2f} / "
         f"{os.getloadavg()[0]:.2f}",
-        "- `python benchmarks/bench_gpu_notebooks.py`: a worker with `--gpu on` (lavapipe here: Mesa's software "
-        "Vulkan, not a GPU); every code cell under `%%offload --gpu`",
+        f"- `python benchmarks/bench_gpu_notebooks.py`: a worker with `--gpu on` on {adapter}; every code cell "
+        "under `%%offload --gpu`",
         "",
         "| notebook | offloaded cells | cells that ran a GPU kernel | cells that computed something with numpy | "
         "differences from the local run |",

@@ -23,8 +23,10 @@ Columns (median seconds of a warm step, the steps interleaved round by round):
   (the schedules left out, as before they were saved too). The last two interleaved, the faster of two each. A
   first step computes what a warm one does: on a software adapter that is most of it, so the table also gives
   what the first step costs beyond a warm step (setting up: code generation, scheduling, compiling pipelines).
-* **tinygrad, CPU**: tinygrad's own CPU device (clang), the same jitted step.
+* **tinygrad, CPU**: tinygrad's own CPU device (clang; left out where clang isn't installed), the same jitted step.
 * **PyTorch, CPU**: the same model in eager PyTorch on the host's cores.
+* **PyTorch, GPU**: the same on PyTorch's GPU device (CUDA or MPS), where the machine has one; the worker's GPU
+  column is then divided by this one, else by PyTorch's CPU column.
 * **numpy**: the MLP's forward, backward and Adam written out in numpy (the other two have no numpy column).
 
 The MLP and the CNN also run in a browser tab (headless Chromium's WebGPU, as a tab worker's executor runs them),
@@ -153,12 +155,24 @@ def tinygrad_step(name: str, device: str) -> tuple[Step, float]:
 
 
 # -- PyTorch -----------------------------------------------------------------------------------------
-def torch_step(name: str) -> Step:
-    """The same step in eager PyTorch on the CPU."""
+def torch_gpu() -> str | None:
+    """PyTorch's GPU device on this machine ("cuda" or "mps"), or None where it has none."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else None
+
+
+def torch_step(name: str, device: str = "cpu") -> Step:
+    """The same step in eager PyTorch on ``device`` (its loss read back, so a GPU's step runs to completion)."""
     import torch
     from torch import nn
 
     torch.manual_seed(0)
+    torch.set_default_device(device)
     classes: int | None = 10
     if name == "mlp":
         model: nn.Module = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
@@ -185,6 +199,7 @@ def torch_step(name: str) -> Step:
         opt.step()
         return float(loss.detach())
 
+    torch.set_default_device("cpu")
     return step
 
 
@@ -426,10 +441,15 @@ def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], 
             programs_only.append(first_step_in_a_new_process(name, home, schedules=False))
         first.update(saved=min(saved), programs_only=min(programs_only))
     gpu_step, _ = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
-    cpu_step, first["CPU"] = tinygrad_step(name, "CPU")
-    gpu_loss, cpu_loss = gpu_step(), cpu_step()
-    assert abs(gpu_loss - cpu_loss) <= 1e-3 * max(1.0, abs(cpu_loss)), (name, gpu_loss, cpu_loss)
-    steps = {"tinygrad, worker's GPU": gpu_step, "tinygrad, CPU": cpu_step, "PyTorch, CPU": torch_step(name)}
+    steps = {"tinygrad, worker's GPU": gpu_step}
+    if shutil.which("clang"):  # (tinygrad's CPU device compiles with it)
+        cpu_step, first["CPU"] = tinygrad_step(name, "CPU")
+        gpu_loss, cpu_loss = gpu_step(), cpu_step()
+        assert abs(gpu_loss - cpu_loss) <= 1e-3 * max(1.0, abs(cpu_loss)), (name, gpu_loss, cpu_loss)
+        steps["tinygrad, CPU"] = cpu_step
+    steps["PyTorch, CPU"] = torch_step(name)
+    if gpu := torch_gpu():
+        steps["PyTorch, GPU"] = torch_step(name, gpu)
     if name == "mlp":
         steps["numpy"] = numpy_mlp_step()
     for step in steps.values():
@@ -480,26 +500,30 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
 
     import torch
 
-    columns = ["tinygrad, worker's GPU", "tinygrad, CPU", "PyTorch, CPU", "numpy"]
-    lines = [f"Measured by `python benchmarks/bench_ml.py --repeat {args.repeat}`.", "",
-             f"- Machine: {machine()}; PyTorch uses {torch.get_num_threads()} threads",
+    gpu = torch_gpu()
+    columns = ["tinygrad, worker's GPU", "tinygrad, CPU", "PyTorch, CPU", *(["PyTorch, GPU"] if gpu else []), "numpy"]
+    baseline = "PyTorch, GPU" if gpu else "PyTorch, CPU"
+    torch_gpu_name = f"; PyTorch's GPU: {torch.cuda.get_device_name()}" if gpu == "cuda" else ""
+    lines = [f"Measured by `python benchmarks/bench_ml.py {' '.join(sys.argv[1:])}`.", "",
+             f"- Machine: {machine()}; PyTorch uses {torch.get_num_threads()} threads{torch_gpu_name}",
              f"- Adapter of the worker's GPU column: {adapter}",
              f"- Python {sys.version.split()[0]}; tinygrad {version('tinygrad')}, torch {torch.__version__}, "
              f"numpy {np.__version__}; {code_version()}",
              f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}", "",
-             "| warm step, ms | " + " | ".join(columns) + " | worker's GPU ÷ PyTorch |",
+             "| warm step, ms | " + " | ".join(columns) + f" | worker's GPU ÷ {baseline} |",
              "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |"]
     for name, (medians, _) in results.items():
         cells = [f"{medians[c] * 1000:.1f}" if c in medians else "—" for c in columns]
-        ratio = medians["tinygrad, worker's GPU"] / medians["PyTorch, CPU"]
+        ratio = medians["tinygrad, worker's GPU"] / medians[baseline]
         lines.append(f"| {TITLES[name]} | " + " | ".join(cells) + f" | {ratio:.2f} |")
     lines += ["", "| first step, s | worker's GPU, new executor | worker's GPU, new executor, programs and schedules "
               "saved before | the same, less a warm step's time | the same, programs only | tinygrad, CPU |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, (medians, first) in results.items():
         setup = first["saved"] - medians[columns[0]]
+        cpu = f"{first['CPU']:.2f}" if "CPU" in first else "—"
         lines.append(f"| {TITLES[name]} | {first['new']:.2f} | {first['saved']:.2f} | {setup:.2f} | "
-                     f"{first['programs_only']:.2f} | {first['CPU']:.2f} |")
+                     f"{first['programs_only']:.2f} | {cpu} |")
     if tabs:
         tab, wgpu = next(iter(tabs.values()))
         lines += ["", f"| tinygrad in a browser tab (headless Chromium's WebGPU: {tab['adapter']}) beside wgpu-py on "

@@ -191,6 +191,43 @@ with Context(TRAINING=1):
     assert all(later < earlier for earlier, later in zip(jitted + more, (jitted + more)[1:])), (jitted, more)
 
 
+JITTED_WITH_NEW_INPUTS = """
+from tinygrad import Tensor, TinyJit, Variable
+from tinygrad.engine.realize import graph_cache
+
+@TinyJit
+def combine(a, b):
+    return (a * b + a.sum()).realize(), (a - b).relu().max(axis=1).realize()
+
+@TinyJit
+def prefix_sums(a):
+    return (a * 2).sum(axis=1).realize(), (a + 1).max(axis=1).realize()
+
+combined = [[t.numpy() for t in combine(Tensor(x[i]), Tensor(y[i]))] for i in range(len(x))]
+prefixes = []
+for n in (3, 7, 5, 7, 2):
+    bound = Variable("n", 1, x.shape[2]).bind(n)
+    prefixes.append(tuple(t.numpy() for t in prefix_sums(Tensor(x[0])[:, :bound])))
+graphs = sorted(type(g).__name__ for g in graph_cache.values())
+"""
+
+
+def test_a_jitted_function_replayed_through_the_graph_gives_each_calls_own_answer(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal((5, 6, 9), dtype=np.float32), rng.standard_normal((5, 6, 9), dtype=np.float32)
+    ip.user_ns.update(x=x, y=y)
+    _run(ip, "%%offload\n" + JITTED_WITH_NEW_INPUTS)
+    # new inputs every call: captured at the second, replayed from the third through the graph, each call's values
+    for (product, top), a, b in zip(ip.user_ns["combined"], x, y):
+        np.testing.assert_allclose(product, a * b + a.sum(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(top, np.maximum(a - b, 0).max(axis=1), rtol=1e-6)
+    # a variable's value put in at each replay: the kernels' sizes follow it
+    for (sums, top), n in zip(ip.user_ns["prefixes"], (3, 7, 5, 7, 2)):
+        np.testing.assert_allclose(sums, (x[0][:, :n] * 2).sum(axis=1), rtol=1e-5)
+        np.testing.assert_allclose(top, (x[0][:, :n] + 1).max(axis=1), rtol=1e-6)
+    assert "WebGpuGraph" in ip.user_ns["graphs"], ip.user_ns["graphs"]
+
+
 def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
     rng = np.random.default_rng(2)
     x, w, target = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 5), (5, 3), (8, 3)))

@@ -13,7 +13,8 @@ a cell does) and makes ``WEBGPU`` tinygrad's default device.
 
 Kernels are recorded into one compute pass and submitted together when the host needs a value
 (a read, a write, a free, a synchronize), as a browser tab batches every call: one submission per
-stretch of tinygrad work instead of one per kernel.
+stretch of tinygrad work instead of one per kernel. A jitted step's kernels replay through
+``tinygrad_graph.py``, their buffers and programs looked up once.
 
 Where WebGPU implementations differ, it does what a browser tab must: a kernel binding one buffer twice reads a
 copy (WebGPU forbids the aliasing, and Chrome enforces it), and ``log2``, ``exp2``, ``sqrt`` are NaN outside their
@@ -45,6 +46,7 @@ from .context import DeviceContext
 from .device import GpuDevice
 from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool
 from .resident import content_key
+from .tinygrad_graph import WebGpuGraph
 from .tinygrad_hook import executor_context, executor_gpu_device
 from .tinygrad_matmul import Launch, TunedMatmulProgram, install as install_tuned_matmul, tuned_context
 from .tinygrad_programs import ProgramCache
@@ -300,7 +302,7 @@ class WebGpuDevice(Compiled):
         self._matmul_context: DeviceContext | None = None
         self.programs = ProgramCache(adapter, WebGpuWGSLRenderer)
         self.programs.load()
-        super().__init__(device, WebGpuAllocator(self), [WebGpuWGSLRenderer], WebGpuProgram)
+        super().__init__(device, WebGpuAllocator(self), [WebGpuWGSLRenderer], WebGpuProgram, WebGpuGraph)
         # tinygrad keys the kernel search's results (BEAM=n, in its disk cache) by device name and this suffix: by
         # adapter and what the renderer renders, as the programs are, not one WEBGPU for lavapipe and every tab
         self.renderer.suffix = f"{adapter} revision {WebGpuWGSLRenderer.revision}"

@@ -1,0 +1,68 @@
+"""A jitted step's kernels replayed with what tinygrad worked out when it captured them (``TinyJit``'s graph).
+
+Without a graph, tinygrad's JIT works out every kernel's buffers, launch sizes and program again at each call:
+about 30 µs of Python a kernel, 1.5 ms of a GPT-2 block's 51-kernel step, which on a real GPU is longer than
+most of its kernels run. This graph looks them up once, when the JIT first runs the batch, and a replay only
+puts in the step's inputs and variables and records the dispatches, into the device's one compute pass as
+before. tinygrad batches a jitted step's kernels into graphs of this class because the ``WEBGPU`` device names
+it (``tinygrad_device.py``), as its Metal and CUDA devices name theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tinygrad.device import Buffer, Device
+from tinygrad.engine.jit import GraphRunner
+from tinygrad.uop.ops import UOp
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    """One kernel of the batch: its program, the buffers it binds, and where the step's inputs go among them."""
+
+    program: Any
+    buffers: tuple[Any, ...]
+    inputs: tuple[tuple[int, int], ...]
+    """(the binding, the JIT input's slot) of each binding that takes one of the step's inputs."""
+    info: Any
+    """tinygrad's ``ProgramInfo``: its launch sizes and variables."""
+    launch: tuple[tuple[int, ...], tuple[int, ...] | None, tuple[int | None, ...]] | None
+    """Global size, local size and variable values, where they depend on no variable (else worked out each time)."""
+
+
+class WebGpuGraph(GraphRunner):
+    """The kernels of one batch of a jitted step, each dispatch's program and buffers looked up once."""
+
+    def __init__(self, linear: UOp, input_uops: tuple[UOp, ...] = ()) -> None:
+        super().__init__(linear, input_uops)
+        self.dev: Any = Device[self.device]
+        self.dispatches: list[_Dispatch] = []
+        for (_, ast, bufs, _), program, replace in zip(self.calls, self.runtimes, self.uop_replace):
+            info = ast.arg
+            positions = info.globals  # (the call's arguments a kernel binds, in binding order)
+            inputs = tuple((binding, slot) for binding, position in enumerate(positions)
+                           for replaced, slot in replace if replaced == position)
+            launch = None if info.vars else (*info.launch_dims({}), info.vals({}))
+            self.dispatches.append(_Dispatch(program, tuple(bufs[p]._buf for p in positions), inputs, info, launch))
+
+    def __call__(self, input_uops: tuple[UOp, ...], var_vals: dict[str, int], wait: bool = False) -> float | None:
+        for dispatch in self.dispatches:
+            buffers = dispatch.buffers
+            if dispatch.inputs:
+                bound = list(buffers)
+                for binding, slot in dispatch.inputs:
+                    buffer = input_uops[slot].buffer
+                    assert isinstance(buffer, Buffer)  # (one device: tinygrad batches no multi-device kernel here)
+                    bound[binding] = buffer.ensure_allocated()._buf
+                buffers = tuple(bound)
+            global_size, local_size, vals = dispatch.launch or (*dispatch.info.launch_dims(var_vals),
+                                                                dispatch.info.vals(var_vals))
+            dispatch.program(*buffers, global_size=global_size, local_size=local_size or (1, 1, 1), vals=vals)
+        if not wait:
+            return None
+        start = time.perf_counter()
+        self.dev.synchronize()
+        return time.perf_counter() - start
