@@ -4,6 +4,7 @@
     python benchmarks/bench_ml.py --models mlp --no-write
     python benchmarks/bench_ml.py --matmuls-only        # tinygrad's matmul beside this project's, its own section
     python benchmarks/bench_ml.py --matmuls-only --beam 2   # and tinygrad's searched kernel (long: minutes each)
+    python benchmarks/bench_ml.py --models block --beam 2   # the block with tinygrad's searched kernels too
 
 Three models, each a step a notebook would run in a loop:
 
@@ -431,8 +432,9 @@ def steps_on(name: str, repeat: int, where: str) -> dict[str, Any]:
         return {"times": times, "first": first, "adapter": device.info.name}
 
 
-def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], dict[str, float]]:
-    """Warm medians by column, and first-step seconds (new processes on the worker's GPU; tinygrad's CPU)."""
+def measure(name: str, repeat: int, budget_s: float, beam: int = 0) -> tuple[dict[str, float], dict[str, float]]:
+    """Warm medians by column, and first-step seconds (new processes on the worker's GPU; tinygrad's CPU); ``beam``:
+    also the step with the kernels tinygrad's search finds (``BEAM=beam``), and the seconds it searched ("search")."""
     with tempfile.TemporaryDirectory() as home:
         first = {"new": first_step_in_a_new_process(name, home)}
         saved, programs_only = [], []
@@ -442,6 +444,17 @@ def measure(name: str, repeat: int, budget_s: float) -> tuple[dict[str, float], 
         first.update(saved=min(saved), programs_only=min(programs_only))
     gpu_step, _ = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
     steps = {"tinygrad, worker's GPU": gpu_step}
+    if beam:
+        from tinygrad import Context
+
+        start = time.perf_counter()
+        with Context(BEAM=beam):
+            searched_step, _ = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
+            searched_step()  # (captured by the JIT here: its kernels searched)
+        first["search"] = time.perf_counter() - start
+        searched_loss, gpu_loss = searched_step(), gpu_step()
+        assert abs(searched_loss - gpu_loss) <= 1e-3 * max(1.0, abs(gpu_loss)), (name, searched_loss, gpu_loss)
+        steps[f"tinygrad BEAM={beam}, worker's GPU"] = searched_step
     if shutil.which("clang"):  # (tinygrad's CPU device compiles with it)
         cpu_step, first["CPU"] = tinygrad_step(name, "CPU")
         gpu_loss, cpu_loss = gpu_step(), cpu_step()
@@ -501,7 +514,9 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
     import torch
 
     gpu = torch_gpu()
-    columns = ["tinygrad, worker's GPU", "tinygrad, CPU", "PyTorch, CPU", *(["PyTorch, GPU"] if gpu else []), "numpy"]
+    searched = [f"tinygrad BEAM={args.beam}, worker's GPU"] if args.beam else []
+    columns = ["tinygrad, worker's GPU", *searched, "tinygrad, CPU", "PyTorch, CPU", *(["PyTorch, GPU"] if gpu else []),
+               "numpy"]
     baseline = "PyTorch, GPU" if gpu else "PyTorch, CPU"
     torch_gpu_name = f"; PyTorch's GPU: {torch.cuda.get_device_name()}" if gpu == "cuda" else ""
     lines = [f"Measured by `python benchmarks/bench_ml.py {' '.join(sys.argv[1:])}`.", "",
@@ -510,12 +525,16 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
              f"- Python {sys.version.split()[0]}; tinygrad {version('tinygrad')}, torch {torch.__version__}, "
              f"numpy {np.__version__}; {code_version()}",
              f"- Load average (1 min) before / after the run: {load[0]:.2f} / {load[1]:.2f}", "",
-             "| warm step, ms | " + " | ".join(columns) + f" | worker's GPU ÷ {baseline} |",
-             "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |"]
+             "| warm step, ms | " + " | ".join(columns) + f" | worker's GPU ÷ {baseline} |" +
+             "".join(f" {c.split(',')[0]} ÷ {baseline} |" for c in searched),
+             "| --- | " + " | ".join("---:" for _ in columns + searched) + " | ---: |"]
     for name, (medians, _) in results.items():
         cells = [f"{medians[c] * 1000:.1f}" if c in medians else "—" for c in columns]
-        ratio = medians["tinygrad, worker's GPU"] / medians[baseline]
-        lines.append(f"| {TITLES[name]} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+        ratios = [f"{medians[c] / medians[baseline]:.2f}" for c in ["tinygrad, worker's GPU", *searched]]
+        lines.append(f"| {TITLES[name]} | " + " | ".join(cells + ratios) + " |")
+    if searched:
+        took = ", ".join(f"{TITLES[name].split(',')[0]} {first['search']:.0f}" for name, (_, first) in results.items())
+        lines += ["", f"BEAM={args.beam}'s search (once per kernel and adapter, in tinygrad's disk cache), s: {took}"]
     lines += ["", "| first step, s | worker's GPU, new executor | worker's GPU, new executor, programs and schedules "
               "saved before | the same, less a warm step's time | the same, programs only | tinygrad, CPU |",
               "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -546,9 +565,9 @@ def main() -> None:
     parser.add_argument("--matmuls-only", action="store_true",
                         help="only the models' matrix products: tinygrad's kernel beside this project's matmul")
     parser.add_argument("--beam", type=int, default=0, metavar="N",
-                        help="with --matmuls-only: also tinygrad's kernel found by its search, BEAM=N (minutes a "
-                             "product on lavapipe; cached per adapter in tinygrad's disk cache), in a section of "
-                             "its own")
+                        help="also tinygrad's kernels found by its search, BEAM=N (minutes a product on lavapipe; "
+                             "cached per adapter in tinygrad's disk cache): a column of the models' table, or with "
+                             "--matmuls-only a section of its own")
     parser.add_argument("--products", default="", metavar="TITLES",
                         help="with --matmuls-only: only the products whose titles start so (comma-separated)")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
@@ -582,7 +601,7 @@ def main() -> None:
         if not args.no_write:
             write_section(BEAM_SECTION if args.beam else MATMUL_SECTION, body)
         return
-    results = {name: measure(name, args.repeat, args.budget) for name in args.models.split(",")}
+    results = {name: measure(name, args.repeat, args.budget, args.beam) for name in args.models.split(",")}
     tabs = {name: tab_beside_wgpu(name, args.repeat) for name in filter(None, args.tab_models.split(","))}
     body = render(results, adapter, args, (load_before, os.getloadavg()[0]), tabs)
     print(body)
