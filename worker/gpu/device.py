@@ -16,6 +16,8 @@ import wgpu
 
 from remote_magic.errors import GpuError
 
+from . import wgpu_types
+
 log = logging.getLogger(__name__)
 
 ADAPTER_TYPES = {
@@ -107,7 +109,10 @@ def _configure_instance() -> None:
         return
     _instance_configured = True
     try:
+        from wgpu.backends.wgpu_native import ffi
         from wgpu.backends.wgpu_native.extras import set_instance_extras
+
+        wgpu_types.install(ffi)  # (before wgpu-py names its first C type)
         set_instance_extras(backends=["Primary"])
     except (ImportError, RuntimeError) as exc:  # instance already made, or another backend
         log.debug("kept the existing wgpu instance: %s", exc)

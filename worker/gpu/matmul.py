@@ -28,8 +28,8 @@ invocation as ``tiled8``, A's loads shared through the subgroup instead of workg
 barriers. :func:`choose_tiling` takes it only where it measured faster: on a software adapter, in
 place of a tile, for a C of at most :data:`SUBGROUP_MAX_OUTPUTS` elements: on lavapipe it ran
 1.2-1.7x the tiles up to 512x512 in every run, 1.0-1.1x at 1024x1024 and 0.7-1.3x at 4096x4096 with
-K = 64 (too close to call), 0.3-0.6x at 2048x2048 (``benchmarks/results.md``). No GPU has measured it,
-so a GPU never gets it.
+K = 64 (too close to call), 0.3-0.6x at 2048x2048 (``benchmarks/results.md``). On an NVIDIA H200 it ran
+0.14-0.55x the tiles at every shape measured, so a GPU never gets it.
 
 A and B are read through leading dimensions and element offsets, so a product whose operands
 exceed ``max_storage_buffer_binding_size`` is computed by binding slices of the buffers: first
