@@ -290,6 +290,23 @@ def test_a_tuned_matmul_setting_of_no_known_kind_says_which_there_are(ip: Intera
     assert not result.success and "'sometimes'" in message and "'measure'" in message and "'never'" in message
 
 
+def test_a_kernel_choice_a_cell_forces_is_not_saved_for_the_next_executor(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((37, 21), dtype=np.float32), rng.standard_normal((21, 13), dtype=np.float32)
+    ip.user_ns.update(a=a, b=b)
+    _run(ip, "%%offload\n"
+             "import pickle\nfrom tinygrad import Tensor, Device\n"
+             "webgpu = Device['WEBGPU']\nwebgpu.tuned_matmul = 'always'\nbefore = webgpu.tuned_matmuls\n"
+             "forced = (Tensor(a) @ Tensor(b)).numpy()\nran_tuned = webgpu.tuned_matmuls - before\n"
+             "webgpu.tuned_matmul = 'measure'\n(Tensor(a) + 1).numpy()  # (a program to save)\n"
+             "webgpu.programs.save()\n"
+             "saved = [p.arg.name for p in pickle.loads(webgpu.programs.path.read_bytes())['programs'].values()]")
+    np.testing.assert_allclose(ip.user_ns["forced"], a @ b, rtol=1e-5, atol=1e-5)
+    assert ip.user_ns["ran_tuned"] == 1  # this executor ran the forced choice...
+    saved = ip.user_ns["saved"]
+    assert saved and not any(name.startswith("matmul_tuned_37_13_21") for name in saved), saved  # ...none later
+
+
 def test_a_training_step_through_the_tuned_matmul_matches_numpy(ip: InteractiveShell) -> None:
     rng = np.random.default_rng(7)
     x, w1, w2, target = (rng.standard_normal(shape, dtype=np.float32)

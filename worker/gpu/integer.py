@@ -15,7 +15,7 @@ from typing import Sequence, Union
 
 from .context import DeviceContext
 from .launch import Shape, broadcast_layout, size_of, vec4_bindings
-from .memory import Allocation
+from .memory import Allocation, round_up
 from .uniforms import INTEGER
 
 MAX_DIMS = INTEGER.field("shape").count
@@ -85,12 +85,9 @@ def integer(ctx: DeviceContext, name: str, operands: Sequence[IntOperand], out_s
     buffers = [stand_in if isinstance(op, int) else op[0] for op in operands]
     constants = {"OP": table[name], "SIGNED": 1 if signed or name in SIGN_BLIND else 0}
     vec4 = all(flags & ((DENSE | SCALAR) << k) for k in range(len(operands))) and all(
-        alloc.buffer.size >= _vec4_bytes(alloc.nbytes) for alloc in (out, *buffers))  # padded, as the pool's are
+        alloc.buffer.size >= round_up(alloc.nbytes, 16) for alloc in (out, *buffers))  # padded, as the pool's are
     entry = ("unary" if unary else "binary") + ("4" if vec4 else "")
     bindings, groups = vec4_bindings(out, buffers, n, vec4)
     ctx.dispatch(name, ctx.pipelines.get("integer", entry, constants), bindings, params, 3, groups)
     return out
 
-
-def _vec4_bytes(nbytes: int) -> int:
-    return -(-nbytes // 16) * 16

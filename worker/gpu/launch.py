@@ -11,7 +11,7 @@ import math
 from typing import Any, Sequence, Union
 
 from .context import Binding, DeviceContext
-from .memory import Allocation
+from .memory import Allocation, round_up
 from .uniforms import ELEMENTWISE, REDUCE, SOFTMAX, TRANSPOSE
 
 MAX_DIMS = ELEMENTWISE.field("shape").count
@@ -127,9 +127,9 @@ def vec4_bindings(out: Allocation, buffers: Sequence[Allocation], n: int, vec4: 
     """The bindings and workgroup count of ``elementwise.wgsl``'s layout (and ``integer.wgsl``'s): inputs at
     0 and 1, the output at 2, or with ``vec4`` the same at 4, 5 and 6 rounded up to whole vec4s."""
     if vec4:
-        bindings: dict[int, Binding] = {4 + i: (buffer, 0, _vec4_bytes(buffer.nbytes))
+        bindings: dict[int, Binding] = {4 + i: (buffer, 0, round_up(buffer.nbytes, 16))
                                         for i, buffer in enumerate(buffers)}
-        bindings[6] = (out, 0, _vec4_bytes(out.nbytes))
+        bindings[6] = (out, 0, round_up(out.nbytes, 16))
         return bindings, math.ceil(n / (4 * ELEMENTWISE_GROUP))
     bindings = {i: buffer for i, buffer in enumerate(buffers)}
     bindings[2] = out
@@ -165,13 +165,10 @@ def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_
     return out
 
 
-def _vec4_bytes(nbytes: int) -> int:
-    return -(-nbytes // 16) * 16
-
 
 def _elementwise_entry(unary: bool, flags: int, shape: Shape, allocs: Sequence[Allocation]) -> str:
     """The entry point of ``elementwise.wgsl`` for these operands: four outputs per invocation where it can."""
-    if any(alloc.buffer.size < _vec4_bytes(alloc.nbytes) for alloc in allocs):
+    if any(alloc.buffer.size < round_up(alloc.nbytes, 16) for alloc in allocs):
         return "unary" if unary else "binary"  # not padded to whole vec4s (the pool's buffers are)
     indexed = [i for i in range(1 if unary else 2) if not flags & ((DENSE | SCALAR) << i)]
     if not indexed:

@@ -50,7 +50,7 @@ import numpy as np
 
 from .context import Binding, DeviceContext
 from .launch import MAX_DIMS, Shape, Unsupported, broadcast_strides, collapse, contiguous_strides, size_of
-from .memory import Allocation
+from .memory import Allocation, round_up
 from .uniforms import MATMUL
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def _vec4_binding(binding: Binding) -> Binding:
     binding stays inside its buffer; the values past the array are read but never used.
     """
     alloc, offset, size = (binding, 0, binding.nbytes) if isinstance(binding, Allocation) else binding
-    return alloc, offset, -(-max(size, 16) // 16) * 16
+    return alloc, offset, round_up(max(size, 16), 16)
 
 
 def _slice(ctx: DeviceContext, alloc: Allocation, start: int, count: int) -> tuple[Binding, int]:

@@ -36,6 +36,12 @@ DEFAULT_POOL_BYTES = 1 << 30
 """Free buffers kept for reuse (1 GiB) before the pool starts destroying released ones."""
 
 
+def round_up(nbytes: int, multiple: int) -> int:
+    """``nbytes`` rounded up to a multiple of ``multiple`` (a binding's size: WebGPU's are multiples of 4, a vec4
+    kernel's of 16)."""
+    return -(-nbytes // multiple) * multiple
+
+
 def size_class(nbytes: int) -> int:
     """``nbytes`` rounded up to a pooled size: a power of two or a quarter step past one."""
     if nbytes <= MIN_BUFFER_BYTES:

@@ -44,7 +44,7 @@ from remote_magic.wire.sizes import human_size
 
 from .context import DeviceContext
 from .device import GpuDevice
-from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool
+from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool, round_up
 from .resident import content_key
 from .tinygrad_graph import WebGpuGraph
 from .tinygrad_hook import executor_context, executor_gpu_device
@@ -112,12 +112,12 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
                            f"{self.dev.gpu.info.name} ({limit:,} bytes, WebGPU's max_storage_buffer_binding_size): "
                            "split it into smaller tensors")
         bound = self.dev.memory_limit
-        if bound is not None and sum(self.held.values()) + _round16(size) > bound:
+        if bound is not None and sum(self.held.values()) + round_up(max(size, 1), 16) > bound:
             raise GpuError(self._out_of_memory(size, f"past the {human_size(bound)} its tensors may hold "
                                                      f"(Device['WEBGPU'].memory_limit = {bound:,})"))
         try:
             with self.dev.gpu.guard("allocating a tinygrad buffer"):
-                buffer = self.dev.gpu.handle.create_buffer(size=_round16(size), usage=STORAGE_USAGE)
+                buffer = self.dev.gpu.handle.create_buffer(size=round_up(max(size, 1), 16), usage=STORAGE_USAGE)
         except GpuError as exc:
             if self.dev.gpu.lost:
                 raise
@@ -174,7 +174,7 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
         return True
 
     def _copyout(self, dest: memoryview, src: Any) -> None:
-        size = _round4(dest.nbytes)
+        size = round_up(dest.nbytes, 4)
         if not size:
             return
         gpu = self.dev.gpu
@@ -298,7 +298,7 @@ class WebGpuDevice(Compiled):
         self.tuned_matmul = "measure"
         """Which kernel runs tinygrad's plain products compiled from now on (``tinygrad_matmul.py``): ``"measure"``
         (the faster on this adapter, timed once per product), ``"always"`` the tuned matmul, ``"never"``
-        tinygrad's. The choice is saved with the program, for the next executor too."""
+        tinygrad's. A measured choice is saved with the program, for the next executor too; a forced one is not."""
         self._matmul_context: DeviceContext | None = None
         self.programs = ProgramCache(adapter, WebGpuWGSLRenderer)
         self.programs.load()
@@ -416,10 +416,3 @@ class WebGpuDevice(Compiled):
         self.gpu.handle.queue.write_buffer(buffer, 0, data)
         return buffer
 
-
-def _round4(size: int) -> int:
-    return -(-size // 4) * 4
-
-
-def _round16(size: int) -> int:
-    return -(-max(size, 1) // 16) * 16

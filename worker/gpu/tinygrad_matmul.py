@@ -36,8 +36,9 @@ from remote_magic.errors import GpuError
 from .context import DeviceContext
 from .device import GpuDevice
 from .matmul import choose_tiling
-from .memory import STORAGE_USAGE
+from .memory import STORAGE_USAGE, round_up
 from .stats import Stats
+from .tinygrad_programs import ProgramCache
 from .uniforms import MATMUL
 
 
@@ -49,6 +50,7 @@ class TinygradDevice(Protocol):
     renderer_class: type
     tuned_matmul: str
     tuned_matmuls: int
+    programs: ProgramCache
 
     def matmul_context(self) -> DeviceContext: ...
     def uniform_bytes(self, data: bytes) -> Any: ...
@@ -298,7 +300,15 @@ def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
 
 
 def _tuned(device: TinygradDevice, program: UOp, gemm: Gemm) -> UOp:
-    """``program`` (tinygrad's for ``gemm``), or the tuned matmul's in its place where it measures faster."""
+    """``program`` (tinygrad's for ``gemm``), or the tuned matmul's in its place where it measures faster (or
+    where a cell forces either: not saved for a later executor then, which measures)."""
+    chosen = _choose(device, program, gemm)
+    if device.tuned_matmul != "measure":
+        device.programs.keep_unsaved(chosen)
+    return chosen
+
+
+def _choose(device: TinygradDevice, program: UOp, gemm: Gemm) -> UOp:
     info = program.arg
     if device.tuned_matmul == "never" or info.vars or sorted(info.globals) != sorted({gemm.out, gemm.a, gemm.b}):
         return program
@@ -320,7 +330,7 @@ def _measure_faster(device: TinygradDevice, program: UOp, tuned: TunedMatmulProg
     theirs = device.runtime(program.to_elf())
     sizes = {gemm.out: gemm.m * gemm.n, gemm.a: gemm.m * gemm.k, gemm.b: gemm.k * gemm.n}
     handle = device.gpu.handle
-    scratch = [handle.create_buffer(size=-(-4 * sizes[slot] // 16) * 16, usage=STORAGE_USAGE)
+    scratch = [handle.create_buffer(size=round_up(4 * sizes[slot], 16), usage=STORAGE_USAGE)
                for slot in program.arg.globals]
     global_size, local_size = program.arg.launch_dims({})
 

@@ -82,9 +82,16 @@ class ProgramCache:
                                 .encode()).hexdigest()[:16]
         self.path = config_dir() / "tinygrad-programs" / f"{digest}.pickle"
         self._saved = (0, 0)
+        self._not_saved: set[Any] = set()
+
+    def keep_unsaved(self, program: Any) -> None:
+        """Run ``program`` in this process but save it for no later one: it was compiled by a choice a cell forced
+        (``tuned_matmul = 'always'`` or ``'never'``), which a later executor, measuring, must not inherit."""
+        self._not_saved.add(program)
 
     def _ours(self) -> dict[tuple[Any, ...], Any]:
-        return {key: program for key, program in to_program_cache.items() if key[1] is self._renderer}
+        return {key: program for key, program in to_program_cache.items()
+                if key[1] is self._renderer and program not in self._not_saved}
 
     def _counts(self) -> tuple[int, int]:
         return len(self._ours()), len(schedule_cache)
