@@ -111,13 +111,14 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
             raise GpuError(f"a tinygrad tensor of {size:,} bytes is larger than one kernel may bind on "
                            f"{self.dev.gpu.info.name} ({limit:,} bytes, WebGPU's max_storage_buffer_binding_size): "
                            "split it into smaller tensors")
+        padded = round_up(max(size, 1), 16)
         bound = self.dev.memory_limit
-        if bound is not None and sum(self.held.values()) + round_up(max(size, 1), 16) > bound:
+        if bound is not None and sum(self.held.values()) + padded > bound:
             raise GpuError(self._out_of_memory(size, f"past the {human_size(bound)} its tensors may hold "
                                                      f"(Device['WEBGPU'].memory_limit = {bound:,})"))
         try:
             with self.dev.gpu.guard("allocating a tinygrad buffer"):
-                buffer = self.dev.gpu.handle.create_buffer(size=round_up(max(size, 1), 16), usage=STORAGE_USAGE)
+                buffer = self.dev.gpu.handle.create_buffer(size=padded, usage=STORAGE_USAGE)
         except GpuError as exc:
             if self.dev.gpu.lost:
                 raise
