@@ -2,10 +2,10 @@
 
 Without a graph, tinygrad's JIT works out every kernel's buffers, launch sizes and program again at each call:
 about 30 µs of Python a kernel on a 2-core VM, 1.4 ms of a GPT-2 block's 51-kernel step (whose warm step took
-7.4 ms without it and 5.0 ms with it on an NVIDIA H200). This graph looks them up once, when the JIT first runs the batch, and a replay only
-puts in the step's inputs and variables and records the dispatches, into the device's one compute pass as
-before. tinygrad batches a jitted step's kernels into graphs of this class because the ``WEBGPU`` device names
-it (``tinygrad_device.py``), as its Metal and CUDA devices name theirs.
+7.4 ms without it and 5.0 ms with it on an NVIDIA H200). This graph looks them up once, when the JIT first runs
+the batch, and a replay only puts in the step's inputs and variables and records the dispatches, into the
+device's one compute pass as before. tinygrad batches a jitted step's kernels into graphs of this class because
+the ``WEBGPU`` device names it (``tinygrad_device.py``), as its Metal and CUDA devices name theirs.
 """
 
 from __future__ import annotations
