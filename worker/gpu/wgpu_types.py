@@ -2,8 +2,8 @@
 
 wgpu-py drives wgpu-native through cffi's ABI mode. The first time a process names a C type
 (``ffi.new("WGPULimits *")``), cffi parses that string with pycparser, and every such parse first declares each of
-webgpu.h's type names: about 15 ms a type on a 2-core VM, 0.3 s of each executor's start before it has a device and
-as much again in its first GPU cell. The forms wgpu-py names almost every time, a declared or basic type alone,
+webgpu.h's type names: about 15 ms a type on a 2-core VM, 0.3 s of each executor's start before it has a device,
+and again for each new type its first GPU cells name. The forms wgpu-py names almost every time, a declared or basic type alone,
 a pointer to it or an array of it, are built here from the declarations cffi keeps since wgpu-py's ``cdef``;
 anything else goes to cffi's parser as before.
 
