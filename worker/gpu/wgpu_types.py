@@ -3,9 +3,9 @@
 wgpu-py drives wgpu-native through cffi's ABI mode. The first time a process names a C type
 (``ffi.new("WGPULimits *")``), cffi parses that string with pycparser, and every such parse first declares each of
 webgpu.h's type names: about 15 ms a type on a 2-core VM, 0.3 s of each executor's start before it has a device,
-and again for each new type its first GPU cells name. The forms wgpu-py names almost every time, a declared or basic type alone,
-a pointer to it or an array of it, are built here from the declarations cffi keeps since wgpu-py's ``cdef``;
-anything else goes to cffi's parser as before.
+and again for each new type its first GPU cells name. The forms wgpu-py names almost every time, a declared or
+basic type alone, a pointer to it or an array of it, are built here from the declarations cffi keeps since
+wgpu-py's ``cdef``; anything else goes to cffi's parser as before.
 
 This reads two private parts of cffi 1.x and 2.x (the parser's ``_declarations`` and ``cffi.model``); where they are
 not as expected, :func:`install` leaves cffi as it is and says so in the log.
