@@ -39,13 +39,8 @@ NOTEBOOKS = ("numpy100", "pdsh_numpy", "numpy_basics_tutorial", "numpy_simulatio
 STATS = re.compile(r"ran on [^:]+: GPU kernels (.*?); with numpy (.*?); GPU time")
 
 
-def adapter_of(worker: Any) -> str:
-    """The worker's GPU adapter, as its description names it; lavapipe said to be no GPU."""
-    import remote_magic
-
-    with remote_magic.connect(worker.token) as client:
-        [info] = client.workers()
-    gpu = info["gpu"]
+def adapter_of(gpu: dict[str, Any]) -> str:
+    """The adapter a worker's GPU description (``require_a_gpu``'s) names; lavapipe said to be no GPU."""
     software = " — lavapipe, Mesa's software Vulkan, not a GPU" if gpu.get("adapter_type") == "software" else ""
     return f"{gpu.get('adapter')} ({gpu.get('adapter_type')}, {gpu.get('backend')}){software}"
 
@@ -57,8 +52,7 @@ def measure(name: str, workdir: Path) -> tuple[int, int, int, int, list[str], st
     (workdir / "cwd").mkdir(parents=True)
     worker = start_worker(workdir / "worker", "--listen", "127.0.0.1:0", "--gpu", "on", cwd=workdir / "cwd")
     try:
-        require_a_gpu(worker)
-        adapter = adapter_of(worker)
+        adapter = adapter_of(require_a_gpu(worker))
         compared = run_notebook(notebook, workdir / "gpu", token=worker.token, gpu=True)
         counted = run_notebook(notebook, workdir / "stats", token=worker.token, magic="%%offload --gpu --stats")
     finally:

@@ -173,19 +173,19 @@ def torch_step(name: str, device: str = "cpu") -> Step:
     from torch import nn
 
     torch.manual_seed(0)
-    torch.set_default_device(device)
     classes: int | None = 10
-    if name == "mlp":
-        model: nn.Module = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                                         nn.Linear(512, 10))
-        x = torch.randn(128, 784)
-    elif name == "cnn":
-        model = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3), nn.ReLU(),
-                              nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 5 * 5, 10))
-        x = torch.randn(32, 1, 28, 28)
-    else:
-        model, x, classes = torch_block(), torch.randn(1, TOKENS, WIDTH), None
-    labels = torch.randint(0, classes or 1, (x.shape[0],))
+    with torch.device(device):  # (the model, its input and labels made there)
+        if name == "mlp":
+            model: nn.Module = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                             nn.Linear(512, 10))
+            x = torch.randn(128, 784)
+        elif name == "cnn":
+            model = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3), nn.ReLU(),
+                                  nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 5 * 5, 10))
+            x = torch.randn(32, 1, 28, 28)
+        else:
+            model, x, classes = torch_block(), torch.randn(1, TOKENS, WIDTH), None
+        labels = torch.randint(0, classes or 1, (x.shape[0],))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3) if classes else None
 
     def step() -> float:
@@ -200,7 +200,6 @@ def torch_step(name: str, device: str = "cpu") -> Step:
         opt.step()
         return float(loss.detach())
 
-    torch.set_default_device("cpu")
     return step
 
 
@@ -452,13 +451,11 @@ def measure(name: str, repeat: int, budget_s: float, beam: int = 0) -> tuple[dic
             searched_step, _ = tinygrad_step(name, tinygrad_hook.DEVICE_NAME)
             searched_step()  # (captured by the JIT here: its kernels searched)
         first["search"] = time.perf_counter() - start
-        searched_loss, gpu_loss = searched_step(), gpu_step()
-        assert abs(searched_loss - gpu_loss) <= 1e-3 * max(1.0, abs(gpu_loss)), (name, searched_loss, gpu_loss)
+        _check_same_loss(name, searched_step(), gpu_step())
         steps[f"tinygrad BEAM={beam}, worker's GPU"] = searched_step
     if shutil.which("clang"):  # (tinygrad's CPU device compiles with it)
         cpu_step, first["CPU"] = tinygrad_step(name, "CPU")
-        gpu_loss, cpu_loss = gpu_step(), cpu_step()
-        assert abs(gpu_loss - cpu_loss) <= 1e-3 * max(1.0, abs(cpu_loss)), (name, gpu_loss, cpu_loss)
+        _check_same_loss(name, gpu_step(), cpu_step())
         steps["tinygrad, CPU"] = cpu_step
     steps["PyTorch, CPU"] = torch_step(name)
     if gpu := torch_gpu():
@@ -477,6 +474,11 @@ def measure(name: str, repeat: int, budget_s: float, beam: int = 0) -> tuple[dic
 
     medians = interleaved_medians({column: timed(step) for column, step in steps.items()}, repeat, budget_s)
     return medians, first
+
+
+def _check_same_loss(name: str, loss: float, reference: float) -> None:
+    """Two tinygrad steps of ``name`` from the same weights agree on the loss (within float32 rounding)."""
+    assert abs(loss - reference) <= 1e-3 * max(1.0, abs(reference)), (name, loss, reference)
 
 
 def steps_in_a_new_process(name: str, repeat: int, where: str) -> dict[str, Any]:

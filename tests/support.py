@@ -101,9 +101,10 @@ def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, 
     return worker
 
 
-def require_a_gpu(worker: WorkerProcess) -> None:
+def require_a_gpu(worker: WorkerProcess) -> dict[str, Any]:
     """Skip unless the worker computes on a wgpu adapter (lavapipe without a GPU); under
-    REMOTE_MAGIC_REQUIRE_GPU=1 (CI) fail instead. Stops the worker first either way."""
+    REMOTE_MAGIC_REQUIRE_GPU=1 (CI) fail instead, the worker stopped first either way. Returns how the worker
+    describes its GPU."""
     import remote_magic
 
     with remote_magic.connect(worker.token) as client:
@@ -114,6 +115,8 @@ def require_a_gpu(worker: WorkerProcess) -> None:
         if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
             pytest.fail(message)
         pytest.skip(message)
+    gpu: dict[str, Any] = info["gpu"]
+    return gpu
 
 
 @contextmanager

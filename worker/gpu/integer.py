@@ -90,4 +90,3 @@ def integer(ctx: DeviceContext, name: str, operands: Sequence[IntOperand], out_s
     bindings, groups = vec4_bindings(out, buffers, n, vec4)
     ctx.dispatch(name, ctx.pipelines.get("integer", entry, constants), bindings, params, 3, groups)
     return out
-

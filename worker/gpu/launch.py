@@ -165,7 +165,6 @@ def elementwise(ctx: DeviceContext, name: str, operands: Sequence[Operand], out_
     return out
 
 
-
 def _elementwise_entry(unary: bool, flags: int, shape: Shape, allocs: Sequence[Allocation]) -> str:
     """The entry point of ``elementwise.wgsl`` for these operands: four outputs per invocation where it can."""
     if any(alloc.buffer.size < round_up(alloc.nbytes, 16) for alloc in allocs):
