@@ -5,6 +5,7 @@
     python benchmarks/bench_ml.py --matmuls-only        # tinygrad's matmul beside this project's, its own section
     python benchmarks/bench_ml.py --matmuls-only --beam 2   # and tinygrad's searched kernel (long: minutes each)
     python benchmarks/bench_ml.py --models block --beam 2   # the block with tinygrad's searched kernels too
+    python benchmarks/bench_ml.py --kernel-times block  # where a warm step's time goes: each kernel's GPU time
 
 Three models, each a step a notebook would run in a loop:
 
@@ -41,6 +42,11 @@ faster (``worker/gpu/tinygrad_matmul.py``; the cell says which kernel ran), this
 (``worker/gpu/matmul.py``) on the same device, and numpy, each GPU product run to completion, all checked against
 numpy; with ``--beam N``, also the kernel tinygrad's search finds (``BEAM=N``), and how long the search took.
 
+``--kernel-times MODEL`` splits a warm step on the worker's GPU, in a section of its own: the step's wall time
+beside the GPU time of its kernels, each timed by timestamps its own compute pass writes
+(``WebGpuDevice.kernel_times``), and the kernels that take most. What the kernels don't account for is the rest of
+the step: Python, recording and submitting, the barriers between kernels, and waiting for the loss.
+
 Both tinygrad columns start from the same weights (tinygrad's seeded generator), and their first losses are
 checked to agree; PyTorch's weights are its own, so its loss is only checked to be finite.
 """
@@ -72,6 +78,7 @@ from remote_magic.worker.gpu.device import open_device  # noqa: E402
 
 SECTION = "## ML training steps: tinygrad on the worker's GPU beside PyTorch (issue 31)"
 MATMUL_SECTION = "## tinygrad's matmul beside remote-magic's tuned matmul on the worker's GPU (issue 31)"
+KERNEL_TIMES_SECTION = "## Where a warm training step's time goes on the worker's GPU: tinygrad's kernels (issue 31)"
 BEAM_SECTION = "## tinygrad's kernel search (BEAM) on a matmul beside its default kernel and the tuned one (issue 31)"
 MATMULS = {"MLP layer 1, forward": (128, 784, 512), "block's qkv, forward": (128, 768, 2304),
            "block's MLP down, forward": (128, 3072, 768), "block's MLP up, weight gradient": (768, 128, 3072)}
@@ -372,6 +379,34 @@ def measure_matmuls(device: Any, repeat: int, budget_s: float, beam: int, produc
 
 
 # -- the table ---------------------------------------------------------------------------------------
+def kernel_times(name: str, repeat: int) -> str:
+    """A table of where a warm step of ``name`` goes on the worker's GPU: its wall time (untimed steps) beside its
+    kernels' GPU time (``repeat`` steps timed kernel by kernel), and the kernels that take most."""
+    from tinygrad import Device
+
+    step, _ = tinygrad_step(name, "WEBGPU")
+    step()  # (the JIT captures the step at its second call, into the graph it replays from the third)
+    step()
+    walls = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        step()
+        walls.append(time.perf_counter() - start)
+    with Device["WEBGPU"].kernel_times() as times:
+        for _ in range(repeat):
+            step()
+    wall, gpu = float(np.median(walls)), times.total_s / repeat
+    lines = [f"**{TITLES[name]}**: a warm step takes {wall * 1e3:.2f} ms (median of {repeat}); its "
+             f"{sum(times.dispatches.values()) // repeat} kernel runs ({len(times.seconds)} programs) take "
+             f"{gpu * 1e3:.2f} ms of GPU time ({gpu / wall:.0%}), leaving {(wall - gpu) * 1e3:.2f} ms to the rest.",
+             "", "| kernel | runs a step | GPU ms a step | share of the kernels' time |",
+             "| --- | ---: | ---: | ---: |"]
+    for kernel, seconds in times.seconds.most_common(10):
+        lines.append(f"| `{kernel}` | {times.dispatches[kernel] // repeat} | {seconds / repeat * 1e3:.3f} | "
+                     f"{seconds / times.total_s:.0%} |")
+    return "\n".join(lines)
+
+
 def first_step_in_a_new_process(name: str, home: str, *, schedules: bool = True) -> float:
     """Seconds of the first step of ``name`` on the worker's GPU in a new process whose saved programs are in
     ``home`` (``REMOTE_MAGIC_HOME``); it saves what it generated there. ``schedules``: False to leave out the
@@ -572,6 +607,8 @@ def main() -> None:
                              "--matmuls-only a section of its own")
     parser.add_argument("--products", default="", metavar="TITLES",
                         help="with --matmuls-only: only the products whose titles start so (comma-separated)")
+    parser.add_argument("--kernel-times", metavar="MODELS",
+                        help="only where a warm step of these models (comma-separated) goes: each kernel's GPU time")
     parser.add_argument("--first-step", metavar="MODEL", help=argparse.SUPPRESS)  # (a new process's first step)
     parser.add_argument("--no-schedules", action="store_true", help=argparse.SUPPRESS)  # (its saved programs only)
     parser.add_argument("--steps-on", nargs=2, metavar=("WHERE", "MODEL"), help=argparse.SUPPRESS)  # (a new process's)
@@ -585,6 +622,19 @@ def main() -> None:
     device = open_device()
     tinygrad_hook.install(lambda: device, default=False)
     adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
+    if args.kernel_times:
+        tables = [kernel_times(name, args.repeat) for name in args.kernel_times.split(",")]
+        body = "\n".join([f"Measured by `python benchmarks/bench_ml.py --kernel-times {args.kernel_times} --repeat "
+                          f"{args.repeat}`.", "", f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
+                          "", "\n\n".join(tables), "",
+                          "Each kernel's time is the span between the timestamps written at the start and end of a "
+                          "compute pass of its own, in steps timed so (a warm step records all its kernels in one "
+                          "pass, where a GPU may overlap them); the rest of a step is its Python, recording and "
+                          "submitting, the barriers between kernels, and waiting for the loss to come back."])
+        print(body)
+        if not args.no_write:
+            write_section(KERNEL_TIMES_SECTION, body)
+        return
     if args.matmuls_only:
         products = [start for start in args.products.split(",") if start]
         table = measure_matmuls(device, args.repeat, args.budget, args.beam, products)

@@ -244,6 +244,36 @@ def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
     np.testing.assert_allclose(ip.user_ns["stepped"], expected, rtol=1e-5, atol=1e-6)
 
 
+KERNEL_TIMES = """
+from tinygrad import Tensor, Device
+webgpu = Device['WEBGPU']
+x = Tensor(a).contiguous().realize()
+with webgpu.kernel_times() as times:
+    sums = [(x * k).exp().sum(axis=0).numpy() for k in (1.0, 2.0, 3.0)]
+    try:
+        with webgpu.kernel_times():
+            pass
+    except Exception as exc:
+        nested = str(exc)
+timed, ran = dict(times.seconds), dict(times.dispatches)
+after = (x + 1).sum().numpy()  # (untimed again, in the shared pass)
+"""
+
+
+def test_kernel_times_give_each_kernels_gpu_time_and_count(ip: InteractiveShell) -> None:
+    a = np.random.default_rng(3).standard_normal((256, 64), dtype=np.float32)
+    ip.user_ns["a"] = a
+    _run(ip, "%%offload\n" + KERNEL_TIMES)
+    for k, got in zip((1.0, 2.0, 3.0), ip.user_ns["sums"]):
+        np.testing.assert_allclose(got, np.exp(a * k).sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(ip.user_ns["after"], (a + 1).sum(), rtol=1e-5)
+    timed, ran = ip.user_ns["timed"], ip.user_ns["ran"]
+    # the kernels of the three reductions (on lavapipe one program, run three times), each run timed
+    assert ran and set(timed) == set(ran) and sum(ran.values()) % 3 == 0, ran
+    assert all(seconds > 0 for seconds in timed.values()), timed
+    assert "already timing" in ip.user_ns["nested"]
+
+
 TUNED_PRODUCTS = """
 from tinygrad import Tensor, Device
 webgpu = Device['WEBGPU']
@@ -495,6 +525,11 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
             with remote_magic.connect(hub.token, timeout=10) as client:
                 tuned = client.execute(TUNED_IN_A_TAB, worker="phone").values
             assert tuned["ran"] == 3 and tuned["worst"] < 1e-5, tuned
+            # kernels are timed by timestamp queries, which a tab's device doesn't ask for: the cell says so
+            with remote_magic.connect(hub.token, timeout=10) as client, \
+                    pytest.raises(RemoteMagicError, match="doesn't offer timestamp queries, so its kernels can't"):
+                client.execute("from tinygrad import Device\nwith Device['WEBGPU'].kernel_times():\n    pass",
+                               worker="phone")
 
             # The tab's device lost mid-training: the cell fails saying so, and the next gets a new device.
             with remote_magic.connect(hub.token, timeout=10) as client:

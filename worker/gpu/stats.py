@@ -4,7 +4,8 @@
 on the GPU, see ``resident.py``) and operations computed with numpy.
 :class:`GpuTimer` measures GPU time: with the ``timestamp-query`` feature each compute pass
 writes begin/end timestamps, resolved in batches (one small readback per batch, not per
-kernel); without it, the wall time from a submit to the next wait is counted instead.
+kernel); without it, the wall time from a submit to the next wait is counted instead. A pass given a label
+(a kernel's name) has its time added to that label's too (:attr:`GpuTimer.seconds`).
 """
 
 from __future__ import annotations
@@ -79,8 +80,13 @@ class GpuTimer:
         self._device = device
         self._stats = stats
         self._used = 0
+        self._labels: list[str | None] = []
         self._wall_start: float | None = None
         self.timestamps = timestamps
+        self.seconds: Counter[str] = Counter()
+        """GPU seconds of the labelled passes, by label (as flushed)."""
+        self.passes: Counter[str] = Counter()
+        """Passes timed, by label."""
         if timestamps:
             self._queries = device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * QUERY_PAIRS)
             nbytes = 16 * QUERY_PAIRS
@@ -94,8 +100,9 @@ class GpuTimer:
         """True when every query pair is used: the next pass flushes them first."""
         return self.timestamps and self._used == QUERY_PAIRS
 
-    def pass_writes(self) -> dict[str, Any] | None:
-        """The ``timestamp_writes`` for the next compute pass, or None without timestamps."""
+    def pass_writes(self, label: str | None = None) -> dict[str, Any] | None:
+        """The ``timestamp_writes`` for the next compute pass, or None without timestamps; its time is added to
+        ``label``'s too."""
         if not self.timestamps:
             if self._wall_start is None:
                 self._wall_start = time.perf_counter()
@@ -104,6 +111,9 @@ class GpuTimer:
             self.flush()
         index = 2 * self._used
         self._used += 1
+        self._labels.append(label)
+        if label is not None:
+            self.passes[label] += 1
         return {"query_set": self._queries, "beginning_of_pass_write_index": index,
                 "end_of_pass_write_index": index + 1}
 
@@ -122,6 +132,7 @@ class GpuTimer:
         encoder.copy_buffer_to_buffer(self._resolved, 0, self._staging, 0, 8 * count)
         self._device.queue.submit([encoder.finish()])
         self._used = 0
+        labels, self._labels = self._labels, []
         self._staging.map_sync(wgpu.MapMode.READ, 0, 8 * count)  # slow: waits for the GPU
         try:
             ticks = np.frombuffer(self._staging.read_mapped(0, 8 * count, copy=False), np.uint64).copy()
@@ -130,6 +141,9 @@ class GpuTimer:
         begin, end = ticks[0::2].astype(np.int64), ticks[1::2].astype(np.int64)
         spans = np.clip(end - begin, 0, None)  # a driver may reset the counter between passes
         self._stats.gpu_time_s += float(spans.sum()) * 1e-9
+        for label, span in zip(labels, spans.tolist()):
+            if label is not None:
+                self.seconds[label] += span * 1e-9
 
     def note_wait(self) -> None:
         """The GPU just went idle (a readback or wait): close the wall-time span if timing by wall."""

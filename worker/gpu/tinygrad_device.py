@@ -29,7 +29,9 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from typing import Any, Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import wgpu
@@ -46,6 +48,7 @@ from .context import DeviceContext
 from .device import GpuDevice
 from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool, round_up
 from .resident import content_key
+from .stats import GpuTimer, Stats
 from .tinygrad_graph import WebGpuGraph
 from .tinygrad_hook import executor_context, executor_gpu_device
 from .tinygrad_matmul import Launch, TunedMatmulProgram, install as install_tuned_matmul, tuned_context
@@ -250,15 +253,7 @@ class WebGpuProgram(Program["WebGpuDevice"]):
             storage = self._unaliased(bufs) if len({id(b) for b in bufs}) < len(bufs) else bufs
             resources = (dev.infinity, *storage, *(dev.uniform(v) for v in vals))
             group = dev.bind_group(layout, resources, keep=storage is bufs)
-            compute = dev.compute_pass()
-            compute.set_pipeline(pipeline)
-            compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(*global_size)
-            if not wait:
-                return None
-            start = time.perf_counter()
-            dev.synchronize()
-            return time.perf_counter() - start
+            return dev.dispatch(self.name, pipeline, group, global_size, wait)
 
 
 def written_buffers(source: str) -> frozenset[int]:
@@ -269,6 +264,21 @@ def written_buffers(source: str) -> frozenset[int]:
                      if re.search(rf"^\s*{name}\[.*\]\s*=[^=]|atomic\w*\(&{name}\b", source, re.MULTILINE))
 
 
+@dataclass
+class KernelTimes:
+    """The GPU time of each kernel that ran in :meth:`WebGpuDevice.kernel_times`'s block, by kernel name."""
+
+    seconds: Counter[str] = field(default_factory=Counter)
+    """GPU seconds, summed over the kernel's dispatches (from the timestamps its pass wrote at its start and end)."""
+    dispatches: Counter[str] = field(default_factory=Counter)
+    """How many times it ran."""
+
+    @property
+    def total_s(self) -> float:
+        """The GPU seconds of all of them."""
+        return sum(self.seconds.values())
+
+
 class WebGpuDevice(Compiled):
     """tinygrad's ``WEBGPU`` device on the executor's :class:`GpuDevice` (wgpu's or a browser tab's)."""
 
@@ -276,6 +286,7 @@ class WebGpuDevice(Compiled):
         self.gpu: GpuDevice = executor_gpu_device()
         self._encoder: Any = None
         self._pass: Any = None
+        self._timer: GpuTimer | None = None
         self._uniforms: dict[int, Any] = {}
         self._copies: list[Any] = []
         self._layouts: dict[tuple[int, int], tuple[Any, Any]] = {}
@@ -342,12 +353,55 @@ class WebGpuDevice(Compiled):
             self._encoder = self.gpu.handle.create_command_encoder()
         return self._encoder
 
-    def compute_pass(self) -> Any:
-        """The compute pass kernels are recorded into: one for every kernel until a copy or :meth:`submit`
-        (WebGPU makes each dispatch's writes visible to the next in the same pass)."""
-        if self._pass is None:
+    def dispatch(self, kernel: str, pipeline: Any, group: Any, groups: tuple[int, int, int],
+                 wait: bool = False) -> float | None:
+        """Record a dispatch of ``kernel`` (its pipeline and bind group) into the compute pass that every kernel
+        shares until a copy or :meth:`submit` (WebGPU makes each dispatch's writes visible to the next in the same
+        pass); while :meth:`kernel_times` times them, into a timed pass of its own. With ``wait`` (tinygrad's, for
+        a kernel it times), submit and wait for it: the seconds waited."""
+        if self._timer is not None:
+            if self._timer.full:  # (its timestamps are resolved in a submission after those that write them)
+                self.submit()
+                self._timer.flush()
+            self._pass = self.encoder().begin_compute_pass(timestamp_writes=self._timer.pass_writes(kernel))
+        elif self._pass is None:
             self._pass = self.encoder().begin_compute_pass()
-        return self._pass
+        compute = self._pass
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, group)
+        compute.dispatch_workgroups(*groups)
+        if self._timer is not None:
+            self.encoder()  # (ends the timed pass)
+        if not wait:
+            return None
+        start = time.perf_counter()
+        self.synchronize()
+        return time.perf_counter() - start
+
+    @contextmanager
+    def kernel_times(self) -> Iterator[KernelTimes]:
+        """Time each kernel run inside the block on the GPU, for finding where a step's time goes: the
+        :class:`KernelTimes` yielded is filled in when the block ends. Meanwhile each kernel runs in a compute
+        pass of its own whose start and end write GPU timestamps, so the block's steps run somewhat slower than
+        untimed ones. A GPU without timestamp queries (a browser tab's, say) raises :class:`GpuError`."""
+        if not self.gpu.timestamps:
+            raise GpuError(f"the GPU {self.gpu.info.name} doesn't offer timestamp queries, so its kernels can't be "
+                           "timed; time whole steps instead (tinygrad's DEBUG=2 waits for each kernel)")
+        if self._timer is not None:
+            raise GpuError("kernel_times() is already timing this device's kernels: nest no second one")
+        self.synchronize()
+        timer = GpuTimer(self.gpu.handle, True, Stats())
+        self._timer = timer
+        times = KernelTimes()
+        try:
+            yield times
+        finally:
+            self._timer = None
+            self.synchronize()
+            with self.gpu.guard("reading the kernels' GPU timestamps"):
+                timer.flush()
+            times.seconds.update(timer.seconds)
+            times.dispatches.update(timer.passes)
 
     def submit(self) -> None:
         """Send what was recorded to the GPU's queue (one command buffer for all of it)."""

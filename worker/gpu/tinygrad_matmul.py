@@ -55,7 +55,8 @@ class TinygradDevice(Protocol):
     def matmul_context(self) -> DeviceContext: ...
     def uniform_bytes(self, data: bytes) -> Any: ...
     def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True) -> Any: ...
-    def compute_pass(self) -> Any: ...
+    def dispatch(self, kernel: str, pipeline: Any, group: Any, groups: tuple[int, int, int],
+                 wait: bool = False) -> float | None: ...
     def copy_for_reading(self, buffer: Any) -> Any: ...
     def synchronize(self) -> None: ...
     def runtime(self, obj: Any) -> Any: ...
@@ -244,16 +245,8 @@ class TunedMatmulProgram:
             # this dispatch alone)
             operands = tuple(dev.copy_for_reading(x) if x is out else x for x in (a, b))
             group = dev.bind_group(self.layout, (*operands, out, self.params), keep=out is not a and out is not b)
-            compute = dev.compute_pass()
-            compute.set_pipeline(self.pipeline)
-            compute.set_bind_group(0, group)
-            compute.dispatch_workgroups(*self.groups)
             dev.tuned_matmuls += 1
-            if not wait:
-                return None
-            start = time.perf_counter()
-            dev.synchronize()
-            return time.perf_counter() - start
+            return dev.dispatch(self.name, self.pipeline, group, self.groups, wait)
 
 
 _device: TinygradDevice | None = None
