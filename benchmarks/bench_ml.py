@@ -42,10 +42,10 @@ faster (``worker/gpu/tinygrad_matmul.py``; the cell says which kernel ran), this
 (``worker/gpu/matmul.py``) on the same device, and numpy, each GPU product run to completion, all checked against
 numpy; with ``--beam N``, also the kernel tinygrad's search finds (``BEAM=N``), and how long the search took.
 
-``--kernel-times MODEL`` splits a warm step on the worker's GPU, in a section of its own: the step's wall time
-beside the GPU time of its kernels, each timed by timestamps its own compute pass writes
-(``WebGpuDevice.kernel_times``), and the kernels that take most. What the kernels don't account for is the rest of
-the step: Python, recording and submitting, the barriers between kernels, and waiting for the loss.
+``--kernel-times MODEL`` splits a warm step on the worker's GPU, in a section of its own: rounds of a plain step
+and of a step whose kernels are each timed by timestamps their own compute pass writes
+(``WebGpuDevice.kernel_times``); of the timed step, its kernels' GPU time, the rest (Python, recording and
+submitting, the barriers between kernels, waiting for the loss), and the kernels that take most.
 
 Both tinygrad columns start from the same weights (tinygrad's seeded generator), and their first losses are
 checked to agree; PyTorch's weights are its own, so its loss is only checked to be finite.
@@ -380,30 +380,40 @@ def measure_matmuls(device: Any, repeat: int, budget_s: float, beam: int, produc
 
 # -- the table ---------------------------------------------------------------------------------------
 def kernel_times(name: str, repeat: int) -> str:
-    """A table of where a warm step of ``name`` goes on the worker's GPU: its wall time (untimed steps) beside its
-    kernels' GPU time (``repeat`` steps timed kernel by kernel), and the kernels that take most."""
+    """A table of where a warm step of ``name`` goes on the worker's GPU: ``repeat`` rounds of a plain step and a
+    step timed kernel by kernel, and of the timed ones the kernels' GPU time, the rest, and the kernels taking most."""
+    from collections import Counter
+
     from tinygrad import Device
 
     step, _ = tinygrad_step(name, "WEBGPU")
     step()  # (the JIT captures the step at its second call, into the graph it replays from the third)
     step()
-    walls = []
+    plain, timed, gpu = [], [], []
+    seconds: Counter[str] = Counter()
+    dispatches: Counter[str] = Counter()
     for _ in range(repeat):
         start = time.perf_counter()
         step()
-        walls.append(time.perf_counter() - start)
-    with Device["WEBGPU"].kernel_times() as times:
-        for _ in range(repeat):
+        plain.append(time.perf_counter() - start)
+        with Device["WEBGPU"].kernel_times() as times:
+            start = time.perf_counter()
             step()
-    wall, gpu = float(np.median(walls)), times.total_s / repeat
-    lines = [f"**{TITLES[name]}**: a warm step takes {wall * 1e3:.2f} ms (median of {repeat}); its "
-             f"{sum(times.dispatches.values()) // repeat} kernel runs ({len(times.seconds)} programs) take "
-             f"{gpu * 1e3:.2f} ms of GPU time ({gpu / wall:.0%}), leaving {(wall - gpu) * 1e3:.2f} ms to the rest.",
+            timed.append(time.perf_counter() - start)
+        gpu.append(times.total_s)
+        seconds.update(times.seconds)
+        dispatches.update(times.dispatches)
+    rest = [wall - kernels for wall, kernels in zip(timed, gpu)]
+    lines = [f"**{TITLES[name]}**: a warm step takes {np.median(plain) * 1e3:.2f} ms; timed kernel by kernel, "
+             f"{np.median(timed) * 1e3:.2f} ms, of which its {sum(dispatches.values()) // repeat} kernel runs "
+             f"({len(seconds)} programs) take {np.median(gpu) * 1e3:.2f} ms of GPU time and the rest "
+             f"{np.median(rest) * 1e3:.2f} ms (medians of {repeat} rounds).",
              "", "| kernel | runs a step | GPU ms a step | share of the kernels' time |",
              "| --- | ---: | ---: | ---: |"]
-    for kernel, seconds in times.seconds.most_common(10):
-        lines.append(f"| `{kernel}` | {times.dispatches[kernel] // repeat} | {seconds / repeat * 1e3:.3f} | "
-                     f"{seconds / times.total_s:.0%} |")
+    total = sum(seconds.values())
+    for kernel, spent in seconds.most_common(10):
+        lines.append(f"| `{kernel}` | {dispatches[kernel] // repeat} | {spent / repeat * 1e3:.3f} | "
+                     f"{spent / total:.0%} |")
     return "\n".join(lines)
 
 
@@ -628,9 +638,9 @@ def main() -> None:
                           f"{args.repeat}`.", "", f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
                           "", "\n\n".join(tables), "",
                           "Each kernel's time is the span between the timestamps written at the start and end of a "
-                          "compute pass of its own, in steps timed so (a warm step records all its kernels in one "
-                          "pass, where a GPU may overlap them); the rest of a step is its Python, recording and "
-                          "submitting, the barriers between kernels, and waiting for the loss to come back."])
+                          "compute pass of its own, in the timed steps (a plain step records all its kernels in one "
+                          "pass); the rest of a timed step is its Python, recording and submitting, the barriers "
+                          "between kernels, and waiting for the loss to come back."])
         print(body)
         if not args.no_write:
             write_section(KERNEL_TIMES_SECTION, body)

@@ -20,6 +20,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 # In CI a missing GPU adapter (or Chromium) fails the GPU tests instead of skipping them.
 if [ "${CI:-}" = "true" ]; then export REMOTE_MAGIC_REQUIRE_GPU=1; fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+# The suite starts hundreds of Python processes (workers, executors, kernels, venvs' interpreters): with bytecode
+# caching turned off in the environment, each would compile every module it imports from source again.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/check.sh    # ruff, and mypy --strict on the package
 # Three processes, one test file each at a time: a test often waits on the workers, kernels, browsers and
 # emulated links it started, so two processes left a 2-core machine's CPUs idle a sixth of the time, and three
