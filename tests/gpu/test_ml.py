@@ -257,6 +257,14 @@ with webgpu.kernel_times() as times:
         nested = str(exc)
 timed, ran = dict(times.seconds), dict(times.dispatches)
 after = (x + 1).sum().numpy()  # (untimed again, in the shared pass)
+try:
+    with webgpu.kernel_times():
+        raise ValueError("the block failed")
+except ValueError:
+    pass
+with webgpu.kernel_times() as again:  # (the failed block timed nothing after it)
+    (x * 5).sum().numpy()
+timed_again = sum(again.dispatches.values())
 """
 
 
@@ -272,6 +280,7 @@ def test_kernel_times_give_each_kernels_gpu_time_and_count(ip: InteractiveShell)
     assert ran and set(timed) == set(ran) and sum(ran.values()) % 3 == 0, ran
     assert all(seconds > 0 for seconds in timed.values()), timed
     assert "already timing" in ip.user_ns["nested"]
+    assert ip.user_ns["timed_again"] >= 1
 
 
 TUNED_PRODUCTS = """

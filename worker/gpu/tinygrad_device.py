@@ -381,9 +381,9 @@ class WebGpuDevice(Compiled):
     @contextmanager
     def kernel_times(self) -> Iterator[KernelTimes]:
         """Time each kernel run inside the block on the GPU, for finding where a step's time goes: the
-        :class:`KernelTimes` yielded is filled in when the block ends. Meanwhile each kernel runs in a compute
-        pass of its own whose start and end write GPU timestamps, so the block's steps run somewhat slower than
-        untimed ones. A GPU without timestamp queries (a browser tab's, say) raises :class:`GpuError`."""
+        :class:`KernelTimes` yielded is filled in when the block ends (unless it raises). Meanwhile each kernel runs
+        in a compute pass of its own whose start and end write GPU timestamps, so the block's steps run somewhat
+        slower than untimed ones. A GPU without timestamp queries (a browser tab's, say) raises :class:`GpuError`."""
         if not self.gpu.timestamps:
             raise GpuError(f"the GPU {self.gpu.info.name} doesn't offer timestamp queries, so its kernels can't be "
                            "timed; time whole steps instead (tinygrad's DEBUG=2 waits for each kernel)")
@@ -395,13 +395,13 @@ class WebGpuDevice(Compiled):
         times = KernelTimes()
         try:
             yield times
-        finally:
+        finally:  # (a block that failed, on a lost device say, leaves its times unread)
             self._timer = None
-            self.synchronize()
-            with self.gpu.guard("reading the kernels' GPU timestamps"):
-                timer.flush()
-            times.seconds.update(timer.seconds)
-            times.dispatches.update(timer.passes)
+        self.synchronize()
+        with self.gpu.guard("reading the kernels' GPU timestamps"):
+            timer.flush()
+        times.seconds.update(timer.seconds)
+        times.dispatches.update(timer.passes)
 
     def submit(self) -> None:
         """Send what was recorded to the GPU's queue (one command buffer for all of it)."""
