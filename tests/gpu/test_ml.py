@@ -262,7 +262,7 @@ try:
         raise ValueError("the block failed")
 except ValueError:
     pass
-with webgpu.kernel_times() as again:  # (the failed block timed nothing after it)
+with webgpu.kernel_times() as again:  # (the failed block left the device untimed: this one times)
     (x * 5).sum().numpy()
 timed_again = sum(again.dispatches.values())
 """
