@@ -33,38 +33,15 @@ long file started last keeps one process busy while the others idle; longest fir
 A file not listed runs after these, in its usual order; the figures only need to be roughly right."""
 
 
-WAITING_FILES = frozenset({"end_to_end/test_lossy_link.py", "end_to_end/test_blips.py", "end_to_end/test_slow_link.py",
-                           "end_to_end/test_outage.py", "hub/test_detached.py"})
-"""Listed files that spend most of their time waiting (on links they emulate, outages they wait out), not computing:
-two of them at once would leave a core idle, so the order runs one at a time beside the others."""
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest files first (``LONGEST_FILES``), and one waiting file at a time (``WAITING_FILES``): the order in
-    which the suite's processes, each taking the next file when it is free, would run so by the listed times. Each
-    file's tests stay in their order."""
-    def file_of(item: pytest.Item) -> str:
+    """The longest files first (``LONGEST_FILES``); each file's tests stay in their order."""
+    def seconds(item: pytest.Item) -> int:
         try:
-            return item.path.relative_to(TESTS).as_posix()
+            return LONGEST_FILES.get(item.path.relative_to(TESTS).as_posix(), 0)
         except ValueError:  # a test outside tests/ (named on the command line)
-            return ""
+            return 0
 
-    files = sorted(dict.fromkeys(map(file_of, items)), key=lambda f: LONGEST_FILES.get(f, 0), reverse=True)
-    waiting = [f for f in files if f in WAITING_FILES]
-    computing = [f for f in files if f not in WAITING_FILES]
-    free_at = [0] * max(1, int(config.getoption("numprocesses", None) or 1))  # (when each process takes its next file)
-    waiting_until, order = 0, []
-    while waiting or computing:
-        now = min(free_at)
-        if waiting and (waiting_until <= now or not computing):
-            order.append(waiting.pop(0))
-            waiting_until = now + LONGEST_FILES[order[-1]]
-        else:
-            order.append(computing.pop(0))
-        free_at[free_at.index(now)] = now + LONGEST_FILES.get(order[-1], 0)
-    place = {f: n for n, f in enumerate(order)}
-    items.sort(key=lambda item: place[file_of(item)])
-
+    items.sort(key=seconds, reverse=True)  # stable: files of equal weight keep their order
 
 # A shell starts background jobs with SIGINT ignored, and Python then leaves it ignored: the tests
 # that press Ctrl-C need Python's usual handler wherever the suite is started from.
