@@ -378,7 +378,7 @@ def measure_matmuls(device: Any, repeat: int, budget_s: float, beam: int, produc
                       "| --- | " + " | ".join("---:" for _ in header) + " |", *rows])
 
 
-# -- the table ---------------------------------------------------------------------------------------
+# -- where a step's time goes -----------------------------------------------------------------------
 def kernel_times(name: str, repeat: int) -> str:
     """A table of where a warm step of ``name`` goes on the worker's GPU: ``repeat`` rounds of a plain step and a
     step timed kernel by kernel, and of the timed ones the kernels' GPU time, the rest, and the kernels taking most."""
@@ -417,6 +417,7 @@ def kernel_times(name: str, repeat: int) -> str:
     return "\n".join(lines)
 
 
+# -- the table ---------------------------------------------------------------------------------------
 def first_step_in_a_new_process(name: str, home: str, *, schedules: bool = True) -> float:
     """Seconds of the first step of ``name`` on the worker's GPU in a new process whose saved programs are in
     ``home`` (``REMOTE_MAGIC_HOME``); it saves what it generated there. ``schedules``: False to leave out the
@@ -602,6 +603,18 @@ def render(results: dict[str, tuple[dict[str, float], dict[str, float]]], adapte
     return "\n".join(lines)
 
 
+def publish(title: str, flags: str, adapter: str, load_before: float, table: str, footnote: str, *,
+            write: bool) -> None:
+    """Print a section of its own (``title``) for a run of ``bench_ml.py flags``, and write it into results.md."""
+    body = "\n".join([f"Measured by `python benchmarks/bench_ml.py {flags}`.", "",
+                      f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
+                      f"- Load average (1 min) before / after the run: {load_before:.2f} / {os.getloadavg()[0]:.2f}",
+                      "", table, "", footnote])
+    print(body)
+    if write:
+        write_section(title, body)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
@@ -634,34 +647,24 @@ def main() -> None:
     adapter = f"{device.info.name} ({device.info.adapter_type}, {device.info.backend})"
     if args.kernel_times:
         tables = [kernel_times(name, args.repeat) for name in args.kernel_times.split(",")]
-        body = "\n".join([f"Measured by `python benchmarks/bench_ml.py --kernel-times {args.kernel_times} --repeat "
-                          f"{args.repeat}`.", "", f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
-                          "", "\n\n".join(tables), "",
-                          "Each kernel's time is the span between the timestamps written at the start and end of a "
-                          "compute pass of its own, in the timed steps (a plain step records all its kernels in one "
-                          "pass); the rest of a timed step is its Python, recording and submitting, the barriers "
-                          "between kernels, and waiting for the loss to come back."])
-        print(body)
-        if not args.no_write:
-            write_section(KERNEL_TIMES_SECTION, body)
+        publish(KERNEL_TIMES_SECTION, f"--kernel-times {args.kernel_times} --repeat {args.repeat}", adapter,
+                load_before, "\n\n".join(tables),
+                "Each kernel's time is the span between the timestamps written at the start and end of a compute pass "
+                "of its own, in the timed steps (a plain step records all its kernels in one pass); the rest of a "
+                "timed step is its Python, recording and submitting, the barriers between kernels, and waiting for "
+                "the loss to come back.", write=not args.no_write)
         return
     if args.matmuls_only:
         products = [start for start in args.products.split(",") if start]
         table = measure_matmuls(device, args.repeat, args.budget, args.beam, products)
         flags = (f"--matmuls-only{f' --beam {args.beam}' if args.beam else ''}"
                  f"{f' --products {args.products!r}' if products else ''} --repeat {args.repeat}")
-        body = "\n".join([f"Measured by `python benchmarks/bench_ml.py {flags}`.", "",
-                          f"- Machine: {machine()}; adapter {adapter}", f"- {code_version()}",
-                          f"- Load average (1 min) before / after the run: {load_before:.2f} / "
-                          f"{os.getloadavg()[0]:.2f}", "", table, "",
-                          "Median of each column's runs, the columns interleaved round by round; each GPU product "
-                          "runs to completion (tinygrad's jitted `a @ b` and a synchronize; remote-magic's "
-                          "`worker/gpu/matmul.py` and a wait), inputs already on the GPU; each checked against "
-                          "numpy in float64 once. A BEAM column's kernel is tinygrad's search's pick on this "
-                          "adapter; its search, once per product and adapter, is not in its time."])
-        print(body)
-        if not args.no_write:
-            write_section(BEAM_SECTION if args.beam else MATMUL_SECTION, body)
+        publish(BEAM_SECTION if args.beam else MATMUL_SECTION, flags, adapter, load_before, table,
+                "Median of each column's runs, the columns interleaved round by round; each GPU product runs to "
+                "completion (tinygrad's jitted `a @ b` and a synchronize; remote-magic's `worker/gpu/matmul.py` and a "
+                "wait), inputs already on the GPU; each checked against numpy in float64 once. A BEAM column's kernel "
+                "is tinygrad's search's pick on this adapter; its search, once per product and adapter, is not in its "
+                "time.", write=not args.no_write)
         return
     results = {name: measure(name, args.repeat, args.budget, args.beam) for name in args.models.split(",")}
     tabs = {name: tab_beside_wgpu(name, args.repeat) for name in filter(None, args.tab_models.split(","))}
