@@ -29,16 +29,18 @@ import os
 import pickle
 import re
 import reprlib
+import shutil
 import types
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import nbformat
 
-from support import notebook_client
+from support import WorkerProcess, notebook_client
 
 CELL_TIMEOUT_S = 180
 LOCAL_TAG = "local"
@@ -437,22 +439,37 @@ def notebooks(folder: Path) -> list[Path]:
     return found
 
 
-def offloaded_differences(notebook: Path, workdir: Path, *, gpu: bool = False) -> list[str]:
-    """Run ``notebook`` offloaded to a fresh worker (``--gpu on`` with ``gpu``: its cells under ``%%offload
-    --gpu``; skips without an adapter) and locally, and return how they differ. Set PYTHONHASHSEED
-    first, so both runs and the worker order sets of strings alike."""
+@contextmanager
+def notebook_worker(folder: Path, *, gpu: bool = False) -> Iterator[WorkerProcess]:
+    """A worker for a test module's notebooks, offloaded one after another by :func:`offloaded_differences`
+    (``--gpu on`` with ``gpu``; skips without an adapter). Each run connects anew, so its cells get an executor of
+    their own as a fresh worker's would; sets of strings are ordered as in the runs (PYTHONHASHSEED=0)."""
     from support import require_a_gpu, start_worker
 
+    (folder / "cwd").mkdir(parents=True)
+    worker = start_worker(folder, "--listen", "127.0.0.1:0", "--gpu", "on" if gpu else "off", cwd=folder / "cwd",
+                          env={"PYTHONHASHSEED": "0"})
+    try:
+        if gpu:
+            require_a_gpu(worker)
+        yield worker
+    finally:
+        worker.stop()
+
+
+def offloaded_differences(notebook: Path, workdir: Path, worker: WorkerProcess, *, gpu: bool = False) -> list[str]:
+    """Run ``notebook`` locally and offloaded to ``worker`` (a :func:`notebook_worker`: its cells under
+    ``%%offload --gpu`` with ``gpu``), and return how they differ. Set PYTHONHASHSEED=0 first, as the worker has
+    it, so both runs order sets of strings alike."""
+    # What an earlier notebook's cells wrote is gone, as on a new worker. (The folder stays: the worker's spare
+    # executor already runs in it.)
+    for written in (worker.log_file.parent / "cwd").iterdir():
+        if written.is_dir() and not written.is_symlink():
+            shutil.rmtree(written)
+        else:
+            written.unlink()
     # The two runs in parallel: each spends most of its time waiting on its kernel (and the worker).
     with ThreadPoolExecutor(1, thread_name_prefix="local-run") as pool:
         local = pool.submit(run_notebook, notebook, workdir / "local")
-        (workdir / "worker-cwd").mkdir(parents=True)
-        worker = start_worker(workdir / "worker", "--listen", "127.0.0.1:0", "--gpu", "on" if gpu else "off",
-                              cwd=workdir / "worker-cwd")
-        try:
-            if gpu:
-                require_a_gpu(worker)
-            offloaded = run_notebook(notebook, workdir / "offloaded", token=worker.token, gpu=gpu)
-        finally:
-            worker.stop()
+        offloaded = run_notebook(notebook, workdir / "offloaded", token=worker.token, gpu=gpu)
         return compare(local.result(), offloaded)
