@@ -18,14 +18,14 @@ collect_ignore = ["gpu/tinygrad"]
 TESTS = Path(__file__).resolve().parent
 
 LONGEST_FILES = {
-    "gpu/test_tinygrad_ops.py": 152, "end_to_end/test_conformance.py": 149, "notebook/test_colab.py": 109,
-    "end_to_end/test_lossy_link.py": 74, "end_to_end/test_blips.py": 71, "gpu/test_ml.py": 61, "hub/test_fuzz.py": 52,
-    "notebook/test_same_as_local.py": 50, "hub/test_hub.py": 49, "gpu/test_numpy_oracle.py": 45,
-    "notebook/test_client.py": 42, "browser/test_browser.py": 40, "worker/test_kernel_provider.py": 37,
-    "end_to_end/test_slow_link.py": 36, "end_to_end/test_outage.py": 36, "worker/test_worker_pythons.py": 35,
-    "end_to_end/test_conformance_gpu.py": 31, "hub/test_detached.py": 30, "gpu/test_elementwise.py": 30,
-    "gpu/test_counting.py": 28, "gpu/test_arg_scan.py": 28, "gpu/test_matmul.py": 26, "worker/test_liveness.py": 25,
-    "end_to_end/test_soak.py": 23, "worker/test_cli.py": 22, "hub/test_fleet_run.py": 21,
+    "gpu/test_tinygrad_ops.py": 159, "notebook/test_colab.py": 118, "end_to_end/test_conformance.py": 112,
+    "end_to_end/test_blips.py": 71, "gpu/test_numpy_oracle.py": 66, "end_to_end/test_lossy_link.py": 64,
+    "notebook/test_same_as_local.py": 54, "gpu/test_ml.py": 48, "notebook/test_client.py": 47, "hub/test_fuzz.py": 44,
+    "hub/test_hub.py": 44, "end_to_end/test_slow_link.py": 40, "worker/test_kernel_provider.py": 38,
+    "browser/test_browser.py": 35, "end_to_end/test_conformance_gpu.py": 34, "end_to_end/test_outage.py": 33,
+    "hub/test_detached.py": 29, "gpu/test_counting.py": 28, "worker/test_worker_pythons.py": 28,
+    "gpu/test_elementwise.py": 26, "hub/test_fleet_run.py": 26, "gpu/test_arg_scan.py": 24,
+    "end_to_end/test_soak.py": 24, "worker/test_liveness.py": 23, "worker/test_cli.py": 21,
 }
 """The files that take longest, in seconds of a whole suite run on an idle 2-core machine (``--junitxml``'s times):
 the suite starts them first. Its processes each take a whole file at a time (``--dist loadfile``), so a
