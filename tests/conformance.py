@@ -463,7 +463,7 @@ def offloaded_differences(notebook: Path, workdir: Path, worker: WorkerProcess, 
     it, so both runs order sets of strings alike."""
     # What an earlier notebook's cells wrote is gone, as on a new worker. (The folder stays: the worker's spare
     # executor already runs in it.)
-    for written in (worker.log_file.parent / "cwd").iterdir():
+    for written in worker.cwd.iterdir():
         if written.is_dir() and not written.is_symlink():
             shutil.rmtree(written)
         else:

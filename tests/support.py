@@ -51,6 +51,8 @@ class WorkerProcess:
     home: Path
     token_file: Path
     log_file: Path
+    cwd: Path
+    """The folder it runs in (its executors too), where cells write their files."""
 
     @property
     def token(self) -> str:
@@ -88,7 +90,7 @@ def start_worker(tmp: Path, *args: str, token_file: bool = True, env: dict[str, 
     process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=environment, text=True,
                                cwd=cwd)
     handle.close()
-    worker = WorkerProcess(process, home, token, log)
+    worker = WorkerProcess(process, home, token, log, cwd or Path.cwd())
     ready_line = "is ready" if token_file else "joined"
     try:
         wait_for(lambda: process.poll() is not None or ready_line in log.read_text(), STARTUP_TIMEOUT_S,
