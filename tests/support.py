@@ -359,6 +359,20 @@ def notebook_client(nb: Any, folder: Path, kernel_name: str = "python3", timeout
     return client
 
 
+def saved_outputs(cell: Any) -> list[dict[str, Any]]:
+    """A cell's outputs as a Jupyter front end saves them: consecutive text of one stream merged into one
+    output (how a kernel splits a print into messages depends on its output thread's timing)."""
+    merged: list[dict[str, Any]] = []
+    for output in cell.get("outputs", []):
+        last = merged[-1] if merged else None
+        if (output["output_type"] == "stream" and last is not None and last["output_type"] == "stream"
+                and last["name"] == output["name"]):
+            merged[-1] = {**last, "text": last["text"] + output["text"]}
+        else:
+            merged.append(dict(output))
+    return merged
+
+
 def cell_text(cell: Any) -> str:
     """Everything a notebook cell (as nbclient left it) shows: streams, plain text, markdown, tracebacks."""
     parts = []

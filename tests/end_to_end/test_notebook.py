@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from support import WorkerProcess, cell_text, notebook_client
+from support import WorkerProcess, cell_text, notebook_client, saved_outputs
 
 NOTEBOOK = Path(__file__).parents[2] / "examples" / "quickstart.ipynb"
 
@@ -53,8 +53,8 @@ clear_output(wait=True)
 
 
 def _shown(cell) -> list[tuple[str, str]]:
-    """A cell's outputs, comparably: each one's type and its text (a figure: its mime types)."""
-    return [(o["output_type"], o.get("text") or ",".join(sorted(o.get("data", {})))) for o in cell.outputs]
+    """A cell's outputs as saved, comparably: each one's type and its text (a figure: its mime types)."""
+    return [(o["output_type"], o.get("text") or ",".join(sorted(o.get("data", {})))) for o in saved_outputs(cell)]
 
 
 def test_clear_output_in_an_offloaded_cell_clears_the_cell_as_locally(worker: WorkerProcess,

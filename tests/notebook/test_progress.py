@@ -24,7 +24,7 @@ import nbformat
 import pytest
 
 from remote_magic.wire.tokens import Token
-from support import WorkerProcess, hub_port, notebook_client
+from support import WorkerProcess, hub_port, notebook_client, saved_outputs
 
 SCRIPT = """
 import sys, remote_magic
@@ -146,17 +146,9 @@ print(tqdm.__module__, tqdm.__name__)
 
 
 def _saved(cell: Any) -> list[tuple[str, str]]:
-    """A cell's outputs as a Jupyter front end saves them: each one's type and text or mime bundle,
-    consecutive text of one stream merged (how the kernel splits it into messages depends on timing)."""
-    saved: list[tuple[str, str]] = []
-    for output in cell.outputs:
-        kind = output["output_type"] + ":" + output.get("name", "")
-        text = output.get("text") or repr(sorted(output.get("data", {}).items()))
-        if output["output_type"] == "stream" and saved and saved[-1][0] == kind:
-            saved[-1] = (kind, saved[-1][1] + text)
-        else:
-            saved.append((kind, text))
-    return saved
+    """A cell's outputs as a Jupyter front end saves them: each one's type and text or mime bundle."""
+    return [(output["output_type"] + ":" + output.get("name", ""),
+             output.get("text") or repr(sorted(output.get("data", {}).items()))) for output in saved_outputs(cell)]
 
 
 def test_bars_in_a_jupyter_cell_show_while_it_runs_and_leave_nothing_in_the_saved_notebook(
