@@ -33,18 +33,13 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from report import MIN_ROUNDS, RESULTS_PATH, code_version, interleaved_medians, machine, write_section
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from report import MIN_ROUNDS, RESULTS_PATH, code_version, interleaved_medians, machine, write_section  # noqa: E402
-
-from remote_magic.worker.gpu import GpuRuntime, launch  # noqa: E402
-from remote_magic.worker.gpu.memory import Allocation  # noqa: E402
+from remote_magic.worker.gpu import GpuRuntime, launch
+from remote_magic.worker.gpu.memory import Allocation
 
 log = logging.getLogger("bench_bandwidth")
 

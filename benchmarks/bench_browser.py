@@ -34,7 +34,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from browser_tabs import tab_bridge  # noqa: E402

@@ -20,19 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from report import MIN_ROUNDS, gpu_lines, interleaved_medians, write_section
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from report import MIN_ROUNDS, gpu_lines, interleaved_medians, write_section  # noqa: E402
-
-from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
+from remote_magic.worker.gpu import GpuRuntime
 
 SECTION = "## Counting and order kernels in a GPU cell (issue 30)"
 MI = 1 << 20

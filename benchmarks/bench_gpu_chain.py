@@ -28,21 +28,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from report import MIN_ROUNDS, gpu_lines, interleaved_medians, write_section
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from report import MIN_ROUNDS, gpu_lines, interleaved_medians, write_section  # noqa: E402
-
-from remote_magic.worker.gpu import GpuRuntime, launch  # noqa: E402
-from remote_magic.worker.gpu.context import DeviceContext  # noqa: E402
-from remote_magic.worker.gpu.memory import Allocation  # noqa: E402
+from remote_magic.worker.gpu import GpuRuntime, launch
+from remote_magic.worker.gpu.context import DeviceContext
+from remote_magic.worker.gpu.memory import Allocation
 
 SECTION = "## A chain of 10 operations in a GPU cell (issue 30)"
 MI = 1 << 20

@@ -18,19 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from report import gpu_lines, write_section
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from report import gpu_lines, write_section  # noqa: E402
-
-from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
+from remote_magic.worker.gpu import GpuRuntime
 
 SECTION = "## Which operations a GPU cell runs as kernels (issue 30)"
 MI = 1 << 20

@@ -33,15 +33,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from report import RESULTS_PATH, code_version, machine, write_section
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from report import RESULTS_PATH, code_version, machine, write_section  # noqa: E402
-
-from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
-from remote_magic.worker.gpu.pipelines import compile_module, create_pipeline  # noqa: E402
-from remote_magic.worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
+from remote_magic.worker.gpu import GpuRuntime
+from remote_magic.worker.gpu.pipelines import compile_module, create_pipeline
+from remote_magic.worker.gpu.runtime import DEFAULT_MATMUL_THREADS
 
 log = logging.getLogger("bench_matmul")
 

@@ -34,19 +34,14 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from report import MIN_ROUNDS, RESULTS_PATH, gpu_lines, interleaved_medians, write_section
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from report import MIN_ROUNDS, RESULTS_PATH, gpu_lines, interleaved_medians, write_section  # noqa: E402
-
-from remote_magic.worker.gpu import GpuRuntime  # noqa: E402
-from remote_magic.worker.gpu.matmul import TILE_128, TILE_SUBGROUPS, choose_tiling, matmul, naive_tiling  # noqa: E402
-from remote_magic.worker.gpu.runtime import DEFAULT_MATMUL_THREADS  # noqa: E402
+from remote_magic.worker.gpu import GpuRuntime
+from remote_magic.worker.gpu.matmul import TILE_128, TILE_SUBGROUPS, choose_tiling, matmul, naive_tiling
+from remote_magic.worker.gpu.runtime import DEFAULT_MATMUL_THREADS
 
 log = logging.getLogger("bench_matmul_tiles")
 

@@ -68,7 +68,6 @@ from typing import Any, Callable
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("PARALLEL", "0")
 
 from report import code_version, interleaved_medians, machine, write_section  # noqa: E402
@@ -134,6 +133,7 @@ def tinygrad_step(name: str, device: str) -> tuple[Step, float]:
     with Context(DEV=device):
         model, forward, shape, classes = tinygrad_model(name)
         params = nn.state.get_parameters(model)
+        Tensor.realize(*params)  # (weights in buffers, as a loaded model has them: else each step computes them anew)
         x = Tensor.randn(*shape, device=device).realize()
         labels = Tensor.randint(shape[0], high=classes, device=device).realize() if classes else None
         opt = Adam(params, lr=1e-3) if classes else None

@@ -24,7 +24,7 @@ def test_quickstart_notebook_runs_against_a_worker(worker: WorkerProcess, monkey
     connect, _, offload, check, figure, failing, untouched, workers, _ = cells
     assert "Connected to tcp://127.0.0.1" in cell_text(connect)
     assert "computed on the worker: (256, 64)" in cell_text(offload)
-    assert [o["output_type"] for o in offload.outputs] == ["stream", "execute_result"]
+    assert [o["output_type"] for o in saved_outputs(offload)] == ["stream", "execute_result"]
     assert "c is back in the notebook: (256, 64) True" in cell_text(check)
     assert "**mean of c:**" in cell_text(figure)
     png = [o["data"]["image/png"] for o in figure.outputs if "image/png" in o.get("data", {})]

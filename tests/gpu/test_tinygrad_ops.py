@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from browser_tabs import chromium_path
 
-pytestmark = pytest.mark.gpu
-
 TINYGRAD_TESTS = Path(__file__).parent / "tinygrad"
+sys.path.insert(0, str(TINYGRAD_TESTS))
+from choose_tests import default_tests, ops_command, ops_environment  # noqa: E402
+
+pytestmark = pytest.mark.gpu
 TIMEOUT_S = 900
 SKIPPED_ON_WEBGPU = 13
 """Tests tinygrad itself skips on its WEBGPU device (of all of them)."""
@@ -34,10 +36,8 @@ def test_tinygrad_test_ops_pass_on_the_workers_gpu_device() -> None:
         if os.environ.get("REMOTE_MAGIC_REQUIRE_GPU") == "1":
             pytest.fail(f"no wgpu adapter: {exc}")
         pytest.skip(f"no wgpu adapter: {exc}")
-    chosen = [line for line in (TINYGRAD_TESTS / "default_tests.txt").read_text().splitlines()
-              if line and not line.startswith("#")]
     passed = _test_ops("on_worker_gpu")
-    assert passed >= len(chosen) - SKIPPED_ON_WEBGPU
+    assert passed >= len(default_tests()) - SKIPPED_ON_WEBGPU
 
 
 @pytest.mark.timeout(TIMEOUT_S)
@@ -49,11 +49,8 @@ def test_a_subset_of_tinygrad_test_ops_pass_in_a_browser_tab() -> None:
 
 def _test_ops(plugin: str) -> int:
     """Runs test_ops.py with ``plugin`` choosing the device and the tests; how many passed (all must)."""
-    command = [sys.executable, "-m", "pytest", "test_ops.py", "--noconftest", "-p", plugin, "-q",
-               "-p", "no:cacheprovider", "-o", "addopts=", "--timeout", "300", "--rootdir", str(TINYGRAD_TESTS)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TINYGRAD_TESTS), os.environ.get("PYTHONPATH", "")])}
-    env.pop("DEV", None)
-    run = subprocess.run(command, cwd=TINYGRAD_TESTS, env=env, capture_output=True, text=True, timeout=TIMEOUT_S - 30)
+    run = subprocess.run([*ops_command(plugin), "--timeout", "300"], cwd=TINYGRAD_TESTS, env=ops_environment(),
+                         capture_output=True, text=True, timeout=TIMEOUT_S - 30)
     tail = (run.stdout + run.stderr)[-6000:]
     assert run.returncode == 0, tail
     passed = re.search(r"(\d+) passed", run.stdout)

@@ -32,6 +32,7 @@ from support import (
     make_venv,
     notebook_client,
     run_command,
+    saved_outputs,
     start_worker,
 )
 
@@ -165,7 +166,7 @@ def test_the_colab_quickstart_runs_on_colabs_runtime_against_a_newer_worker(
         assert f"Python is {notebook_python} here and {worker_python} on worker 'home-box'" in _text(connect)
     assert not definitions.outputs
     assert f"computed on the worker, Python {worker_python}" in _text(offload)
-    assert [o["output_type"] for o in offload.outputs] == ["stream", "execute_result"]
+    assert [o["output_type"] for o in saved_outputs(offload)] == ["stream", "execute_result"]
     assert "back in the notebook: RunningMean True True" in _text(check)
 
     assert "**largest z:**" in _text(rich)

@@ -92,14 +92,31 @@ def choose(noted: dict[str, dict[str, Any]]) -> list[str]:
     return sorted(set(chosen) | {test for test in noted if seconds[test] < CHEAP_S})
 
 
+def default_tests() -> frozenset[str]:
+    """The tests the default suite runs, as ``default_tests.txt`` lists them."""
+    return frozenset(line for line in CHOSEN.read_text().splitlines() if line and not line.startswith("#"))
+
+
+def ops_command(*plugins: str) -> list[str]:
+    """pytest on ``test_ops.py`` (run in this folder, with :func:`ops_environment`) with ``plugins`` loaded (one
+    chooses the device) and none of the suite's own settings."""
+    loaded = [argument for plugin in plugins for argument in ("-p", plugin)]
+    return [sys.executable, "-m", "pytest", "test_ops.py", "--noconftest", *loaded, "-q", "-p", "no:cacheprovider",
+            "-o", "addopts=", "--rootdir", str(HERE)]
+
+
+def ops_environment(**variables: str) -> dict[str, str]:
+    """This process's environment and ``variables``, this folder's plugins importable, tinygrad's ``DEV`` unset."""
+    env = {**os.environ, **variables, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env.pop("DEV", None)
+    return env
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "noted.json"
-        env = {**os.environ, OUT_VARIABLE: str(out), "REMOTE_MAGIC_TINYGRAD_ALL_OPS": "1",
-               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-        subprocess.run([sys.executable, "-m", "pytest", "test_ops.py", "--noconftest", "-p", "on_worker_gpu",
-                        "-p", "choose_tests", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(HERE)],
-                       cwd=HERE, env=env, check=True)
+        env = ops_environment(**{OUT_VARIABLE: str(out), "REMOTE_MAGIC_TINYGRAD_ALL_OPS": "1"})
+        subprocess.run(ops_command("on_worker_gpu", "choose_tests"), cwd=HERE, env=env, check=True)
         noted = json.loads(out.read_text())
     chosen = choose(noted)
     total = sum(n["seconds"] for n in noted.values())

@@ -5,14 +5,14 @@ choose); and, unless ``REMOTE_MAGIC_TINYGRAD_ALL_OPS=1``, only the tests of :dat
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
+
+from choose_tests import default_tests
 
 from remote_magic.worker.gpu import tinygrad_hook
 from remote_magic.worker.gpu.device import open_device
 
-DEFAULT_TESTS = frozenset(line for line in (Path(__file__).parent / "default_tests.txt").read_text().splitlines()
-                          if line and not line.startswith("#"))
+DEFAULT_TESTS = default_tests()
 """The tests the default suite runs (``default_tests.txt``, written by ``choose_tests.py``): between them they call
 every operation test_ops.py calls, with each string or boolean argument value it passes, and every test under
 0.05 s on lavapipe besides."""
