@@ -291,7 +291,9 @@ A, B, At, Bt = Tensor(a), Tensor(b), Tensor(a.T.copy()), Tensor(b.T.copy())
 made = {'x @ w': lambda: A @ B, 'x @ w.T': lambda: A @ Bt.T, 'g.T @ x': lambda: At.T @ B,
         'w.T @ x.T': lambda: At.T @ Bt.T, '(x @ w).T': lambda: (A @ B).T.contiguous(), 'x @ x.T': lambda: A @ A.T,
         'past the tiles': lambda: Tensor(c) @ Tensor(d), 'one row': lambda: Tensor(a[:1]) @ B,
-        'K = 1': lambda: Tensor(a[:, :1]) @ Tensor(b[:1]), 'a fused relu': lambda: (A @ B).relu()}
+        'K = 1': lambda: Tensor(a[:, :1]) @ Tensor(b[:1]), 'a fused relu': lambda: (A @ B).relu(),
+        'a bias and a residual': lambda: Tensor(r) + (A @ Bt.T + Tensor(bias)),
+        'a bias and gelu': lambda: (A @ B + Tensor(bias)).gelu()}
 products, tuned = {}, {}
 for name, make in made.items():
     before = webgpu.tuned_matmuls
@@ -299,6 +301,7 @@ for name, make in made.items():
     tuned[name] = webgpu.tuned_matmuls - before
 webgpu.tuned_matmul = 'measure'
 measured = (Tensor(c[:40, :24]) @ Tensor(d[:24, :56])).numpy()  # the faster kernel, either way the same values
+measured_fused = (Tensor(c[:40, :24]) @ Tensor(d[:24, :56]) + Tensor(d[0, :56])).relu().numpy()
 """
 
 
@@ -306,17 +309,33 @@ def test_tinygrads_matmuls_run_the_tuned_kernel_and_equal_numpys(ip: Interactive
     rng = np.random.default_rng(6)
     a, b = rng.standard_normal((33, 17), dtype=np.float32), rng.standard_normal((17, 9), dtype=np.float32)
     c, d = rng.standard_normal((70, 130), dtype=np.float32), rng.standard_normal((130, 67), dtype=np.float32)
-    ip.user_ns.update(a=a, b=b, c=c, d=d)
+    bias, r = rng.standard_normal(9, dtype=np.float32), rng.standard_normal((33, 9), dtype=np.float32)
+    ip.user_ns.update(a=a, b=b, c=c, d=d, bias=bias, r=r)
     _run(ip, "%%offload\n" + TUNED_PRODUCTS)
+    x = a @ b + bias
     expected = {"x @ w": a @ b, "x @ w.T": a @ b, "g.T @ x": a @ b, "w.T @ x.T": a @ b, "(x @ w).T": (a @ b).T,
                 "x @ x.T": a @ a.T, "past the tiles": c @ d, "one row": a[:1] @ b, "K = 1": a[:, :1] @ b[:1],
-                "a fused relu": np.maximum(a @ b, 0)}
+                "a fused relu": np.maximum(a @ b, 0), "a bias and a residual": r + x,
+                "a bias and gelu": 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))}
     products, tuned = ip.user_ns["products"], ip.user_ns["tuned"]
     for name, value in expected.items():
         np.testing.assert_allclose(products[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
-    # each plain product ran the tuned kernel once; a side of 1 or a fused relu is not one, and stays tinygrad's
-    assert tuned == {name: int(name not in ("one row", "K = 1", "a fused relu")) for name in expected}, tuned
+    # each product ran the tuned kernel once, what tinygrad fused into it after (an epilogue); a side of 1 is not
+    # one, and stays tinygrad's
+    assert tuned == {name: int(name not in ("one row", "K = 1")) for name in expected}, tuned
     np.testing.assert_allclose(ip.user_ns["measured"], c[:40, :24] @ d[:24, :56], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ip.user_ns["measured_fused"], np.maximum(c[:40, :24] @ d[:24, :56] + d[0, :56], 0),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_fused_products_launch_is_saved_and_read_back_whole() -> None:
+    from remote_magic.worker.gpu.tinygrad_matmul import Epilogue, Gemm, Launch
+
+    epilogue = Epilogue("E_4_16", "@compute fn E_4_16() {}", (None, 0, 3), (4, 1, 1), (16, 1, 1))
+    launch = Launch(Gemm(64, 16, 32, 0, 1, 2, trans_a=False, trans_b=True), 0, 1, 2, epilogue)
+    assert Launch.parse(launch.source().encode()) == launch
+    plain = Launch(Gemm(64, 16, 32, 0, 1, 2, trans_a=True, trans_b=False), 2, 0, 1)
+    assert Launch.parse(plain.source().encode()) == plain and Launch.parse(b"fn main() {}") is None
 
 
 def test_a_tuned_matmul_setting_of_no_known_kind_says_which_there_are(ip: InteractiveShell) -> None:
@@ -365,7 +384,8 @@ def test_a_training_step_through_the_tuned_matmul_matches_numpy(ip: InteractiveS
     error = np.maximum(hidden, 0) @ w2.T - target
     out_gradient = 2 * error / error.size
     gradients = ((out_gradient @ w2 * (hidden > 0)).T @ x, out_gradient.T @ np.maximum(hidden, 0))
-    assert ip.user_ns["ran"] >= 1  # (tinygrad fuses the others' elementwise work into them: not plain products)
+    # 4 of its products (before epilogues, 1: tinygrad fuses elementwise work into the others)
+    assert ip.user_ns["ran"] == 4
     assert ip.user_ns["loss"] == pytest.approx(float(np.mean(error ** 2)), rel=1e-5)
     for stepped, weight, gradient in zip(ip.user_ns["stepped"], (w1, w2), gradients):
         np.testing.assert_allclose(stepped, weight - 0.1 * gradient, rtol=1e-5, atol=1e-5)

@@ -85,7 +85,7 @@ class WebGpuWGSLRenderer(WGSLRenderer):
 
     code_for_op = {**WGSLRenderer.code_for_op, Ops.LOG2: _nan_outside("log2", below_zero=True),
                    Ops.SQRT: _nan_outside("sqrt", below_zero=True), Ops.EXP2: _nan_outside("exp2", below_zero=False)}
-    revision = 3
+    revision = 4
     """Bumped when the WGSL this renders changes: programs saved by another revision are generated anew."""
 
     def render(self, uops: list[UOp]) -> str:
@@ -203,13 +203,12 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
 class WebGpuProgram(Program["WebGpuDevice"]):
     """One tinygrad kernel: its WGSL compiled once, a pipeline per binding layout, dispatches recorded."""
 
-    def __init__(self, dev: "WebGpuDevice", obj: TinyELF) -> None:
+    def __init__(self, dev: "WebGpuDevice", name: str, source: str) -> None:
         self.dev = dev
-        self.name = obj.name
-        source = obj.lib.decode()
+        self.name = name
         self.written = written_buffers(source)
         """Which of the kernel's buffers (0: its first) it stores to."""
-        with dev.gpu.guard(f"compiling tinygrad's kernel {obj.name}"):
+        with dev.gpu.guard(f"compiling tinygrad's kernel {name}"):
             self.module = dev.gpu.handle.create_shader_module(code=source)
         self._pipelines: dict[tuple[int, int], tuple[Any, Any]] = {}
 
@@ -323,7 +322,11 @@ class WebGpuDevice(Compiled):
     def runtime(self, obj: TinyELF) -> Any:
         """The program for a compiled kernel: tinygrad's, or the tuned matmul in its place (``tinygrad_matmul.py``)."""
         launch = Launch.parse(obj.lib)
-        return TunedMatmulProgram(self, launch, obj.name) if launch is not None else WebGpuProgram(self, obj)
+        if launch is None:
+            return WebGpuProgram(self, obj.name, obj.lib.decode())
+        epilogue = None if launch.epilogue is None else WebGpuProgram(self, launch.epilogue.name,
+                                                                      launch.epilogue.source)
+        return TunedMatmulProgram(self, launch, obj.name, epilogue)
 
     def matmul_context(self) -> DeviceContext:
         """The tuned matmul's pipelines and tiling limits on this GPU."""

@@ -1,20 +1,27 @@
-"""This project's tuned matmul (``shaders/matmul.wgsl``, tiled as ``matmul.py`` tiles it) run for tinygrad's plain
-float32 matrix products on its ``WEBGPU`` device, where it measures faster than tinygrad's own kernel.
+"""This project's tuned matmul (``shaders/matmul.wgsl``, tiled as ``matmul.py`` tiles it) run for tinygrad's float32
+matrix products on its ``WEBGPU`` device, plain or with elementwise work fused after them, where it measures faster
+than tinygrad's own kernel.
 
 tinygrad 0.14 gives a device no hook that sees a kernel's AST: its renderer, compiler and program class get the
 kernel only after tinygrad has optimized and lowered it, where a matmul is no longer recognizable. So
 :func:`install` wraps ``tinygrad.codegen.do_to_program`` (in memory, tinygrad's files untouched), the function
 that turns each kernel's AST into a program for a renderer: for a kernel of this device's renderer whose AST is a
-plain product (:func:`gemm_of`), it runs tinygrad's own code generation as before, then times tinygrad's kernel and
-the tuned one once on this adapter, and where the tuned one is faster returns tinygrad's program with its source
-replaced by a description of the tuned launch (:data:`MARKER`), which :class:`TunedMatmulProgram` runs with the
-same buffers. The choice is part of the program, so tinygrad's program cache (and this worker's copy of it on
-disk, ``tinygrad_programs.py``, per adapter) and ``TinyJit`` keep it: each product is timed once per adapter.
+plain or fused product (:func:`gemm_of`, :func:`fused_gemm_of`), it runs tinygrad's own code generation as before,
+then times tinygrad's kernel and the tuned one once on this adapter, and where the tuned one is faster returns
+tinygrad's program with its source replaced by a description of the tuned launch (:data:`MARKER`), which
+:class:`TunedMatmulProgram` runs with the same buffers. The choice is part of the program, so tinygrad's program
+cache (and this worker's copy of it on disk, ``tinygrad_programs.py``, per adapter) and ``TinyJit`` keep it: each
+product is timed once per adapter.
 
 A plain product is ``C[m, n] = sum_k A[m, k] * B[k, n]`` stored straight into C, every buffer float32 and whole
 (WebGPU's tinygrad has no sub-buffer views), each of C, A and B row- or column-major: ``x @ w``, ``x @ w.T``,
-``g.T @ x``. A product with anything else in its kernel (a fused bias or activation, a batch dimension, a side of
-1, a symbolic size, a padded or strided operand) is left to tinygrad.
+``g.T @ x``. Most of a model's products are not stored straight: tinygrad fuses what follows them into their
+kernel (a bias, an activation, a residual, an activation's gradient). For a kernel that stores any function of one
+such product's elements (:func:`fused_gemm_of`), the tuned program runs the product into a buffer of its own, then
+an *epilogue*: tinygrad's own kernel for the fused work, generated from the kernel's AST with the product's
+reduction replaced by a load of that buffer (:class:`Epilogue`). It is measured against tinygrad's fused kernel as
+a plain product is. A product whose operands are computed in its kernel (a prologue), a batch dimension, a side of
+1, a symbolic size, or a padded or strided operand is left to tinygrad.
 """
 
 from __future__ import annotations
@@ -70,6 +77,9 @@ OUTPUT_AXES = (AxisType.WEAK, AxisType.LOOP, AxisType.GLOBAL)
 """The kinds of range a plain product's C is stored over, as tinygrad schedules it (unoptimized)."""
 TIMED_RUNS = 2
 """Runs of each kernel timed (after one untimed) when a product is first compiled; the faster run counts."""
+MAX_BINDINGS = 8
+"""Buffers one tinygrad kernel may bind on WebGPU (tinygrad's rule for its ``WEBGPU`` device): an epilogue that
+would bind more (the product's buffer besides the fused kernel's own) leaves the product to tinygrad."""
 
 
 @dataclass(frozen=True)
@@ -135,15 +145,40 @@ def _float_buffer(node: UOp) -> tuple[int, int, dict[UOp | None, int]] | None:
 def gemm_of(ast: UOp) -> Gemm | None:
     """The plain product ``ast`` (a kernel's AST, as tinygrad schedules it) computes, if that is all it computes
     (see the module docstring); else None."""
+    found = _product_in(ast)
+    return found[0] if found is not None and found[1] is found[2].src[1] else None
+
+
+def fused_gemm_of(ast: UOp) -> tuple[Gemm, UOp] | None:
+    """The product in ``ast`` and the epilogue's AST, if ``ast`` stores a function of one product's elements that is
+    not the product itself (a bias added, an activation, a residual: see the module docstring); else None.
+
+    The epilogue's AST is ``ast`` with the product's reduction replaced by a load from a parameter of its own (its
+    slot one past ``ast``'s last), row-major as C: the buffer the tuned matmul writes the product into."""
+    found = _product_in(ast)
+    if found is None or found[1] is found[2].src[1]:
+        return None
+    gemm, reduce, store = found
+    slots = [u.arg.slot for u in ast.toposort() if u.op is Ops.PARAM]
+    out = store.src[0]
+    product = out.src[0].replace(arg=replace(out.src[0].arg, slot=max(slots) + 1))
+    return gemm, ast.substitute({reduce: out.replace(src=(product, out.src[1]))})
+
+
+def _product_in(ast: UOp) -> tuple[Gemm, UOp, UOp] | None:
+    """The product a kernel stores a function of, its reduction and the store, if the kernel's only reduction is one
+    plain product stored over C's rows and columns."""
     if ast.op is not Ops.SINK or ast.tag is not None or len(ast.src) != 1 or ast.src[0].op is not Ops.END:
         return None
     end = ast.src[0]
     store, loops = end.src[0], end.src[1:]
-    if store.op is not Ops.STORE or len(store.src) != 2 or len(loops) != 2:
+    if store.op is not Ops.STORE or len(store.src) != 2 or len(loops) != 2 or store.src[1].dtype != dtypes.float:
         return None
-    reduce = store.src[1]
-    if (reduce.op is not Ops.REDUCE or reduce.dtype != dtypes.float or reduce.arg != (Ops.ADD, 0)
-            or len(reduce.src) != 2):
+    reductions = [u for u in store.src[1].toposort() if u.op is Ops.REDUCE]
+    if len(reductions) != 1:
+        return None
+    reduce = reductions[0]
+    if reduce.dtype != dtypes.float or reduce.arg != (Ops.ADD, 0) or len(reduce.src) != 2:
         return None
     product, r_k = reduce.src
     if product.op is not Ops.MUL or product.dtype != dtypes.float or len(product.src) != 2:
@@ -174,7 +209,7 @@ def gemm_of(ast: UOp) -> Gemm | None:
     trans_a, trans_b = _transposed(a[2], r_m, r_k, m, k), _transposed(b[2], r_k, r_n, k, n)
     if trans_a is None or trans_b is None:
         return None
-    return Gemm(m, n, k, out_slot, a[0], b[0], trans_a, trans_b)
+    return Gemm(m, n, k, out_slot, a[0], b[0], trans_a, trans_b), reduce, store
 
 
 def _transposed(form: dict[UOp | None, int], row: UOp, column: UOp, rows: int, columns: int) -> bool | None:
@@ -184,18 +219,37 @@ def _transposed(form: dict[UOp | None, int], row: UOp, column: UOp, rows: int, c
 
 
 @dataclass(frozen=True)
+class Epilogue:
+    """tinygrad's kernel for what a fused product's kernel does with each element of the product (its AST with the
+    reduction replaced by a load of the product: :func:`fused_gemm_of`), run after the tuned matmul."""
+
+    name: str
+    """Its entry point (tinygrad's name for it)."""
+    source: str
+    """Its WGSL, as tinygrad rendered it."""
+    buffers: tuple[int | None, ...]
+    """For each of its bindings, the position of the buffer among the fused kernel's (None: the product's)."""
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Launch:
-    """How :class:`TunedMatmulProgram` runs a product: its :class:`Gemm`, and where C, A and B are among the
-    buffers the program is called with (tinygrad passes them in its program's ``globals`` order)."""
+    """How :class:`TunedMatmulProgram` runs a product: its :class:`Gemm`, where C, A and B are among the buffers the
+    program is called with (tinygrad passes them in its program's ``globals`` order), and for a fused product the
+    :class:`Epilogue` that makes the kernel's output of the product (then ``out`` is where that output is)."""
 
     gemm: Gemm
     out: int
     a: int
     b: int
+    epilogue: Epilogue | None = None
 
     def source(self) -> str:
         """The program's source: :data:`MARKER` and this launch."""
-        return MARKER + json.dumps({"gemm": vars(self.gemm), "out": self.out, "a": self.a, "b": self.b})
+        epilogue = None if self.epilogue is None else vars(self.epilogue)
+        return MARKER + json.dumps({"gemm": vars(self.gemm), "out": self.out, "a": self.a, "b": self.b,
+                                    "epilogue": epilogue})
 
     @staticmethod
     def parse(lib: bytes) -> Launch | None:
@@ -203,17 +257,23 @@ class Launch:
         if not lib.startswith(MARKER.encode()):
             return None
         fields = json.loads(lib[len(MARKER):].decode())
-        return Launch(Gemm(**fields["gemm"]), fields["out"], fields["a"], fields["b"])
+        epilogue = fields.get("epilogue")
+        return Launch(Gemm(**fields["gemm"]), fields["out"], fields["a"], fields["b"],
+                      None if epilogue is None else Epilogue(
+                          epilogue["name"], epilogue["source"], tuple(epilogue["buffers"]),
+                          tuple(epilogue["global_size"]), tuple(epilogue["local_size"])))
 
 
 class TunedMatmulProgram:
     """A tinygrad program that runs this project's tuned matmul for its :class:`Launch`, recorded into the
-    device's compute pass as tinygrad's kernels are."""
+    device's compute pass as tinygrad's kernels are; for a fused product, into a buffer of its own (``product``,
+    held while the program is), then ``epilogue`` (tinygrad's program for the launch's :class:`Epilogue`)."""
 
-    def __init__(self, dev: TinygradDevice, launch: Launch, name: str) -> None:
+    def __init__(self, dev: TinygradDevice, launch: Launch, name: str, epilogue: Any = None) -> None:
         self.dev = dev
         self.launch = launch
         self.name = name
+        self.epilogue = epilogue
         gemm = launch.gemm
         ctx = dev.matmul_context()
         # the subgroup kernel reads its operands row-major only
@@ -227,6 +287,8 @@ class TunedMatmulProgram:
         with dev.gpu.guard(f"compiling the tuned matmul for tinygrad's {name}"):
             self.pipeline = ctx.pipelines.get(tiling.shader, tiling.entry, constants)
             self.layout = self.pipeline.get_bind_group_layout(0)
+            self.product = None if launch.epilogue is None else dev.gpu.handle.create_buffer(
+                size=round_up(4 * gemm.m * gemm.n, 16), usage=STORAGE_USAGE)
         tiles_n, tiles_m = math.ceil(gemm.n / tiling.tile_n), math.ceil(gemm.m / tiling.tile_m)
         self.groups = ctx.fold(tiles_n * tiles_m)
         params = MATMUL.pack(M=gemm.m, N=gemm.n, K=gemm.k, batch=1, lda=lda, ldb=ldb, ldc=gemm.n, accumulate=0,
@@ -240,19 +302,26 @@ class TunedMatmulProgram:
                  wait: bool = False, **_: Any) -> float | None:
         dev, launch = self.dev, self.launch
         with dev.gpu.guard(f"running the tuned matmul for tinygrad's {self.name}"):
-            out, a, b = bufs[launch.out], bufs[launch.a], bufs[launch.b]
+            out, a, b = self.product or bufs[launch.out], bufs[launch.a], bufs[launch.b]
             # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy, made for
             # this dispatch alone)
             operands = tuple(dev.copy_for_reading(x) if x is out else x for x in (a, b))
             group = dev.bind_group(self.layout, (*operands, out, self.params), keep=out is not a and out is not b)
             dev.tuned_matmuls += 1
-            return dev.dispatch(self.name, self.pipeline, group, self.groups, wait)
+            if launch.epilogue is None:
+                return dev.dispatch(self.name, self.pipeline, group, self.groups, wait)
+            dev.dispatch(self.name, self.pipeline, group, self.groups)
+        epilogue = launch.epilogue
+        result: float | None = self.epilogue(*(out if n is None else bufs[n] for n in epilogue.buffers),
+                                             global_size=epilogue.global_size, local_size=epilogue.local_size,
+                                             wait=wait)
+        return result
 
 
 _device: TinygradDevice | None = None
 """The opened ``WEBGPU`` device whose renderer's programs this replaces (the newest: a lost one is replaced)."""
-_faster: dict[tuple[str, Gemm], bool] = {}
-"""Whether the tuned matmul measured faster, by adapter and product."""
+_faster: dict[tuple[str, Gemm, str | None], bool] = {}
+"""Whether the tuned matmul measured faster, by adapter, product and epilogue (its WGSL)."""
 
 
 def install(device: TinygradDevice) -> None:
@@ -276,54 +345,81 @@ def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
         device = _device
         if device is None or renderer.__class__ is not device.renderer_class or device.gpu.lost:
             return program
-        gemm = gemm_of(ast)
-        if gemm is None:
-            return program
         if device.tuned_matmul not in ("measure", "always", "never"):
             raise GpuError(f"Device['WEBGPU'].tuned_matmul is {device.tuned_matmul!r}: make it 'measure' (the "
                            "faster kernel on this adapter), 'always' (the tuned matmul) or 'never' (tinygrad's)")
+        if device.tuned_matmul == "never":
+            return program
         try:
-            return _tuned(device, program, gemm)
+            found = _found(ast, program, lambda epilogue_ast: original(epilogue_ast, renderer))
+            return program if found is None else _tuned(device, ast, program, *found)
         except Exception:  # (the tuned kernel is only ever a faster way: tinygrad's own still computes it)
             if device.gpu.lost:
                 raise
-            log.warning("the tuned matmul failed for tinygrad's %s; tinygrad's kernel runs it", gemm, exc_info=True)
+            log.warning("the tuned matmul failed for tinygrad's %s; tinygrad's kernel runs it", program.arg.name,
+                        exc_info=True)
             return program
     return do_to_program
 
 
-def _tuned(device: TinygradDevice, program: UOp, gemm: Gemm) -> UOp:
+def _found(ast: UOp, program: UOp, compile_epilogue: Callable[[UOp], UOp]) -> tuple[Gemm, Epilogue | None] | None:
+    """The product of tinygrad's ``program`` (for ``ast``) the tuned matmul can run, and its epilogue if it is fused
+    (compiled by tinygrad with ``compile_epilogue``); None if it has none, or has variables."""
+    info = program.arg
+    if info.vars:
+        return None
+    gemm = gemm_of(ast)
+    if gemm is not None:
+        return (gemm, None) if sorted(info.globals) == sorted({gemm.out, gemm.a, gemm.b}) else None
+    fused = fused_gemm_of(ast)
+    if fused is None:
+        return None
+    gemm, epilogue_ast = fused
+    compiled = compile_epilogue(epilogue_ast)
+    product_slot = max(u.arg.slot for u in epilogue_ast.toposort() if u.op is Ops.PARAM)
+    if compiled.arg.vars or len(compiled.arg.globals) > MAX_BINDINGS or product_slot not in compiled.arg.globals:
+        return None
+    global_size, local_size = compiled.arg.launch_dims({})
+    return gemm, Epilogue(compiled.arg.function_name, compiled.src[3].arg.decode(),
+                          tuple(None if slot == product_slot else info.globals.index(slot)
+                                for slot in compiled.arg.globals),
+                          tuple(global_size), tuple(local_size or (1, 1, 1)))
+
+
+def _tuned(device: TinygradDevice, ast: UOp, program: UOp, gemm: Gemm, epilogue: Epilogue | None) -> UOp:
     """``program`` (tinygrad's for ``gemm``), or the tuned matmul's in its place where it measures faster (or
     where a cell forces either: not saved for a later executor then, which measures)."""
-    chosen = _choose(device, program, gemm)
+    chosen = _choose(device, ast, program, gemm, epilogue)
     if device.tuned_matmul != "measure":
         device.programs.keep_unsaved(chosen)
     return chosen
 
 
-def _choose(device: TinygradDevice, program: UOp, gemm: Gemm) -> UOp:
+def _choose(device: TinygradDevice, ast: UOp, program: UOp, gemm: Gemm, epilogue: Epilogue | None) -> UOp:
     info = program.arg
-    if device.tuned_matmul == "never" or info.vars or sorted(info.globals) != sorted({gemm.out, gemm.a, gemm.b}):
-        return program
-    launch = Launch(gemm, info.globals.index(gemm.out), info.globals.index(gemm.a), info.globals.index(gemm.b))
-    name = f"matmul_tuned_{gemm.m}_{gemm.n}_{gemm.k}{'_ta' if gemm.trans_a else ''}{'_tb' if gemm.trans_b else ''}"
-    key = (device.adapter, gemm)
+    launch = Launch(gemm, info.globals.index(gemm.out), info.globals.index(gemm.a), info.globals.index(gemm.b),
+                    epilogue)
+    name = (f"matmul_tuned_{gemm.m}_{gemm.n}_{gemm.k}{'_ta' if gemm.trans_a else ''}{'_tb' if gemm.trans_b else ''}"
+            f"{'' if epilogue is None else '_fused'}")
+    source = launch.source()
+    tuned = program.replace(arg=replace(info, name=name), src=(*program.src[:2], UOp(Ops.SOURCE, arg=source),
+                                                               UOp(Ops.BINARY, arg=source.encode())))
+    key = (device.adapter, gemm, None if epilogue is None else epilogue.source)
     if device.tuned_matmul == "measure" and key not in _faster:
-        _faster[key] = _measure_faster(device, program, TunedMatmulProgram(device, launch, name), gemm)
+        _faster[key] = _measure_faster(device, ast, program, tuned)
     if device.tuned_matmul == "measure" and not _faster[key]:
         return program
-    source = launch.source()
-    return program.replace(arg=replace(info, name=name), src=(*program.src[:2], UOp(Ops.SOURCE, arg=source),
-                                                              UOp(Ops.BINARY, arg=source.encode())))
+    return tuned
 
 
-def _measure_faster(device: TinygradDevice, program: UOp, tuned: TunedMatmulProgram, gemm: Gemm) -> bool:
-    """True if ``tuned`` ran faster than tinygrad's ``program`` on ``device`` (the faster of
-    :data:`TIMED_RUNS` runs each, on scratch buffers)."""
-    theirs = device.runtime(program.to_elf())
-    sizes = {gemm.out: gemm.m * gemm.n, gemm.a: gemm.m * gemm.k, gemm.b: gemm.k * gemm.n}
+def _measure_faster(device: TinygradDevice, ast: UOp, program: UOp, tuned: UOp) -> bool:
+    """True if the ``tuned`` program ran faster than tinygrad's ``program`` (for ``ast``) on ``device`` (the faster
+    of :data:`TIMED_RUNS` runs each, on scratch buffers of the kernel's sizes)."""
+    theirs, ours = device.runtime(program.to_elf()), device.runtime(tuned.to_elf())
+    sizes = {u.arg.slot: (_size(u) or 1) * max(4, u.arg.dtype.itemsize)
+             for u in ast.toposort() if u.op is Ops.PARAM}
     handle = device.gpu.handle
-    scratch = [handle.create_buffer(size=round_up(4 * sizes[slot], 16), usage=STORAGE_USAGE)
+    scratch = [handle.create_buffer(size=round_up(sizes.get(slot, 4), 16), usage=STORAGE_USAGE)
                for slot in program.arg.globals]
     global_size, local_size = program.arg.launch_dims({})
 
@@ -338,20 +434,20 @@ def _measure_faster(device: TinygradDevice, program: UOp, tuned: TunedMatmulProg
         def tinygrads() -> Any:
             return theirs(*scratch, global_size=global_size, local_size=local_size)
 
-        def ours() -> Any:
-            return tuned(*scratch)
+        def tuned_one() -> Any:
+            return ours(*scratch)
 
-        seconds(tinygrads), seconds(ours)
+        seconds(tinygrads), seconds(tuned_one)
         best_theirs = best_ours = math.inf
         for _ in range(TIMED_RUNS):
             best_theirs = min(best_theirs, seconds(tinygrads))
-            best_ours = min(best_ours, seconds(ours))
+            best_ours = min(best_ours, seconds(tuned_one))
     finally:
         device.tuned_matmuls -= 1 + TIMED_RUNS  # (what the measure ran is not the cells')
         for buffer in scratch:
             buffer.destroy()
-    log.info("tinygrad's %s: its kernel %.2f ms, the tuned matmul (%s) %.2f ms on %s", gemm, best_theirs * 1e3,
-             tuned.tiling, best_ours * 1e3, device.adapter)
+    log.info("tinygrad's %s: its kernel %.2f ms, the tuned matmul (%s) %.2f ms on %s", program.arg.name,
+             best_theirs * 1e3, ours.tiling, best_ours * 1e3, device.adapter)
     return best_ours < best_theirs
 
 
