@@ -293,7 +293,8 @@ made = {'x @ w': lambda: A @ B, 'x @ w.T': lambda: A @ Bt.T, 'g.T @ x': lambda: 
         'past the tiles': lambda: Tensor(c) @ Tensor(d), 'one row': lambda: Tensor(a[:1]) @ B,
         'K = 1': lambda: Tensor(a[:, :1]) @ Tensor(b[:1]), 'a fused relu': lambda: (A @ B).relu(),
         'a bias and a residual': lambda: Tensor(r) + (A @ Bt.T + Tensor(bias)),
-        'a bias and gelu': lambda: (A @ B + Tensor(bias)).gelu()}
+        'a bias and gelu': lambda: (A @ B + Tensor(bias)).gelu(),
+        'relu before, exp after': lambda: (A.relu() @ (B * Tensor(bias))).exp()}
 products, tuned = {}, {}
 for name, make in made.items():
     before = webgpu.tuned_matmuls
@@ -316,12 +317,13 @@ def test_tinygrads_matmuls_run_the_tuned_kernel_and_equal_numpys(ip: Interactive
     expected = {"x @ w": a @ b, "x @ w.T": a @ b, "g.T @ x": a @ b, "w.T @ x.T": a @ b, "(x @ w).T": (a @ b).T,
                 "x @ x.T": a @ a.T, "past the tiles": c @ d, "one row": a[:1] @ b, "K = 1": a[:, :1] @ b[:1],
                 "a fused relu": np.maximum(a @ b, 0), "a bias and a residual": r + x,
-                "a bias and gelu": 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))}
+                "a bias and gelu": 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
+                "relu before, exp after": np.exp(np.maximum(a, 0) @ (b * bias))}
     products, tuned = ip.user_ns["products"], ip.user_ns["tuned"]
     for name, value in expected.items():
         np.testing.assert_allclose(products[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
-    # each product ran the tuned kernel once, what tinygrad fused into it after (an epilogue); a side of 1 is not
-    # one, and stays tinygrad's
+    # each product ran the tuned kernel once, with what tinygrad fused into its kernel before (a prologue) or after
+    # (an epilogue); a side of 1 is not one, and stays tinygrad's
     assert tuned == {name: int(name not in ("one row", "K = 1")) for name in expected}, tuned
     np.testing.assert_allclose(ip.user_ns["measured"], c[:40, :24] @ d[:24, :56], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ip.user_ns["measured_fused"], np.maximum(c[:40, :24] @ d[:24, :56] + d[0, :56], 0),
@@ -329,10 +331,12 @@ def test_tinygrads_matmuls_run_the_tuned_kernel_and_equal_numpys(ip: Interactive
 
 
 def test_a_fused_products_launch_is_saved_and_read_back_whole() -> None:
-    from remote_magic.worker.gpu.tinygrad_matmul import Epilogue, Gemm, Launch
+    from remote_magic.worker.gpu.tinygrad_matmul import Gemm, Launch, Stage
 
-    epilogue = Epilogue("E_4_16", "@compute fn E_4_16() {}", (None, 0, 3), (4, 1, 1), (16, 1, 1))
-    launch = Launch(Gemm(64, 16, 32, 0, 1, 2, trans_a=False, trans_b=True), 0, 1, 2, epilogue)
+    epilogue = Stage("E_4_16", "@compute fn E_4_16() {}", (None, 0, 3), (4, 1, 1), (16, 1, 1))
+    prologue = Stage("E_8_4", "@compute fn E_8_4() {}", (1, None), (8, 1, 1), (4, 1, 1))
+    launch = Launch(Gemm(64, 16, 32, 0, 5, 2, trans_a=False, trans_b=True), None, None, 2, prologue_a=prologue,
+                    epilogue=epilogue)
     assert Launch.parse(launch.source().encode()) == launch
     plain = Launch(Gemm(64, 16, 32, 0, 1, 2, trans_a=True, trans_b=False), 2, 0, 1)
     assert Launch.parse(plain.source().encode()) == plain and Launch.parse(b"fn main() {}") is None
@@ -384,8 +388,9 @@ def test_a_training_step_through_the_tuned_matmul_matches_numpy(ip: InteractiveS
     error = np.maximum(hidden, 0) @ w2.T - target
     out_gradient = 2 * error / error.size
     gradients = ((out_gradient @ w2 * (hidden > 0)).T @ x, out_gradient.T @ np.maximum(hidden, 0))
-    # 4 of its products (before epilogues, 1: tinygrad fuses elementwise work into the others)
-    assert ip.user_ns["ran"] == 4
+    # all 6 of its products' kernels (1 before epilogues and prologues: tinygrad fuses elementwise work into the
+    # others, a bias or a mask before or after the product)
+    assert ip.user_ns["ran"] == 6
     assert ip.user_ns["loss"] == pytest.approx(float(np.mean(error ** 2)), rel=1e-5)
     for stepped, weight, gradient in zip(ip.user_ns["stepped"], (w1, w2), gradients):
         np.testing.assert_allclose(stepped, weight - 0.1 * gradient, rtol=1e-5, atol=1e-5)

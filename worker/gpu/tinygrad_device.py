@@ -324,9 +324,7 @@ class WebGpuDevice(Compiled):
         launch = Launch.parse(obj.lib)
         if launch is None:
             return WebGpuProgram(self, obj.name, obj.lib.decode())
-        epilogue = None if launch.epilogue is None else WebGpuProgram(self, launch.epilogue.name,
-                                                                      launch.epilogue.source)
-        return TunedMatmulProgram(self, launch, obj.name, epilogue)
+        return TunedMatmulProgram(self, launch, obj.name, lambda stage: WebGpuProgram(self, stage.name, stage.source))
 
     def matmul_context(self) -> DeviceContext:
         """The tuned matmul's pipelines and tiling limits on this GPU."""

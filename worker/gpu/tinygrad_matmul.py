@@ -1,12 +1,12 @@
 """This project's tuned matmul (``shaders/matmul.wgsl``, tiled as ``matmul.py`` tiles it) run for tinygrad's float32
-matrix products on its ``WEBGPU`` device, plain or with elementwise work fused after them, where it measures faster
+matrix products on its ``WEBGPU`` device, plain or with elementwise work fused around them, where it measures faster
 than tinygrad's own kernel.
 
 tinygrad 0.14 gives a device no hook that sees a kernel's AST: its renderer, compiler and program class get the
 kernel only after tinygrad has optimized and lowered it, where a matmul is no longer recognizable. So
 :func:`install` wraps ``tinygrad.codegen.do_to_program`` (in memory, tinygrad's files untouched), the function
 that turns each kernel's AST into a program for a renderer: for a kernel of this device's renderer whose AST is a
-plain or fused product (:func:`gemm_of`, :func:`fused_gemm_of`), it runs tinygrad's own code generation as before,
+plain or fused product (:func:`fused_product_of`), it runs tinygrad's own code generation as before,
 then times tinygrad's kernel and the tuned one once on this adapter, and where the tuned one is faster returns
 tinygrad's program with its source replaced by a description of the tuned launch (:data:`MARKER`), which
 :class:`TunedMatmulProgram` runs with the same buffers. The choice is part of the program, so tinygrad's program
@@ -15,13 +15,14 @@ product is timed once per adapter.
 
 A plain product is ``C[m, n] = sum_k A[m, k] * B[k, n]`` stored straight into C, every buffer float32 and whole
 (WebGPU's tinygrad has no sub-buffer views), each of C, A and B row- or column-major: ``x @ w``, ``x @ w.T``,
-``g.T @ x``. Most of a model's products are not stored straight: tinygrad fuses what follows them into their
-kernel (a bias, an activation, a residual, an activation's gradient). For a kernel that stores any function of one
-such product's elements (:func:`fused_gemm_of`), the tuned program runs the product into a buffer of its own, then
-an *epilogue*: tinygrad's own kernel for the fused work, generated from the kernel's AST with the product's
-reduction replaced by a load of that buffer (:class:`Epilogue`). It is measured against tinygrad's fused kernel as
-a plain product is. A product whose operands are computed in its kernel (a prologue), a batch dimension, a side of
-1, a symbolic size, or a padded or strided operand is left to tinygrad.
+``g.T @ x``. Most of a model's products are not plain: tinygrad fuses work into their kernel, after the product
+(a bias, an activation, a residual: an *epilogue*) or before it, into an operand (an activation recomputed, a
+gradient's mask, a transposed view: a *prologue*). For a kernel whose only reduction is a sum over K of a product
+of factors each over A's (rows, K) or B's (K, columns) (:func:`fused_product_of`), the tuned program runs each
+prologue into a buffer of its own, the product (into a buffer of its own when there is an epilogue), then the
+epilogue: each a kernel tinygrad generates from the fused kernel's AST (:class:`Stage`). It is measured against
+tinygrad's fused kernel as a plain product is. A batch dimension, a side of 1, a symbolic size, or a kernel that
+would bind more than WebGPU's 8 buffers is left to tinygrad.
 """
 
 from __future__ import annotations
@@ -145,29 +146,34 @@ def _float_buffer(node: UOp) -> tuple[int, int, dict[UOp | None, int]] | None:
 def gemm_of(ast: UOp) -> Gemm | None:
     """The plain product ``ast`` (a kernel's AST, as tinygrad schedules it) computes, if that is all it computes
     (see the module docstring); else None."""
-    found = _product_in(ast)
-    return found[0] if found is not None and found[1] is found[2].src[1] else None
+    found = fused_product_of(ast)
+    return found.gemm if found is not None and found.plain else None
 
 
-def fused_gemm_of(ast: UOp) -> tuple[Gemm, UOp] | None:
-    """The product in ``ast`` and the epilogue's AST, if ``ast`` stores a function of one product's elements that is
-    not the product itself (a bias added, an activation, a residual: see the module docstring); else None.
+@dataclass(frozen=True)
+class Fused:
+    """A kernel's product, and the ASTs of tinygrad kernels for the work fused around it (:func:`fused_product_of`).
 
-    The epilogue's AST is ``ast`` with the product's reduction replaced by a load from a parameter of its own (its
-    slot one past ``ast``'s last), row-major as C: the buffer the tuned matmul writes the product into."""
-    found = _product_in(ast)
-    if found is None or found[1] is found[2].src[1]:
-        return None
-    gemm, reduce, store = found
-    slots = [u.arg.slot for u in ast.toposort() if u.op is Ops.PARAM]
-    out = store.src[0]
-    product = out.src[0].replace(arg=replace(out.src[0].arg, slot=max(slots) + 1))
-    return gemm, ast.substitute({reduce: out.replace(src=(product, out.src[1]))})
+    ``a``, ``b``: a prologue, where the operand is computed in the kernel rather than read from a buffer as it is:
+    a kernel storing it, row-major, into a buffer of its own (the gemm's slot for the operand). ``epilogue``: where
+    the kernel stores a function of the product's elements rather than the product: the kernel with the product
+    read, row-major, from a buffer of its own (``product``, the slot past the kernel's last)."""
+
+    gemm: Gemm
+    product: int
+    a: UOp | None = None
+    b: UOp | None = None
+    epilogue: UOp | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Nothing is fused: the kernel stores the product of two buffers."""
+        return self.a is None and self.b is None and self.epilogue is None
 
 
-def _product_in(ast: UOp) -> tuple[Gemm, UOp, UOp] | None:
-    """The product a kernel stores a function of, its reduction and the store, if the kernel's only reduction is one
-    plain product stored over C's rows and columns."""
+def fused_product_of(ast: UOp) -> Fused | None:
+    """The one product a kernel's AST (as tinygrad schedules it) stores, plain or with work fused around it; None
+    if its only reduction is not a sum of products over C's rows and columns (see the module docstring)."""
     if ast.op is not Ops.SINK or ast.tag is not None or len(ast.src) != 1 or ast.src[0].op is not Ops.END:
         return None
     end = ast.src[0]
@@ -180,17 +186,15 @@ def _product_in(ast: UOp) -> tuple[Gemm, UOp, UOp] | None:
     reduce = reductions[0]
     if reduce.dtype != dtypes.float or reduce.arg != (Ops.ADD, 0) or len(reduce.src) != 2:
         return None
-    product, r_k = reduce.src
-    if product.op is not Ops.MUL or product.dtype != dtypes.float or len(product.src) != 2:
-        return None
+    r_k = reduce.src[1]
     ranges = (*loops, r_k)
     sizes = [_size(r) for r in ranges]
     if any(r.op is not Ops.RANGE for r in ranges) or len(set(ranges)) != 3 or any(s is None or s < 2 for s in sizes):
         return None
     if r_k.arg[-1] is not AxisType.REDUCE or any(r.arg[-1] not in OUTPUT_AXES for r in loops):
         return None
-    out, first, second = _float_buffer(store.src[0]), _float_buffer(product.src[0]), _float_buffer(product.src[1])
-    if out is None or first is None or second is None:
+    out = _float_buffer(store.src[0])
+    if out is None:
         return None
     out_slot, out_size, out_form = out
     if set(out_form) != set(loops):
@@ -202,14 +206,59 @@ def _product_in(ast: UOp) -> tuple[Gemm, UOp, UOp] | None:
     m, n, k = (int(_size(r) or 0) for r in (r_m, r_n, r_k))
     if out_form[r_m] != n or out_size != m * n:
         return None
-    operands = {frozenset(form): (slot, size, form) for slot, size, form in (first, second)}
-    a, b = operands.get(frozenset((r_m, r_k))), operands.get(frozenset((r_k, r_n)))
-    if a is None or b is None or out_slot in (a[0], b[0]) or a[1] != m * k or b[1] != k * n:
+    sides = _sides(reduce.src[0], r_m, r_n)
+    if sides is None:
         return None
-    trans_a, trans_b = _transposed(a[2], r_m, r_k, m, k), _transposed(b[2], r_k, r_n, k, n)
-    if trans_a is None or trans_b is None:
-        return None
-    return Gemm(m, n, k, out_slot, a[0], b[0], trans_a, trans_b), reduce, store
+    next_slot = max(u.arg.slot for u in ast.toposort() if u.op is Ops.PARAM) + 1
+    operands: list[tuple[int, bool, UOp | None]] = []
+    for factors, row, column, rows, columns, slot in ((sides[0], r_m, r_k, m, k, next_slot + 1),
+                                                      (sides[1], r_k, r_n, k, n, next_slot + 2)):
+        read = _float_buffer(factors[0]) if len(factors) == 1 else None
+        transposed = None if read is None or set(read[2]) != {row, column} or read[1] != rows * columns else (
+            _transposed(read[2], row, column, rows, columns))
+        if read is not None and transposed is not None and read[0] != out_slot:
+            operands.append((read[0], transposed, None))
+        else:  # (a prologue: the operand computed into a buffer of its own)
+            operands.append((slot, False, _operand_kernel(ast, store.src[0], factors, (row, column), columns, slot)))
+    (a, trans_a, prologue_a), (b, trans_b, prologue_b) = operands
+    epilogue = None
+    if reduce is not store.src[1]:
+        index = store.src[0]
+        product = index.src[0].replace(arg=replace(index.src[0].arg, slot=next_slot))
+        epilogue = ast.substitute({reduce: index.replace(src=(product, index.src[1]))})
+    return Fused(Gemm(m, n, k, out_slot, a, b, trans_a, trans_b), next_slot, prologue_a, prologue_b, epilogue)
+
+
+def _sides(product: UOp, r_m: UOp, r_n: UOp) -> tuple[list[UOp], list[UOp]] | None:
+    """The factors of ``product`` (a float32 expression, under the sum over K) on A's side (over rows and K, or
+    neither) and on B's (over K and columns); None if a factor runs over both rows and columns or a side has none."""
+    factors = [product]
+    while any(f.op is Ops.MUL and f.dtype == dtypes.float for f in factors):
+        factors = [g for f in factors for g in (f.src if f.op is Ops.MUL and f.dtype == dtypes.float else (f,))]
+    a_side: list[UOp] = []
+    b_side: list[UOp] = []
+    for factor in factors:
+        over = set(factor.toposort())
+        if r_m in over and r_n in over:
+            return None
+        (b_side if r_n in over else a_side).append(factor)
+    return (a_side, b_side) if a_side and b_side and product.dtype == dtypes.float else None
+
+
+def _operand_kernel(ast: UOp, out: UOp, factors: list[UOp], axes: tuple[UOp, UOp], columns: int, slot: int) -> UOp:
+    """The AST of a kernel storing the product of ``factors`` over ``axes`` (rows, columns: the reduction's range
+    among them made a loop) row-major into a float32 buffer in ``slot`` (made like ``out``, C's index)."""
+    loops = {r: r.replace(arg=(*r.arg[:-1], AxisType.LOOP)) for r in axes if r.arg[-1] is AxisType.REDUCE}
+    row, column = (loops.get(r, r) for r in axes)
+    value = factors[0]
+    for factor in factors[1:]:
+        value = UOp(Ops.MUL, dtypes.float, src=(value, factor))
+    size = UOp(Ops.CONST, dtypes.weakint, arg=(_size(row) or 0) * columns)
+    buffer = out.src[0].replace(arg=replace(out.src[0].arg, slot=slot), src=(size,))
+    index = UOp(Ops.ADD, dtypes.weakint, src=(UOp(Ops.MUL, dtypes.weakint,
+                                                  src=(row, UOp(Ops.CONST, dtypes.weakint, arg=columns))), column))
+    store = UOp(Ops.STORE, dtypes.void, src=(out.replace(src=(buffer, index)), value.substitute(loops)))
+    return ast.replace(src=(UOp(Ops.END, dtypes.void, src=(store, row, column)),))
 
 
 def _transposed(form: dict[UOp | None, int], row: UOp, column: UOp, rows: int, columns: int) -> bool | None:
@@ -219,37 +268,44 @@ def _transposed(form: dict[UOp | None, int], row: UOp, column: UOp, rows: int, c
 
 
 @dataclass(frozen=True)
-class Epilogue:
-    """tinygrad's kernel for what a fused product's kernel does with each element of the product (its AST with the
-    reduction replaced by a load of the product: :func:`fused_gemm_of`), run after the tuned matmul."""
+class Stage:
+    """A kernel tinygrad generated for work fused around a product (:class:`Fused`), run before the tuned matmul (a
+    prologue, computing an operand) or after it (an epilogue, computing what the kernel stores from the product)."""
 
     name: str
     """Its entry point (tinygrad's name for it)."""
     source: str
     """Its WGSL, as tinygrad rendered it."""
     buffers: tuple[int | None, ...]
-    """For each of its bindings, the position of the buffer among the fused kernel's (None: the product's)."""
+    """For each of its bindings, the position of the buffer among the fused kernel's (None: the buffer of its own,
+    the operand it computes or the product it reads)."""
     global_size: tuple[int, ...]
     local_size: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class Launch:
-    """How :class:`TunedMatmulProgram` runs a product: its :class:`Gemm`, where C, A and B are among the buffers the
-    program is called with (tinygrad passes them in its program's ``globals`` order), and for a fused product the
-    :class:`Epilogue` that makes the kernel's output of the product (then ``out`` is where that output is)."""
+    """How :class:`TunedMatmulProgram` runs a product: its :class:`Gemm`; where C, A and B are among the buffers the
+    program is called with (tinygrad passes them in its program's ``globals`` order; None: a buffer of the program's
+    own, which a prologue computes or an epilogue reads); and the :class:`Stage` of each prologue and epilogue."""
 
     gemm: Gemm
-    out: int
-    a: int
-    b: int
-    epilogue: Epilogue | None = None
+    out: int | None
+    a: int | None
+    b: int | None
+    prologue_a: Stage | None = None
+    prologue_b: Stage | None = None
+    epilogue: Stage | None = None
 
     def source(self) -> str:
         """The program's source: :data:`MARKER` and this launch."""
-        epilogue = None if self.epilogue is None else vars(self.epilogue)
-        return MARKER + json.dumps({"gemm": vars(self.gemm), "out": self.out, "a": self.a, "b": self.b,
-                                    "epilogue": epilogue})
+        return MARKER + json.dumps({**vars(self), "gemm": vars(self.gemm),
+                                    **{name: None if stage is None else vars(stage) for name, stage in self.stages()}})
+
+    def stages(self) -> tuple[tuple[str, Stage | None], ...]:
+        """Each stage by its field's name, in the order they run (the product between the prologues and the
+        epilogue)."""
+        return ("prologue_a", self.prologue_a), ("prologue_b", self.prologue_b), ("epilogue", self.epilogue)
 
     @staticmethod
     def parse(lib: bytes) -> Launch | None:
@@ -257,23 +313,27 @@ class Launch:
         if not lib.startswith(MARKER.encode()):
             return None
         fields = json.loads(lib[len(MARKER):].decode())
-        epilogue = fields.get("epilogue")
-        return Launch(Gemm(**fields["gemm"]), fields["out"], fields["a"], fields["b"],
-                      None if epilogue is None else Epilogue(
-                          epilogue["name"], epilogue["source"], tuple(epilogue["buffers"]),
-                          tuple(epilogue["global_size"]), tuple(epilogue["local_size"])))
+
+        def stage(name: str) -> Stage | None:
+            saved = fields.get(name)
+            return None if saved is None else Stage(saved["name"], saved["source"], tuple(saved["buffers"]),
+                                                    tuple(saved["global_size"]), tuple(saved["local_size"]))
+
+        return Launch(Gemm(**fields["gemm"]), fields["out"], fields["a"], fields["b"], stage("prologue_a"),
+                      stage("prologue_b"), stage("epilogue"))
 
 
 class TunedMatmulProgram:
-    """A tinygrad program that runs this project's tuned matmul for its :class:`Launch`, recorded into the
-    device's compute pass as tinygrad's kernels are; for a fused product, into a buffer of its own (``product``,
-    held while the program is), then ``epilogue`` (tinygrad's program for the launch's :class:`Epilogue`)."""
+    """A tinygrad program that runs this project's tuned matmul for its :class:`Launch`, recorded into the device's
+    compute pass as tinygrad's kernels are; with the launch's prologues before it and its epilogue after, each run by
+    the program ``compile_stage`` makes for it, and a buffer of the program's own (held while it is) for each operand
+    a prologue computes and for the product an epilogue reads."""
 
-    def __init__(self, dev: TinygradDevice, launch: Launch, name: str, epilogue: Any = None) -> None:
+    def __init__(self, dev: TinygradDevice, launch: Launch, name: str,
+                 compile_stage: Callable[[Stage], Any] | None = None) -> None:
         self.dev = dev
         self.launch = launch
         self.name = name
-        self.epilogue = epilogue
         gemm = launch.gemm
         ctx = dev.matmul_context()
         # the subgroup kernel reads its operands row-major only
@@ -284,11 +344,18 @@ class TunedMatmulProgram:
                 and all(v % 4 == 0 for v in (gemm.k, gemm.n)))
         constants = {**tiling.constants(vec4), **({"TRANS_A": 1} if gemm.trans_a else {}),
                      **({"TRANS_B": 1} if gemm.trans_b else {})}
+        elements = {"prologue_a": gemm.m * gemm.k, "prologue_b": gemm.k * gemm.n, "epilogue": gemm.m * gemm.n}
         with dev.gpu.guard(f"compiling the tuned matmul for tinygrad's {name}"):
             self.pipeline = ctx.pipelines.get(tiling.shader, tiling.entry, constants)
             self.layout = self.pipeline.get_bind_group_layout(0)
-            self.product = None if launch.epilogue is None else dev.gpu.handle.create_buffer(
-                size=round_up(4 * gemm.m * gemm.n, 16), usage=STORAGE_USAGE)
+            self.stages: dict[str, tuple[Stage, Any, Any]] = {}
+            """Each stage of the launch by name: it, its program, and its buffer of its own."""
+            for stage_name, stage in launch.stages():
+                if stage is not None:
+                    assert compile_stage is not None, "a launch with stages needs compile_stage"
+                    own = dev.gpu.handle.create_buffer(size=round_up(4 * elements[stage_name], 16),
+                                                       usage=STORAGE_USAGE)
+                    self.stages[stage_name] = (stage, compile_stage(stage), own)
         tiles_n, tiles_m = math.ceil(gemm.n / tiling.tile_n), math.ceil(gemm.m / tiling.tile_m)
         self.groups = ctx.fold(tiles_n * tiles_m)
         params = MATMUL.pack(M=gemm.m, N=gemm.n, K=gemm.k, batch=1, lda=lda, ldb=ldb, ldc=gemm.n, accumulate=0,
@@ -297,31 +364,40 @@ class TunedMatmulProgram:
         self.params = dev.uniform_bytes(params)
         self.tiling = tiling.name
 
+    def _buffer(self, position: int | None, stage_name: str, bufs: tuple[Any, ...]) -> Any:
+        return self.stages[stage_name][2] if position is None else bufs[position]
+
+    def _run_stage(self, stage_name: str, bufs: tuple[Any, ...], wait: bool = False) -> float | None:
+        stage, program, own = self.stages[stage_name]
+        result: float | None = program(*(own if n is None else bufs[n] for n in stage.buffers),
+                                       global_size=stage.global_size, local_size=stage.local_size, wait=wait)
+        return result
+
     def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1),
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (),
                  wait: bool = False, **_: Any) -> float | None:
         dev, launch = self.dev, self.launch
+        for stage_name in ("prologue_a", "prologue_b"):
+            if stage_name in self.stages:
+                self._run_stage(stage_name, bufs)
         with dev.gpu.guard(f"running the tuned matmul for tinygrad's {self.name}"):
-            out, a, b = self.product or bufs[launch.out], bufs[launch.a], bufs[launch.b]
+            out = self._buffer(launch.out, "epilogue", bufs)
+            a, b = self._buffer(launch.a, "prologue_a", bufs), self._buffer(launch.b, "prologue_b", bufs)
             # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy, made for
             # this dispatch alone)
             operands = tuple(dev.copy_for_reading(x) if x is out else x for x in (a, b))
             group = dev.bind_group(self.layout, (*operands, out, self.params), keep=out is not a and out is not b)
             dev.tuned_matmuls += 1
-            if launch.epilogue is None:
+            if "epilogue" not in self.stages:
                 return dev.dispatch(self.name, self.pipeline, group, self.groups, wait)
             dev.dispatch(self.name, self.pipeline, group, self.groups)
-        epilogue = launch.epilogue
-        result: float | None = self.epilogue(*(out if n is None else bufs[n] for n in epilogue.buffers),
-                                             global_size=epilogue.global_size, local_size=epilogue.local_size,
-                                             wait=wait)
-        return result
+        return self._run_stage("epilogue", bufs, wait)
 
 
 _device: TinygradDevice | None = None
 """The opened ``WEBGPU`` device whose renderer's programs this replaces (the newest: a lost one is replaced)."""
-_faster: dict[tuple[str, Gemm, str | None], bool] = {}
-"""Whether the tuned matmul measured faster, by adapter, product and epilogue (its WGSL)."""
+_faster: dict[tuple[str, str], bool] = {}
+"""Whether the tuned matmul measured faster, by adapter and launch (:meth:`Launch.source`)."""
 
 
 def install(device: TinygradDevice) -> None:
@@ -351,8 +427,8 @@ def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
         if device.tuned_matmul == "never":
             return program
         try:
-            found = _found(ast, program, lambda epilogue_ast: original(epilogue_ast, renderer))
-            return program if found is None else _tuned(device, ast, program, *found)
+            launch = _found(ast, program, lambda stage_ast: original(stage_ast, renderer))
+            return program if launch is None else _tuned(device, ast, program, launch)
         except Exception:  # (the tuned kernel is only ever a faster way: tinygrad's own still computes it)
             if device.gpu.lost:
                 raise
@@ -362,49 +438,54 @@ def _wrapping(original: Callable[[UOp, Any], UOp]) -> Callable[[UOp, Any], UOp]:
     return do_to_program
 
 
-def _found(ast: UOp, program: UOp, compile_epilogue: Callable[[UOp], UOp]) -> tuple[Gemm, Epilogue | None] | None:
-    """The product of tinygrad's ``program`` (for ``ast``) the tuned matmul can run, and its epilogue if it is fused
-    (compiled by tinygrad with ``compile_epilogue``); None if it has none, or has variables."""
+def _found(ast: UOp, program: UOp, compile_stage: Callable[[UOp], UOp]) -> Launch | None:
+    """How the tuned matmul runs the product of tinygrad's ``program`` (for ``ast``), the kernels for the work fused
+    around it compiled by tinygrad with ``compile_stage``; None if it has no product it can run, or has variables."""
     info = program.arg
-    if info.vars:
-        return None
-    gemm = gemm_of(ast)
-    if gemm is not None:
-        return (gemm, None) if sorted(info.globals) == sorted({gemm.out, gemm.a, gemm.b}) else None
-    fused = fused_gemm_of(ast)
+    fused = None if info.vars else fused_product_of(ast)
     if fused is None:
         return None
-    gemm, epilogue_ast = fused
-    compiled = compile_epilogue(epilogue_ast)
-    product_slot = max(u.arg.slot for u in epilogue_ast.toposort() if u.op is Ops.PARAM)
-    if compiled.arg.vars or len(compiled.arg.globals) > MAX_BINDINGS or product_slot not in compiled.arg.globals:
+    gemm = fused.gemm
+    if fused.plain and sorted(info.globals) != sorted({gemm.out, gemm.a, gemm.b}):
         return None
-    global_size, local_size = compiled.arg.launch_dims({})
-    return gemm, Epilogue(compiled.arg.function_name, compiled.src[3].arg.decode(),
-                          tuple(None if slot == product_slot else info.globals.index(slot)
-                                for slot in compiled.arg.globals),
-                          tuple(global_size), tuple(local_size or (1, 1, 1)))
+    stages = {}
+    for stage_name, stage_ast, own in (("prologue_a", fused.a, gemm.a), ("prologue_b", fused.b, gemm.b),
+                                       ("epilogue", fused.epilogue, fused.product)):
+        if stage_ast is None:
+            continue
+        stage_program = compile_stage(stage_ast)
+        compiled = stage_program.arg
+        if compiled.vars or len(compiled.globals) > MAX_BINDINGS or own not in compiled.globals:
+            return None
+        global_size, local_size = compiled.launch_dims({})
+        buffers = tuple(None if slot == own else info.globals.index(slot) for slot in compiled.globals)
+        stages[stage_name] = Stage(compiled.function_name, stage_program.src[3].arg.decode(), buffers,
+                                   tuple(global_size), tuple(local_size or (1, 1, 1)))
+
+    def position(slot: int, own: UOp | None) -> int | None:
+        return None if own is not None else info.globals.index(slot)
+
+    return Launch(gemm, position(gemm.out, fused.epilogue), position(gemm.a, fused.a), position(gemm.b, fused.b),
+                  **stages)
 
 
-def _tuned(device: TinygradDevice, ast: UOp, program: UOp, gemm: Gemm, epilogue: Epilogue | None) -> UOp:
-    """``program`` (tinygrad's for ``gemm``), or the tuned matmul's in its place where it measures faster (or
-    where a cell forces either: not saved for a later executor then, which measures)."""
-    chosen = _choose(device, ast, program, gemm, epilogue)
+def _tuned(device: TinygradDevice, ast: UOp, program: UOp, launch: Launch) -> UOp:
+    """``program`` (tinygrad's for ``ast``), or the tuned matmul's (its ``launch``) in its place where it measures
+    faster (or where a cell forces either: not saved for a later executor then, which measures)."""
+    chosen = _choose(device, ast, program, launch)
     if device.tuned_matmul != "measure":
         device.programs.keep_unsaved(chosen)
     return chosen
 
 
-def _choose(device: TinygradDevice, ast: UOp, program: UOp, gemm: Gemm, epilogue: Epilogue | None) -> UOp:
-    info = program.arg
-    launch = Launch(gemm, info.globals.index(gemm.out), info.globals.index(gemm.a), info.globals.index(gemm.b),
-                    epilogue)
+def _choose(device: TinygradDevice, ast: UOp, program: UOp, launch: Launch) -> UOp:
+    gemm = launch.gemm
     name = (f"matmul_tuned_{gemm.m}_{gemm.n}_{gemm.k}{'_ta' if gemm.trans_a else ''}{'_tb' if gemm.trans_b else ''}"
-            f"{'' if epilogue is None else '_fused'}")
+            f"{'' if all(stage is None for _, stage in launch.stages()) else '_fused'}")
     source = launch.source()
-    tuned = program.replace(arg=replace(info, name=name), src=(*program.src[:2], UOp(Ops.SOURCE, arg=source),
-                                                               UOp(Ops.BINARY, arg=source.encode())))
-    key = (device.adapter, gemm, None if epilogue is None else epilogue.source)
+    tuned = program.replace(arg=replace(program.arg, name=name),
+                            src=(*program.src[:2], UOp(Ops.SOURCE, arg=source), UOp(Ops.BINARY, arg=source.encode())))
+    key = (device.adapter, source)
     if device.tuned_matmul == "measure" and key not in _faster:
         _faster[key] = _measure_faster(device, ast, program, tuned)
     if device.tuned_matmul == "measure" and not _faster[key]:
