@@ -462,8 +462,8 @@ def _found(ast: UOp, program: UOp, compile_stage: Callable[[UOp], UOp]) -> Launc
         stages[stage_name] = Stage(compiled.function_name, stage_program.src[3].arg.decode(), buffers,
                                    tuple(global_size), tuple(local_size or (1, 1, 1)))
 
-    def position(slot: int, own: UOp | None) -> int | None:
-        return None if own is not None else info.globals.index(slot)
+    def position(slot: int, stage_ast: UOp | None) -> int | None:  # (None: a buffer of the program's own)
+        return None if stage_ast is not None else info.globals.index(slot)
 
     return Launch(gemm, position(gemm.out, fused.epilogue), position(gemm.a, fused.a), position(gemm.b, fused.b),
                   **stages)
