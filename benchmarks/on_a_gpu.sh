@@ -6,7 +6,7 @@
 #
 # It needs a Python 3.12 with PyTorch (CUDA) and numpy. What that Python lacks travels as wheels in .whl/, and a
 # Vulkan loader as Debian packages in .gl/ where the machine has none; both are made here, where pip and apt reach
-# their registries, by
+# their registries, at the versions .venv has (scripts/setup.sh test made it), by
 #
 #     bash benchmarks/on_a_gpu.sh --prepare
 #
@@ -16,9 +16,9 @@
 # 3. the matmul tilings by shape. (tinygrad's kernel search over the block ran past 5 minutes on an H200: not here.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
 
 if [ "${1:-}" = "--prepare" ]; then
+    PYTHON="${PYTHON:-.venv/bin/python}"
     grep -qx '/.whl/' .git/info/exclude || echo /.whl/ >> .git/info/exclude
     grep -qx '/.gl/' .git/info/exclude || echo /.gl/ >> .git/info/exclude
     rm -rf .whl && mkdir -p .whl .gl /tmp/amd64/partial
@@ -34,6 +34,7 @@ if [ "${1:-}" = "--prepare" ]; then
     ls .whl .gl
     exit 0
 fi
+PYTHON="${PYTHON:-python3}"
 
 if ! ldconfig -p | grep -q libvulkan && compgen -G ".gl/*.deb" >/dev/null; then
     for deb in .gl/*.deb; do dpkg -x "$deb" /; done
