@@ -97,6 +97,7 @@ OTHER_TOOLS = {  # flags of other programs, allowed only where the same line or 
     "systemd-run": {"--user"},
     "jupyter console": {"--kernel"},
     "Chrome": {"--enable-unsafe-webgpu"},
+    "on_a_gpu.sh": {"--prepare"},  # (the benchmarks' shell script: no parser to read its flags from)
 }
 
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
