@@ -75,12 +75,12 @@ log = logging.getLogger(__name__)
 MARKER = "// remote-magic tuned matmul "
 """How a program's source starts when it is the tuned matmul; the launch follows as JSON."""
 OUTPUT_AXES = (AxisType.WEAK, AxisType.LOOP, AxisType.GLOBAL)
-"""The kinds of range a plain product's C is stored over, as tinygrad schedules it (unoptimized)."""
+"""The kinds of range a product's C is stored over, as tinygrad schedules it (unoptimized)."""
 TIMED_RUNS = 2
 """Runs of each kernel timed (after one untimed) when a product is first compiled; the faster run counts."""
 MAX_BINDINGS = 8
-"""Buffers one tinygrad kernel may bind on WebGPU (tinygrad's rule for its ``WEBGPU`` device): an epilogue that
-would bind more (the product's buffer besides the fused kernel's own) leaves the product to tinygrad."""
+"""Buffers one tinygrad kernel may bind on WebGPU (tinygrad's rule for its ``WEBGPU`` device): a prologue or epilogue
+that would bind more (its own buffer besides the fused kernel's) leaves the product to tinygrad."""
 
 
 @dataclass(frozen=True)
@@ -141,13 +141,6 @@ def _float_buffer(node: UOp) -> tuple[int, int, dict[UOp | None, int]] | None:
     if form is None or form.pop(None, 0) != 0 or any(value == 0 for value in form.values()):
         return None
     return param.arg.slot, size, form
-
-
-def gemm_of(ast: UOp) -> Gemm | None:
-    """The plain product ``ast`` (a kernel's AST, as tinygrad schedules it) computes, if that is all it computes
-    (see the module docstring); else None."""
-    found = fused_product_of(ast)
-    return found.gemm if found is not None and found.plain else None
 
 
 @dataclass(frozen=True)
