@@ -51,7 +51,14 @@ from typing import Any, Mapping
 
 
 class RemoteMagicError(Exception):
-    """Root of every error raised by remote-magic."""
+    """Root of every error raised by remote-magic.
+
+    ``partial``: where a cell raised it (its own exception, a :class:`RemoteError`, or the worker's GPU failing it
+    midway, a :class:`GpuError`), what the cell had changed by then (a ``JobResult``; else None). As in a local
+    run, ``%%offload`` keeps those changes.
+    """
+
+    partial: Any = None
 
     def _render_traceback_(self) -> list[str]:
         """In IPython, show the message without the library's own stack: it says what to do."""
@@ -166,8 +173,6 @@ class RemoteError(JobError):
     ``partial`` is what the cell had changed before it raised (a ``JobResult``, or None when the job
     was not a cell): as in a local run, ``%%offload`` keeps those changes.
     """
-
-    partial: Any = None
 
     shows_type = True
     """Whether ``str()`` names the remote type first. One that is also the local type says only what that

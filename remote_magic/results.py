@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import errors
 from .wire import identity, module_state, serialization
 from .wire.displays import clear_output_here, clears
-from .wire.failures import error_from_header, is_error
+from .wire.failures import error_from_header
 from .wire.handles import CELL_VALUE, RemoteValue, kept_description
 from .wire.in_place import update_in_place
 from .wire.protocol import Message, MessageType
@@ -134,8 +134,8 @@ def _shape(value: Any) -> str:
 def finish(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: bool,
            on_module_error: Callable[[str, Any, Exception], None] | None, shared: Sequence[Any] = (),
            notes: Sequence[str] = ()) -> JobResult:
-    """A finished job's JobResult, or, for an ERROR, its exception raised (a RemoteError from a cell
-    carries what the cell changed before it raised, as ``partial``). Arguments as ``read_result``; ``notes``
+    """A finished job's JobResult, or, for an ERROR, its exception raised (one from a cell's run carries what the
+    cell changed before it raised, as ``partial``). Arguments as ``read_result``; ``notes``
     (``CellSubmit.notes``) go first in the result's, before those on what couldn't change in place here."""
     def noted(result: JobResult) -> JobResult:
         result.notes[:0] = [*notes, *identity.past_limits(result.in_place, inputs)]
@@ -143,10 +143,9 @@ def finish(msg: Message, worker: str, inputs: Mapping[str, Any], update_inputs: 
 
     if msg.type is MessageType.ERROR:
         partial = noted(read_result(msg, worker, inputs, update_inputs, on_module_error, shared)) if (
-            is_error(msg.header, errors.RemoteError) and "names" in msg.header) else None
+            "names" in msg.header) else None
         error = error_from_header(msg.header, partial.values if partial is not None else None)
-        if isinstance(error, errors.RemoteError):
-            error.partial = partial
+        error.partial = partial
         raise error
     return noted(read_result(msg, worker, inputs, update_inputs, on_module_error, shared))
 

@@ -247,9 +247,11 @@ class JobRunner:
             finally:
                 if self.gpu is not None:  # (gpu.array(x) makes device arrays in any cell)
                     value = self.gpu.end_cell(namespace, value)
-        except (SerializationError, GpuError):
-            raise  # remote-magic's own refusals (the worker has no GPU...): said as they are
-        except Exception as exc:  # as locally, what the cell did before it raised stays done
+        except SerializationError:
+            raise  # remote-magic's own refusal: said as it is
+        # As locally, what the cell did before it raised stays done; so too when the GPU failed it midway (tinygrad
+        # out of memory, a shader that doesn't compile): the GpuError is said as it is.
+        except Exception as exc:
             changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=False,
                                    stand_in=self.stand_in)
             changes.shared = shared
@@ -367,10 +369,12 @@ class JobRunner:
         """The cell's exception, with what it changed before raising (so the notebook keeps that, as
         locally); if those values can't be packed, the exception alone."""
         job = str(msg.header["job"])
-        header = self._with_files(_remote_error(failed.error, job, self._sources))
+        error = failed.error
+        header = self._with_files(error_header(error, job) if isinstance(error, GpuError) else
+                                  _remote_error(error, job, self._sources))
         try:
             changed, frames = self._pack_changes(msg, failed.changes)
-        except SerializationError as exc:
+        except (SerializationError, GpuError) as exc:  # (a GPU that failed may not give its arrays back)
             log.info("a failed cell's changes stay on the worker: %s", exc)
             self.send(T.ERROR, header)
             return

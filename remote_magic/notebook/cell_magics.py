@@ -13,7 +13,7 @@ from IPython.core.magic import line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..engine import Engine
-from ..errors import EngineError, InputError, NoSuchJob, RemoteError, RequirementError
+from ..errors import EngineError, GpuError, InputError, NoSuchJob, RemoteError, RequirementError
 from ..results import JobResult
 from ..wire.sizes import human_size
 from . import cell_context, on_several
@@ -139,6 +139,10 @@ class CellMagics(MagicsGroup):
         except InputError as error:
             say_if_a_local_module(str(error))
             raise
+        except GpuError as error:  # (the GPU failed the cell midway: what it did by then stays done too)
+            if error.partial is not None:
+                self._apply(error.partial, inputs)
+            raise
         self._apply(result, inputs)
         if args.stats:
             after = client.traffic()
@@ -197,7 +201,7 @@ class CellMagics(MagicsGroup):
             result = self.connection.connected().attach(args.job, on_display=self.cell_display.show)
         except (NoSuchJob, EngineError) as exc:
             raise UsageError(str(exc)) from None
-        except RemoteError as error:
+        except (RemoteError, GpuError) as error:
             if error.partial is not None:
                 apply_result(error.partial, self.namespace, {})
             raise

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 from IPython.core.error import UsageError
 
 from ..engine import Engine
-from ..errors import EngineError, FleetError, GatherError, NoSuchWorker, RemoteError, SplitError
+from ..errors import EngineError, FleetError, GatherError, NoSuchWorker, SplitError
 from ..fleet_jobs import LabelledOutput
 from ..results import JobResult
 from ..wire.handles import RemoteValue
@@ -132,8 +132,7 @@ def run_on_several(client: Engine, cell: str, inputs: dict[str, Any], several: S
     except (NoSuchWorker, SplitError, EngineError) as exc:
         raise UsageError(str(exc)) from None
     except FleetError as error:  # as locally: what the cells did stays done, on the workers that ran it
-        partial = {worker: failed.partial for worker, failed in error.failures.items()
-                   if isinstance(failed, RemoteError) and failed.partial is not None}
+        partial = {worker: failed.partial for worker, failed in error.failures.items() if failed.partial is not None}
         apply_results(namespace, {**error.results, **partial},
                       leave=split.gather if split else ())  # nothing gathered: those names stay as they were
         raise

@@ -12,7 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import remote_magic
-from remote_magic import ShaderError
+from remote_magic import GpuError, ShaderError
 from support import WorkerProcess, connected_shell, require_a_gpu, start_worker
 
 pytestmark = pytest.mark.gpu
@@ -81,6 +81,18 @@ def test_custom_kernel_compiles_runs_and_reports_errors_with_position(ip: Intera
     line = next(n for n, text in enumerate(broken.splitlines(), 1) if "undefined_name" in text)
     assert info.value.line == line and info.value.column is not None
     assert "undefined_name" in str(info.value)
+
+
+def test_a_cell_the_gpu_fails_midway_keeps_what_it_did_before_as_a_local_cell_that_raised(
+        ip: InteractiveShell) -> None:
+    ip.user_ns.update(X=np.ones(1000, np.float32), kept=[0])
+    with capture_output():
+        ip.run_cell_magic("offload_kernel", "scale_shift", SCALE_SHIFT)
+        result = ip.run_cell("%%offload --gpu\nkept[0] = 1\nfirst = X * 2\nY = gpu.scale_shift(X)\nafter = 3")
+    assert isinstance(result.error_in_exec, GpuError), result.error_in_exec  # said as it is: `except GpuError`
+    assert "pass params" in str(result.error_in_exec)  # (scale_shift's scale and shift)
+    assert ip.user_ns["kept"] == [1] and "after" not in ip.user_ns and "Y" not in ip.user_ns
+    np.testing.assert_array_equal(ip.user_ns["first"], np.full(1000, 2.0))
 
 
 def test_the_fleet_table_shows_the_adapter_and_gpu_counters(ip: InteractiveShell) -> None:

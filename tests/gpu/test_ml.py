@@ -461,6 +461,33 @@ ALIASED_READ_TWICE = np.array([1, 2, 3, 4], np.float32) * 3.5
 ALIASED_IN_PLACE = np.array([1, 2, 3, 4], np.float32) * 2.5 + np.array([10, 20, 30, 40], np.float32)
 
 
+def test_the_tuned_matmuls_own_buffers_count_against_the_memory_limit_until_its_program_goes(
+        ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((41, 19), dtype=np.float32), rng.standard_normal((19, 23), dtype=np.float32)
+    ip.user_ns.update(a=a, b=b)
+    with capture_output():
+        result = ip.run_cell(
+            "%%offload\nimport gc\nfrom tinygrad import Tensor, Device\n"
+            "from tinygrad.engine.realize import runtime_cache\n"
+            "webgpu = Device['WEBGPU']\nallocator = webgpu.allocator\nwebgpu.tuned_matmul = 'always'\n"
+            "before = sum(allocator.held_by_programs.values())\n"
+            "fused = (Tensor(a) @ Tensor(b)).relu().numpy()  # the product into a buffer of its own, then the relu\n"
+            "own = sum(allocator.held_by_programs.values()) - before\n"
+            "webgpu.memory_limit = allocator.held_bytes + 100\n"
+            "try:\n    Tensor.ones(64).contiguous().realize()\n"
+            "finally:\n    webgpu.memory_limit, webgpu.tuned_matmul = None, 'measure'")
+    assert "fused" in ip.user_ns, result.error_in_exec
+    np.testing.assert_allclose(ip.user_ns["fused"], np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+    assert ip.user_ns["own"] == 3776  # 41 x 23 float32s (3,772 bytes) in whole 16 bytes
+    message = str(result.error_in_exec)
+    assert not result.success and "a tensor of 256 bytes was asked for" in message, message
+    counted = re.search(r"and ([\d,]+) bytes in the tuned matmul's own buffers\.", message)
+    assert counted and int(counted.group(1).replace(",", "")) >= ip.user_ns["own"], message
+    _run(ip, "%%offload\nruntime_cache.clear()\ngc.collect()\nleft = sum(allocator.held_by_programs.values())")
+    assert ip.user_ns["left"] == 0  # tinygrad let its programs go, and their buffers with them
+
+
 def test_a_kernel_binding_one_buffer_twice_reads_a_copy(ip: InteractiveShell) -> None:
     """WebGPU forbids binding one buffer twice where either binding is writable (Chrome rejects the dispatch,
     wgpu runs it): the worker binds a copy for the reads, as a tab does, with the values the kernel reads first."""

@@ -106,6 +106,9 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
         super().__init__(dev)
         self.held: dict[int, int] = {}
         """Bytes of each buffer tinygrad holds on the device, by ``id`` of the wgpu buffer."""
+        self.held_by_programs: dict[int, int] = {}
+        """Bytes of each buffer a program keeps for itself (the tuned matmul's, for work fused around a product), by
+        ``id`` of the wgpu buffer: counted against :attr:`WebGpuDevice.memory_limit` beside tensors'."""
 
     def _alloc(self, size: int, options: BufferSpec) -> Any:
         # tinygrad binds whole buffers to its kernels, so the binding limit is the size limit
@@ -114,31 +117,58 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
             raise GpuError(f"a tinygrad tensor of {size:,} bytes is larger than one kernel may bind on "
                            f"{self.dev.gpu.info.name} ({limit:,} bytes, WebGPU's max_storage_buffer_binding_size): "
                            "split it into smaller tensors")
-        padded = round_up(max(size, 1), 16)
-        bound = self.dev.memory_limit
-        if bound is not None and sum(self.held.values()) + padded > bound:
-            raise GpuError(self._out_of_memory(size, f"past the {human_size(bound)} its tensors may hold "
-                                                     f"(Device['WEBGPU'].memory_limit = {bound:,})"))
-        try:
-            with self.dev.gpu.guard("allocating a tinygrad buffer"):
-                buffer = self.dev.gpu.handle.create_buffer(size=padded, usage=STORAGE_USAGE)
-        except GpuError as exc:
-            if self.dev.gpu.lost:
-                raise
-            raise GpuError(self._out_of_memory(size, f"({exc})")) from exc
+        buffer = self._bounded(size, "a tensor")
         self.held[id(buffer)] = buffer.size
         return buffer
 
-    def _out_of_memory(self, size: int, why: str) -> str:
+    def program_buffer(self, size: int) -> Any:
+        """A buffer a program keeps for itself while it lives, counted (:attr:`held_by_programs`) until
+        :meth:`free_program_buffer`."""
+        buffer = self._bounded(size, "the tuned matmul's own buffer (for work fused around a product)")
+        self.held_by_programs[id(buffer)] = buffer.size
+        return buffer
+
+    def free_program_buffer(self, buffer: Any) -> None:
+        self.held_by_programs.pop(id(buffer), None)
+        self._destroy(buffer)
+
+    def _bounded(self, size: int, what: str) -> Any:
+        """A new storage buffer of ``size`` bytes (rounded up), within :attr:`WebGpuDevice.memory_limit`; running out
+        of either says what ``what`` asked for and what is held."""
+        padded = round_up(max(size, 1), 16)
+        bound = self.dev.memory_limit
+        if bound is not None and self.held_bytes + padded > bound:
+            raise GpuError(self._out_of_memory(size, what, f"past the {human_size(bound)} its tensors may hold "
+                                                           f"(Device['WEBGPU'].memory_limit = {bound:,})"))
+        try:
+            with self.dev.gpu.guard("allocating a tinygrad buffer"):
+                return self.dev.gpu.handle.create_buffer(size=padded, usage=STORAGE_USAGE)
+        except GpuError as exc:
+            if self.dev.gpu.lost:
+                raise
+            raise GpuError(self._out_of_memory(size, what, f"({exc})")) from exc
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes held on the device: tensors' buffers and programs'."""
+        return sum(self.held.values()) + sum(self.held_by_programs.values())
+
+    def _out_of_memory(self, size: int, what: str, why: str) -> str:
         largest = ", ".join(f"{human_size(nbytes)} x {count}" for nbytes, count
                             in sorted(Counter(self.held.values()).items(), reverse=True)[:4])
-        return (f"tinygrad ran out of GPU memory on {self.dev.gpu.info.name}: a tensor of {size:,} bytes was asked "
+        programs = sum(self.held_by_programs.values())
+        by_programs = f" and {programs:,} bytes in the tuned matmul's own buffers" if programs else ""
+        return (f"tinygrad ran out of GPU memory on {self.dev.gpu.info.name}: {what} of {size:,} bytes was asked "
                 f"for, {why}, with {sum(self.held.values()):,} bytes in {len(self.held)} tensors' buffers held "
-                f"already{f' (the largest: {largest})' if largest else ''}. Free tensors the cell no longer needs "
-                "(del them, or keep .numpy() copies), or make the batch or the model smaller")
+                f"already{f' (the largest: {largest})' if largest else ''}{by_programs}. "
+                "Free tensors the cell no longer needs (del them, or keep .numpy() copies), or make the batch or the "
+                "model smaller")
 
     def _free(self, opaque: Any, options: BufferSpec) -> None:
         self.held.pop(id(opaque), None)
+        self._destroy(opaque)
+
+    def _destroy(self, opaque: Any) -> None:
         self.dev.forget_bindings(opaque)
         self.dev.submit()  # a buffer that recorded kernels use can't go before they are submitted
         if not self.dev.gpu.lost:
@@ -281,6 +311,8 @@ class KernelTimes:
 class WebGpuDevice(Compiled):
     """tinygrad's ``WEBGPU`` device on the executor's :class:`GpuDevice` (wgpu's or a browser tab's)."""
 
+    allocator: WebGpuAllocator
+
     def __init__(self, device: str) -> None:
         self.gpu: GpuDevice = executor_gpu_device()
         self._encoder: Any = None
@@ -293,9 +325,9 @@ class WebGpuDevice(Compiled):
         self._bind_groups: dict[tuple[int, ...], tuple[Any, Any, tuple[Any, ...]]] = {}
         self._bound_in: dict[int, set[tuple[int, ...]]] = {}  # a buffer's id: the keys of the groups that bind it
         self.memory_limit: int | None = None
-        """Bytes tinygrad's tensors may hold on this GPU (None: what the GPU gives); past it, an allocation fails
-        saying what was asked and what is held. Set it in a cell to share the GPU: ``Device['WEBGPU'].memory_limit
-        = 2 * 10**9``."""
+        """Bytes tinygrad's tensors (and the tuned matmul's own buffers) may hold on this GPU (None: what the GPU
+        gives); past it, an allocation fails saying what was asked and what is held. Set it in a cell to share the
+        GPU: ``Device['WEBGPU'].memory_limit = 2 * 10**9``."""
         self.staging = BufferPool(self.gpu.handle)
         """Staging buffers for readbacks, kept for reuse (``memory.py``'s pool)."""
         with self.gpu.guard("opening tinygrad's WEBGPU device"):

@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import time
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol
 
@@ -50,6 +51,13 @@ from .tinygrad_programs import ProgramCache
 from .uniforms import MATMUL
 
 
+class ProgramBuffers(Protocol):
+    """Where a program's own buffers come from: counted with tinygrad's (``tinygrad_device.WebGpuAllocator``)."""
+
+    def program_buffer(self, size: int) -> Any: ...
+    def free_program_buffer(self, buffer: Any) -> None: ...
+
+
 class TinygradDevice(Protocol):
     """What this module uses of tinygrad's ``WEBGPU`` device (``tinygrad_device.py``, a layer above)."""
 
@@ -60,6 +68,8 @@ class TinygradDevice(Protocol):
     tuned_matmuls: int
     programs: ProgramCache
 
+    @property
+    def allocator(self) -> ProgramBuffers: ...
     def matmul_context(self) -> DeviceContext: ...
     def uniform_bytes(self, data: bytes) -> Any: ...
     def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True) -> Any: ...
@@ -319,8 +329,8 @@ class Launch:
 class TunedMatmulProgram:
     """A tinygrad program that runs this project's tuned matmul for its :class:`Launch`, recorded into the device's
     compute pass as tinygrad's kernels are; with the launch's prologues before it and its epilogue after, each run by
-    the program ``compile_stage`` makes for it, and a buffer of the program's own (held while it is) for each operand
-    a prologue computes and for the product an epilogue reads."""
+    the program ``compile_stage`` makes for it, and a buffer of the program's own (held while it is, and counted as
+    tinygrad's are) for each operand a prologue computes and for the product an epilogue reads."""
 
     def __init__(self, dev: TinygradDevice, launch: Launch, name: str,
                  compile_stage: Callable[[Stage], Any] | None = None) -> None:
@@ -346,8 +356,9 @@ class TunedMatmulProgram:
             for stage_name, stage in launch.stages():
                 if stage is not None:
                     assert compile_stage is not None, "a launch with stages needs compile_stage"
-                    own = dev.gpu.handle.create_buffer(size=round_up(4 * elements[stage_name], 16),
-                                                       usage=STORAGE_USAGE)
+                    own = dev.allocator.program_buffer(4 * elements[stage_name])
+                    # (not at exit: the device may be gone by then, and the process's end frees it)
+                    weakref.finalize(self, dev.allocator.free_program_buffer, own).atexit = False
                     self.stages[stage_name] = (stage, compile_stage(stage), own)
         tiles_n, tiles_m = math.ceil(gemm.n / tiling.tile_n), math.ceil(gemm.m / tiling.tile_m)
         self.groups = ctx.fold(tiles_n * tiles_m)
