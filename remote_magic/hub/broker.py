@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ..errors import (
     CredentialsRotated,
@@ -254,9 +255,12 @@ class Hub:
     def _serve(self, wake: zmq.Socket[Any]) -> None:
         sock = self._socket
         assert sock is not None
+        # A closed connection (a killed process, a reset) is said at once, without the peer: each peer is asked then
+        disconnects = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
+        poller.register(disconnects, zmq.POLLIN)
         next_tick = time.monotonic()
         try:
             while not self._stopping.is_set():
@@ -270,6 +274,9 @@ class Hub:
                     command = wake.recv()
                     if command == b"drop-stale":
                         self._drop_stale_keys()
+                if disconnects in events:
+                    recv_monitor_message(disconnects)
+                    self._disconnected()
                 if sock in events:
                     for _ in range(1000):  # drain what is queued, but keep heartbeats on time
                         frames = sock.recv_multipart(copy=False)
@@ -290,6 +297,8 @@ class Hub:
                     next_tick = time.monotonic() + self.heartbeat_interval / 2
             self._say_goodbye()
         finally:
+            sock.disable_monitor()
+            disconnects.close()
             wake.close()
             sock.close()
 
@@ -535,6 +544,14 @@ class Hub:
             peer.link.drop_stalled(self.stall_s)
         self.delivery.forget_acknowledged_ends()
         self.delivery.expire()
+
+    def _disconnected(self) -> None:
+        """A connection closed: a peer it was is out of reach now, not at the liveness expiry, so no job is handed to a
+        worker that is gone (its record, jobs and session wait for it as long as before)."""
+        for peer in self.fleet.peers.values():
+            if not peer.local and not peer.out_of_reach and not self._connected(peer):
+                peer.out_of_reach = True
+                log.info("%s %r is out of reach: its connection closed", peer.role.value, peer.name)
 
     def _back_in_reach(self, peer: Peer) -> None:
         """A peer out of reach was heard again: jobs waiting for it (or any worker) may go to it now."""

@@ -76,6 +76,26 @@ def test_requirements_pick_the_worker_that_has_it_and_an_unmatchable_one_fails_l
         hub.stop()
 
 
+def test_a_worker_whose_process_died_takes_no_job_before_its_heartbeats_expire(tmp_path: Path) -> None:
+    # Heartbeats every 5 s: silence alone makes a worker out of reach only after 25 s
+    hub = start_worker(tmp_path / "hub", "--listen", "127.0.0.1:0", "--gpu", "off", "--name", "home",
+                       "--heartbeat-interval", "5")
+    doomed = _join(hub, tmp_path / "doomed", "doomed", "--label", "zone=lab")
+    spare = _join(hub, tmp_path / "spare", "spare", "--label", "zone=lab")
+    try:
+        with remote_magic.connect(hub.token) as client:
+            wait_for(lambda: len(client.workers()) == 3, 30, "both workers to join")
+            doomed.process.kill()  # its connection closes with it
+            doomed.process.wait()
+            wait_for(lambda: not {w["name"]: w for w in client.workers()}["doomed"]["reachable"], 15,
+                     "the hub to take the killed worker for out of reach")
+            # before: the first to have joined of those that fit, and lost 25 s later (WorkerLost)
+            assert [client.execute("x = 1", require="zone==lab", timeout=20).worker for _ in range(2)] == ["spare"] * 2
+    finally:
+        spare.stop()
+        hub.stop()
+
+
 def test_jobs_go_to_a_plugged_in_worker_before_one_on_battery(tmp_path: Path) -> None:
     hub = _hub(tmp_path / "hub", battery="80,false")  # on battery, --on-battery last (the default)
     plugged = _join(hub, tmp_path / "plugged", "plugged", battery="95,true")
