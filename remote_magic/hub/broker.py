@@ -255,7 +255,7 @@ class Hub:
     def _serve(self, wake: zmq.Socket[Any]) -> None:
         sock = self._socket
         assert sock is not None
-        # A closed connection (a killed process, a reset) is said at once, without the peer: each peer is asked then
+        # libzmq says at once when a connection closes (a killed process, a reset), though not whose: see _disconnected
         disconnects = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
