@@ -124,6 +124,7 @@ def test_a_job_that_ends_while_its_notebook_is_cut_off_waits_for_it(tmp_path: Pa
                     "    time.sleep(0.05)\nz = 7")
             with pytest.raises(remote_magic.ConnectionFailed, match="the job goes on there") as lost:
                 client.execute(code, {"RELEASE": str(release)}, on_stream=cut_off)
+            _forgotten(worker)
             tunnel.start()
             wait_for(lambda: _waiting(client), 30, "the job to wait for this notebook")
             (job,) = client.jobs()
@@ -143,13 +144,19 @@ def _behind_a_tunnel(tmp_path: Path) -> Iterator[tuple[Any, WorkerProcess]]:
 
     tunnel = Relay()
     worker = start_worker(tmp_path / "far", "--listen", "127.0.0.1:0", "--advertise", tunnel.address, "--gpu", "off",
-                          "--heartbeat-interval", "0.25", "--outage-grace", "1")
+                          "--heartbeat-interval", "0.25", "--outage-grace", "1", "-v")  # (-v: it logs who left)
     try:
         tunnel.target = listening_port(worker.process.pid)
         yield tunnel, worker
     finally:
         tunnel.stop()
         worker.stop()
+
+
+def _forgotten(worker: WorkerProcess) -> None:
+    """Wait for the hub to forget the cut-off notebook. The notebook gives up as the hub forgets it, each at its own
+    bound: back before the hub forgot it, it would be the hub's notebook still, with no job left waiting for it."""
+    wait_for(lambda: "left: stopped answering" in worker.log(), 30, "the hub to forget the cut-off notebook")
 
 
 def _waiting(client: remote_magic.Client) -> bool:
@@ -169,6 +176,7 @@ def test_the_same_notebook_back_after_an_outage_collects_each_line_once_in_order
                     "    i += 1\n    time.sleep(0.02)\nprint('end')\nz = i")
             with pytest.raises(remote_magic.ConnectionFailed, match="the job goes on there"):
                 client.execute(code, {"RELEASE": str(release)}, on_stream=lambda header: tunnel.stop())
+            _forgotten(worker)
             tunnel.start()
             wait_for(lambda: _waiting(client), 30, "the job to wait for this notebook")
             printed: list[str] = []

@@ -24,6 +24,7 @@ import nbformat
 import psutil
 import pytest
 from jupyter_client import BlockingKernelClient, KernelManager
+from jupyter_kernel_test.msgspec_v5 import validate_message
 from nbclient import NotebookClient
 
 import remote_magic
@@ -398,6 +399,28 @@ class TestTheKernelMessageProtocol(jupyter_kernel_test.KernelTests):
     supported_history_operations = ("tail", "search")
     code_inspect_sample = "zip"
     code_clear_output = "from IPython.display import clear_output; clear_output()"
+
+    def execute_helper(self, code: str, timeout: int = TIMEOUT, silent: bool = False, store_history: bool = True,
+                       stop_on_error: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """jupyter_kernel_test's own, but each iopub message after the reply may take up to TIMEOUT, not 0.1 s: they
+        come through the hub on a channel of their own, and on a loaded machine the idle status came later."""
+        msg_id = self.kc.execute(code=code, silent=silent, store_history=store_history, stop_on_error=stop_on_error)
+        reply = self.get_non_kernel_info_reply(timeout=timeout)
+        assert reply is not None
+        validate_message(reply, "execute_reply", msg_id)
+        busy = self.kc.get_iopub_msg(timeout=timeout)
+        validate_message(busy, "status", msg_id)
+        self.assertEqual(busy["content"]["execution_state"], "busy")
+        outputs = []
+        while (msg := self.kc.get_iopub_msg(timeout=timeout))["msg_type"] != "status":
+            validate_message(msg, msg["msg_type"], msg_id)
+            if msg["msg_type"] == "execute_input":
+                self.assertEqual(msg["content"]["code"], code)
+            else:
+                outputs.append(msg)
+        validate_message(msg, "status", msg_id)
+        self.assertEqual(msg["content"]["execution_state"], "idle")
+        return reply, outputs
 
 
 def test_kernels_run_in_the_python_the_worker_names(tmp_path: Path) -> None:
