@@ -80,6 +80,10 @@ GOODBYE_LINGER_MS = 1000
 HELD_RETRY_MS = 10
 """While messages wait for a peer's queue to have room: how often the hub tries to send them."""
 
+ROUTE_CHECKS_S = (0.0, 0.02, 0.1, 0.5, 2.0, 5.0)
+"""After a connection closed, when the hub looks for peers left without a route. libzmq tells of the close before it
+drops the route (that takes a few commands between its threads, slow on a busy machine), so it looks more than once."""
+
 Handler = Callable[[Peer, Message, list[Any]], None]
 """Acts on one message from a peer: the peer, the message (whole, once, in order) and its frames."""
 
@@ -135,6 +139,7 @@ class Hub:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._assign_due = False  # a worker came back in reach: waiting jobs may go to it
+        self._route_checks_due: list[float] = []  # when to look for peers whose connection closed (ROUTE_CHECKS_S)
         self._wake_endpoint = f"inproc://hub-wake-{id(self)}"
         # Keyed by credential (a handful), so an authenticated peer can't flood the log with garbage.
         self._peer_warnings = WarningThrottle(log)
@@ -264,11 +269,13 @@ class Hub:
         next_tick = time.monotonic()
         try:
             while not self._stopping.is_set():
-                timeout_ms = max(0, math.ceil((next_tick - time.monotonic()) * 1000))  # (not 0 until it is due)
+                timeout_ms = _ms_until(next_tick)
                 if self._send_held():  # the socket can't say when a peer's queue has room again: look often
                     timeout_ms = min(timeout_ms, HELD_RETRY_MS)
                 if (acks_due_ms := self._send_acks()) is not None:
                     timeout_ms = min(timeout_ms, acks_due_ms)
+                if self._route_checks_due:
+                    timeout_ms = min(timeout_ms, _ms_until(self._route_checks_due[0]))
                 events = dict(poller.poll(timeout_ms))
                 if wake in events:
                     command = wake.recv()
@@ -276,6 +283,10 @@ class Hub:
                         self._drop_stale_keys()
                 if disconnects in events:
                     recv_monitor_message(disconnects)
+                    closed_at = time.monotonic()
+                    self._route_checks_due = [closed_at + delay for delay in ROUTE_CHECKS_S]
+                if self._route_checks_due and time.monotonic() >= self._route_checks_due[0]:
+                    self._route_checks_due = [due for due in self._route_checks_due if due > time.monotonic()]
                     self._disconnected()
                 if sock in events:
                     for _ in range(1000):  # drain what is queued, but keep heartbeats on time
@@ -548,6 +559,8 @@ class Hub:
     def _disconnected(self) -> None:
         """A connection closed: a peer it was is out of reach now, not at the liveness expiry, so no job is handed to a
         worker that is gone (its record, jobs and session wait for it as long as before)."""
+        assert self._socket is not None
+        self._socket.getsockopt(zmq.EVENTS)  # takes in libzmq's pending commands (a route's end) now, unthrottled
         for peer in self.fleet.peers.values():
             if not peer.local and not peer.out_of_reach and not self._connected(peer):
                 peer.out_of_reach = True
@@ -594,6 +607,11 @@ class Hub:
             self.send(peer.routing_id, T.ERROR, error_header(
                 CredentialsRotated(f"the hub's keys were rotated: {new_token_advice(peer.role)}")))
             self._forget(peer, "holds rotated-out credentials")
+
+
+def _ms_until(when: float) -> int:
+    """Milliseconds from now until a time.monotonic() moment, rounded up: not 0 until it is due."""
+    return max(0, math.ceil((when - time.monotonic()) * 1000))
 
 
 def new_token_advice(role: Role) -> str:
