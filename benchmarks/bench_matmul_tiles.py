@@ -1,7 +1,7 @@
 """Matmul tilings by shape (issue 21): the tiling the worker picks, beside the one fixed tiling it had
 before, a naive kernel and local numpy, in GFLOP/s.
 
-    python benchmarks/bench_matmul_tiles.py                         # n = 64 ... 2048 and three skinny shapes
+    python benchmarks/bench_matmul_tiles.py                         # n = 64 ... 2048 and six other shapes
     python benchmarks/bench_matmul_tiles.py --sizes 64 256 --shapes 1x1024x1024 --no-write   # quick check
 
 For each product (square n x n, and ``--shapes`` given as MxKxN) it measures, with the inputs already
@@ -47,7 +47,9 @@ log = logging.getLogger("bench_matmul_tiles")
 
 SECTION = "## Matmul tilings by shape (issue 21)"
 DEFAULT_SIZES = [64, 128, 256, 512, 1024, 2048]
-DEFAULT_SHAPES = ["4096x64x4096", "32x1024x1024", "1x1024x1024"]
+DEFAULT_SHAPES = ["4096x64x4096", "32x1024x1024", "1x1024x1024", "128x3072x768", "128x768x768", "32x4096x32"]
+"""Skinny products, and products with a long K whose C is too small to fill the device with tiles: split-K's (a
+GPT-2 block's MLP down and attention projection on a GPU; the last on a software adapter without subgroups)."""
 SUBGROUP_COLUMN = "subgroups"
 """The column measured only where the device has the "subgroups" feature."""
 

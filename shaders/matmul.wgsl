@@ -20,6 +20,9 @@
 // TRANS_A and TRANS_B read A stored K x M and B stored N x K (tinygrad's `x @ w.T` and `g.T @ x`, run
 // by worker/gpu/tinygrad_matmul.py), one element at a time; the subgroup kernel has no such layouts.
 //
+// Split-K (the host's choice for a C too small to fill the GPU with tiles): the host makes each of S
+// parts of K a batch entry of its own, whose product goes to partial sums, and `sum_splits` adds them.
+//
 // Dispatch: one workgroup per (column tile, row tile, batch), numbered linearly and folded by
 // the host over x and y when the count passes the 65,535-per-dimension limit. Leading (batch)
 // dimensions broadcast as in numpy: the host passes the batch shape and each operand's batch
@@ -297,4 +300,21 @@ fn tiled8(@builtin(workgroup_id) wg: vec3<u32>,
     store8(row + 5u, col, base.z, r5a, r5b);
     store8(row + 6u, col, base.z, r6a, r6b);
     store8(row + 7u, col, base.z, r7a, r7b);
+}
+
+// Split-K's second pass: C (+)= the sum of the S partial products, bound as A, one after another (p.K = S,
+// p.c_bstride values each, C's values too). One invocation per value of C, 256 per workgroup, folded as above.
+@compute @workgroup_size(256)
+fn sum_splits(@builtin(workgroup_id) wg: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) li: u32) {
+    let i = (wg.x + wg.y * nwg.x) * 256u + li;
+    if (i >= p.c_bstride) {
+        return;
+    }
+    var total = 0.0;
+    for (var part = 0u; part < p.K; part++) {
+        total += a_at(part * p.c_bstride + i);
+    }
+    C[p.c_off + i] = result(p.c_off + i, total);
 }

@@ -230,7 +230,12 @@ def fake_context(adapter_type: str = "discrete-gpu", subgroups: bool = False, ma
     ((1024, 1024, 1024), 1, TILE_64),       # 64 tiles of 128x128 would leave most compute units idle
     ((1024, 1024, 1024), 4, TILE_128),      # ... unless the batch makes up for it
     ((384, 384, 384), 1, TILE_32),          # 144 workgroups: over half the target
-    ((256, 256, 256), 1, "naive"),          # 64 tiles of 32x32 can't keep a GPU busy
+    ((256, 256, 256), 1, "naive"),          # 64 tiles of 32x32 can't keep a GPU busy, nor K's parts as deep as 256
+    ((128, 768, 3072), 1, "32x32, K in 4"),  # a GPT-2 block's MLP down: 96 tiles, each of 4 parts of K
+    ((128, 768, 768), 1, "32x32, K in 2"),   # its attention's projection: 192 workgroups, over half the target
+    ((64, 64, 8192), 1, "32x32, K in 32"),   # 4 tiles: the most parts there are, 128 workgroups
+    ((32, 32, 8192), 1, "naive"),            # 1 tile: 32 parts make too few workgroups to fill the GPU
+    ((128, 768, 3000), 1, "naive"),          # K in no parts of a multiple of 16 (the tiles' K step)
     ((4096, 40, 64), 1, TILE_32),           # 40 columns: no 128-wide tile, and 64x64 makes only 64
     ((1, 1024, 1024), 1, "naive"),          # a vector-matrix product
     ((4096, 8, 4096), 1, "naive"),          # eight columns
@@ -269,6 +274,45 @@ def test_subgroups_chosen_only_where_they_measured_faster(monkeypatch: pytest.Mo
     assert choose_tiling(fake_context(subgroups=True), (384, 384, 384), 1) == TILE_32  # never measured on a GPU
     few = fake_context("software", subgroups=True, max_groups=7)  # 49 workgroups a dispatch: 9 tiles, 190 not
     assert choose_tiling(few, (300, 300, 20), 1) == TILE_128
+
+
+def test_split_k_fills_the_cpus_of_a_software_adapter_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("remote_magic.worker.gpu.matmul.os.cpu_count", lambda: 2)
+    cpu = fake_context("software")
+    assert choose_tiling(cpu, (32, 32, 4096), 1).name == "32x32, K in 4"  # 1 tile: naive ran it 4.5x slower
+    assert choose_tiling(cpu, (32, 32, 256), 1).name == "naive"  # a K too short to split
+    with_subgroups = fake_context("software", subgroups=True)  # which it measured faster than split-K there
+    assert choose_tiling(with_subgroups, (32, 32, 4096), 1) == TILE_SUBGROUPS
+
+
+@pytest.mark.parametrize("vectorize", [True, False], ids=["vec4", "scalar"])
+@pytest.mark.parametrize("tiling", [TILE_32.split_k(2), TILE_64.split_k(4), TILE_128.split_k(3)], ids=lambda t: t.name)
+@pytest.mark.parametrize("a_shape,b_shape", [((70, 96), (96, 68)), ((65, 48), (48, 67)),
+                                             ((2, 1, 20, 96), (1, 3, 96, 12)), ((40, 48), (48,))], ids=str)
+def test_split_k_matches_numpy(runtime: GpuRuntime, rng: np.random.Generator, tiling: Tiling, vectorize: bool,
+                               a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    a, b = operands(rng, a_shape, b_shape)  # aligned and odd, batched and broadcast; K in equal parts
+    if b.ndim == 1:
+        b = b[:, None]
+    ctx = runtime.dispatcher.ctx
+    ctx.stats.kernels.clear()
+    out = kernel_product(runtime, a, b, tiling=tiling, vectorize=vectorize)
+    assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
+    assert ctx.stats.kernels["matmul"] == 2  # the parts' products, then their sum
+
+
+def test_split_k_past_the_binding_limit_adds_each_blocks_parts_onto_c(small_binding: GpuRuntime,
+                                                                     rng: np.random.Generator,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pipelines = small_binding.dispatcher.ctx.pipelines
+    entries: list[str] = []
+    original = pipelines.get
+    monkeypatch.setattr(pipelines, "get", lambda shader, entry, constants=None: (
+        entries.append(entry), original(shader, entry, constants))[1])
+    a, b = operands(rng, (24, 4096), (4096, 20))  # 384 KiB and 320 KiB: blocks of K, each split in two
+    out = kernel_product(small_binding, a, b, tiling=TILE_32.split_k(2))
+    assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
+    assert entries.count("sum_splits") == entries.count("tiled4") > 1, entries
 
 
 @pytest.mark.parametrize("m,n", [(1, 1000), (1000, 1), (3, 7), (16, 16), (200, 300)], ids=str)

@@ -12,6 +12,7 @@ import nbformat
 import numpy as np
 import pytest
 from browser_tabs import batches_run, chromium, chromium_path, open_tab
+from gpu_checks import rel_err
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
@@ -394,6 +395,41 @@ def test_a_training_step_through_the_tuned_matmul_matches_numpy(ip: InteractiveS
     assert ip.user_ns["loss"] == pytest.approx(float(np.mean(error ** 2)), rel=1e-5)
     for stepped, weight, gradient in zip(ip.user_ns["stepped"], (w1, w2), gradients):
         np.testing.assert_allclose(stepped, weight - 0.1 * gradient, rtol=1e-5, atol=1e-5)
+
+
+SPLIT_PRODUCTS = """
+from tinygrad import Tensor, Device
+from remote_magic.worker.gpu.matmul import choose_tiling
+webgpu = Device['WEBGPU']
+# (as the tuned matmul chooses for a transposed operand, which the subgroup kernel doesn't read)
+m, n, k = next(dims for dims in candidates
+               if choose_tiling(webgpu.matmul_context(), dims, 1, subgroups=False).split > 1)
+x, w, bias = a[:m, :k], b[:k, :n], b[0, :n]
+made = {'x @ w.T': lambda: Tensor(x) @ Tensor(w.T.copy()).T, 'g.T @ x': lambda: Tensor(x.T.copy()).T @ Tensor(w),
+        'with a bias and relu': lambda: (Tensor(x) @ Tensor(w.T.copy()).T + Tensor(bias)).relu()}
+webgpu.tuned_matmul = 'always'
+products, kernels = {}, {}
+for name, make in made.items():
+    with webgpu.kernel_times() as times:
+        products[name] = make().numpy()
+    kernels[name] = sorted(times.dispatches)
+webgpu.tuned_matmul = 'measure'
+"""
+
+
+def test_a_product_too_small_to_fill_the_gpu_splits_k_and_equals_numpys(ip: InteractiveShell) -> None:
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((128, 8192), dtype=np.float32), rng.standard_normal((8192, 256), dtype=np.float32)
+    # one tile of C on a software adapter of up to 32 threads; 32 on a GPU
+    ip.user_ns.update(a=a, b=b, candidates=[(24, 20, 8192), (128, 256, 8192)])
+    _run(ip, "%%offload\n" + SPLIT_PRODUCTS)
+    m, n, k = ip.user_ns["m"], ip.user_ns["n"], ip.user_ns["k"]
+    product = a[:m, :k].astype(np.float64) @ b[:k, :n]
+    expected = {"x @ w.T": product, "g.T @ x": product, "with a bias and relu": np.maximum(product + b[0, :n], 0)}
+    for name, value in expected.items():
+        assert rel_err(ip.user_ns["products"][name], value) < 1e-5, name
+        # the parts' products, then their sum (and for the last, its epilogue: the bias and relu)
+        assert any(kernel.endswith("_sum_splits") for kernel in ip.user_ns["kernels"][name]), ip.user_ns["kernels"]
 
 
 def test_a_tensor_over_the_binding_limit_says_so(ip: InteractiveShell, ml_worker: WorkerProcess) -> None:

@@ -11,9 +11,16 @@
    workgroups, so that every compute unit has work: :func:`fill_target` is 2x the CPU count on a
    software adapter (lavapipe runs one workgroup per thread) and :data:`GPU_FILL_WORKGROUPS` on a
    GPU, as WebGPU does not tell how many compute units an adapter has.
-3. When none does, the smallest if it makes at least half of ``target``; below that the product
-   is too small to keep the device busy with tiles (each workgroup waits on its loads with no
-   other to switch to), and ``naive``, with the most workgroups, runs it.
+3. When none does, the smallest if it makes at least half of ``target``.
+4. Below that, C is too small to keep the device busy with tiles (each workgroup waits on its
+   loads with no other to switch to). With a long K, the smallest tile splits K (split-K): each
+   of 2 to 32 parts of K, at least :data:`MIN_SPLIT_DEPTH` deep, is a product of its own into
+   partial sums (as many workgroups again each), and a second kernel adds them into C; the
+   fewest parts that make ``target`` workgroups, or the most there are if they make half of it
+   (the subgroup kernel below replaces it where it replaces tiles: 1.9x split-K's 32 x 32 tiles
+   at 32x4096 @ 4096x32 on lavapipe).
+   A GPT-2 block's 128 x 768 products (K of 768 to 3072) are such products on a GPU.
+5. Else ``naive``, with the most workgroups, runs it.
 
 K does not enter the rule: with K as small as 4 the tiles still ran several times faster than
 ``naive`` on lavapipe. Tilings past the adapter's limits (invocations and size per workgroup,
@@ -42,7 +49,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product as cartesian
 from typing import Sequence
 
@@ -60,6 +67,12 @@ BK = 16
 GPU_FILL_WORKGROUPS = 256
 """Workgroups that fill a GPU: about 2x the compute units of a large one (an H100 has 132)."""
 NAIVE_INVOCATIONS = 256
+SPLITS = (2, 4, 8, 16, 32)
+"""Parts split-K may split K into (rule 4 of the module docstring)."""
+MIN_SPLIT_DEPTH = 256
+"""The least K a part of a split K has: shallower, the partial sums cost more than they save."""
+SUM_SPLITS_INVOCATIONS = 256
+"""Invocations per workgroup of ``sum_splits``, split-K's second pass (its ``@workgroup_size``)."""
 """Invocations per workgroup of the naive kernel (16x16 for a square C, 256x1 for one row)."""
 
 
@@ -78,6 +91,8 @@ class Tiling:
     block: int
     shader: str = "matmul"
     """The shader file: ``matmul_subgroups`` for the kernel that needs the "subgroups" feature."""
+    split: int = 1
+    """Parts K is split into (split-K, rule 4 of the module docstring): 1, K whole."""
 
     @property
     def tile_m(self) -> int:
@@ -95,8 +110,12 @@ class Tiling:
         return 0 if self.entry in ("naive", "subgroups8") else 4 * BK * (self.tile_m + self.tile_n)
 
     def workgroups(self, m: int, n: int, batch: int) -> int:
-        """Workgroups for ``batch`` products with an m x n C."""
-        return math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n) * batch
+        """Workgroups for ``batch`` products with an m x n C (each part of K's, split)."""
+        return math.ceil(m / self.tile_m) * math.ceil(n / self.tile_n) * batch * self.split
+
+    def split_k(self, parts: int) -> Tiling:
+        """This tiling with K split into ``parts`` (split-K)."""
+        return replace(self, name=f"{self.name}, K in {parts}", split=parts)
 
     def constants(self, vec4: bool) -> dict[str, float]:
         """The override constants of this tiling's pipeline."""
@@ -157,15 +176,23 @@ def choose_tiling(ctx: DeviceContext, dims: tuple[int, int, int], batch: int, th
     The rule is the module docstring's; ``threads`` caps the tiled kernels' workgroup side;
     ``subgroups=False`` chooses as on a device without the feature (for benchmarks).
     """
-    m, n, _ = dims
+    m, n, k = dims
     allowed = [t for t in TILED if max(t.wx, t.wy) <= threads and fits(ctx, t)
                and t.tile_m <= 2 * m and t.tile_n <= 2 * n]
     target = fill_target(ctx)
     for tiling in allowed:
         if tiling.workgroups(m, n, batch) >= target:
             return _or_subgroups(ctx, tiling, m, n, batch) if subgroups else tiling
-    if allowed and allowed[-1].workgroups(m, n, batch) * 2 >= target:
-        return _or_subgroups(ctx, allowed[-1], m, n, batch) if subgroups else allowed[-1]
+    if not allowed:
+        return naive_tiling(m, n)
+    smallest = allowed[-1]
+    if smallest.workgroups(m, n, batch) * 2 >= target:
+        return _or_subgroups(ctx, smallest, m, n, batch) if subgroups else smallest
+    parts = [s for s in SPLITS if k % (BK * s) == 0 and k // s >= MIN_SPLIT_DEPTH]
+    enough = [s for s in parts if smallest.workgroups(m, n, batch) * s >= target]
+    if enough or (parts and smallest.workgroups(m, n, batch) * parts[-1] * 2 >= target):
+        split = smallest.split_k(enough[0] if enough else parts[-1])
+        return _or_subgroups(ctx, split, m, n, batch) if subgroups else split
     return naive_tiling(m, n)
 
 
@@ -232,6 +259,26 @@ class _Launcher:
         batch = size_of(bshape)
         a_off, b_off, c_off = offsets
         tiling = self.tiling or choose_tiling(self.ctx, dims, batch, self.threads)
+        if tiling.split == 1 or k % tiling.split or len(bshape) >= MAX_DIMS or ldc != n or (
+                batch > 1 and c_bstride != m * n):  # (the partial sums are C's values, contiguous, a part at a time)
+            self._product(replace(tiling, split=1), a, b, c, dims, offsets, accumulate, bshape, a_bs, b_bs, c_bstride,
+                          (lda, ldb, ldc))
+            return
+        parts, depth = tiling.split, k // tiling.split
+        partials = self.ctx.empty(4 * parts * batch * m * n)
+        self._product(tiling, a, b, partials, (m, n, depth), (a_off, b_off, 0), False, (parts, *bshape),
+                      (depth, *a_bs), (depth * ldb, *b_bs), m * n, (lda, ldb, n))
+        self.ctx.dispatch("matmul", self.ctx.pipelines.get("matmul", "sum_splits"), {0: _vec4_binding(partials), 2: c},
+                          sum_splits_params(parts, batch * m * n, c_off, accumulate), 3,
+                          math.ceil(batch * m * n / SUM_SPLITS_INVOCATIONS))
+
+    def _product(self, tiling: Tiling, a: Binding, b: Binding, c: Binding, dims: tuple[int, int, int],
+                 offsets: tuple[int, int, int], accumulate: bool, bshape: Shape,
+                 a_bs: Sequence[int], b_bs: Sequence[int], c_bstride: int, lds: tuple[int, int, int]) -> None:
+        m, n, k = dims
+        lda, ldb, ldc = lds
+        batch = size_of(bshape)
+        a_off, b_off, c_off = offsets
         vec4 = (self.vectorize and tiling.entry != "naive"
                 and all(v % 4 == 0 for v in (k, n, lda, ldb, a_off, b_off, *a_bs, *b_bs)))
         if tiling.shader == "matmul_subgroups" and not self.ctx.device.subgroups:
@@ -243,6 +290,14 @@ class _Launcher:
                              tiles_m=tiles_m, c_bstride=c_bstride, batch_shape=bshape, a_bstride=a_bs, b_bstride=b_bs)
         self.ctx.dispatch("matmul", pipeline, {0: _vec4_binding(a), 1: _vec4_binding(b), 2: c}, params, 3,
                           tiles_n * tiles_m * batch)
+
+
+def sum_splits_params(parts: int, count: int, c_off: int = 0, accumulate: bool = False) -> bytes:
+    """The uniform of ``sum_splits`` (split-K's second pass): add ``parts`` partial products of ``count`` values each
+    into C from element ``c_off`` (onto C's values, with ``accumulate``)."""
+    return MATMUL.pack(M=0, N=0, K=parts, batch=1, lda=0, ldb=0, ldc=0, accumulate=int(accumulate), a_off=0, b_off=0,
+                       c_off=c_off, batch_ndim=0, tiles_n=0, tiles_m=0, c_bstride=count, batch_shape=(), a_bstride=(),
+                       b_bstride=())
 
 
 def _vec4_binding(binding: Binding) -> Binding:

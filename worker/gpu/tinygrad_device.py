@@ -462,15 +462,17 @@ class WebGpuDevice(Compiled):
         self.submit()
         self.gpu.wait()
 
-    def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True) -> Any:
-        """A bind group of ``resources`` (whole buffers, in binding order) for ``layout``: the one made before for
-        them, while ``keep`` (False: buffers made for this one dispatch) and none of them was freed."""
+    def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True,
+                   bindings: tuple[int, ...] | None = None) -> Any:
+        """A bind group of ``resources`` (whole buffers, at ``bindings``, by default 0, 1, ...) for ``layout``: the
+        one made before for them, while ``keep`` (False: buffers made for this one dispatch) and none of them was
+        freed."""
         key = (id(layout), *map(id, resources))
         if (found := self._bind_groups.get(key)) is not None:
             return found[0]
         group = self.gpu.handle.create_bind_group(layout=layout, entries=[
             {"binding": n, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}}
-            for n, buffer in enumerate(resources)])
+            for n, buffer in zip(bindings or range(len(resources)), resources)])
         if keep:
             if len(self._bind_groups) >= MAX_BIND_GROUPS:
                 self._bind_groups.clear()

@@ -44,7 +44,7 @@ from remote_magic.errors import GpuError
 
 from .context import DeviceContext
 from .device import GpuDevice
-from .matmul import choose_tiling
+from .matmul import SUM_SPLITS_INVOCATIONS, choose_tiling, sum_splits_params
 from .memory import STORAGE_USAGE, round_up
 from .stats import Stats
 from .tinygrad_programs import ProgramCache
@@ -72,7 +72,8 @@ class TinygradDevice(Protocol):
     def allocator(self) -> ProgramBuffers: ...
     def matmul_context(self) -> DeviceContext: ...
     def uniform_bytes(self, data: bytes) -> Any: ...
-    def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True) -> Any: ...
+    def bind_group(self, layout: Any, resources: tuple[Any, ...], keep: bool = True,
+                   bindings: tuple[int, ...] | None = None) -> Any: ...
     def dispatch(self, kernel: str, pipeline: Any, group: Any, groups: tuple[int, int, int],
                  wait: bool = False) -> float | None: ...
     def copy_for_reading(self, buffer: Any) -> Any: ...
@@ -356,17 +357,34 @@ class TunedMatmulProgram:
             for stage_name, stage in launch.stages():
                 if stage is not None:
                     assert compile_stage is not None, "a launch with stages needs compile_stage"
-                    own = dev.allocator.program_buffer(4 * elements[stage_name])
-                    # (not at exit: the device may be gone by then, and the process's end frees it)
-                    weakref.finalize(self, dev.allocator.free_program_buffer, own).atexit = False
-                    self.stages[stage_name] = (stage, compile_stage(stage), own)
+                    self.stages[stage_name] = (stage, compile_stage(stage), self._own_buffer(4 * elements[stage_name]))
         tiles_n, tiles_m = math.ceil(gemm.n / tiling.tile_n), math.ceil(gemm.m / tiling.tile_m)
-        self.groups = ctx.fold(tiles_n * tiles_m)
-        params = MATMUL.pack(M=gemm.m, N=gemm.n, K=gemm.k, batch=1, lda=lda, ldb=ldb, ldc=gemm.n, accumulate=0,
-                             a_off=0, b_off=0, c_off=0, batch_ndim=0, tiles_n=tiles_n, tiles_m=tiles_m,
-                             c_bstride=gemm.m * gemm.n, batch_shape=(), a_bstride=(), b_bstride=())
+        parts, depth = tiling.split, gemm.k // tiling.split
+        self.groups = ctx.fold(tiles_n * tiles_m * parts)
+        params = MATMUL.pack(M=gemm.m, N=gemm.n, K=depth, batch=parts, lda=lda, ldb=ldb, ldc=gemm.n, accumulate=0,
+                             a_off=0, b_off=0, c_off=0, batch_ndim=1, tiles_n=tiles_n, tiles_m=tiles_m,
+                             c_bstride=gemm.m * gemm.n, batch_shape=(parts,),  # (K's parts as a batch: split-K)
+                             a_bstride=(depth * (lda if gemm.trans_a else 1),),
+                             b_bstride=(depth * (1 if gemm.trans_b else ldb),))
         self.params = dev.uniform_bytes(params)
+        self.sum_splits: tuple[Any, Any, Any, tuple[int, int, int]] | None = None
+        """Split-K's second pass (``matmul.py``), where K is split: its pipeline, layout, uniform and workgroups."""
+        if parts > 1:
+            with dev.gpu.guard(f"compiling the tuned matmul for tinygrad's {name}"):
+                pipeline = ctx.pipelines.get("matmul", "sum_splits")
+            self.sum_splits = (pipeline, pipeline.get_bind_group_layout(0),
+                               dev.uniform_bytes(sum_splits_params(parts, gemm.m * gemm.n)),
+                               ctx.fold(math.ceil(gemm.m * gemm.n / SUM_SPLITS_INVOCATIONS)))
+            self.partials = self._own_buffer(round_up(4 * parts * gemm.m * gemm.n, 16))
+            """The partial products of split-K's parts, one after another."""
         self.tiling = tiling.name
+
+    def _own_buffer(self, size: int) -> Any:
+        """A buffer of the program's own, held while it is and counted as tinygrad's are."""
+        own = self.dev.allocator.program_buffer(size)
+        # (not at exit: the device may be gone by then, and the process's end frees it)
+        weakref.finalize(self, self.dev.allocator.free_program_buffer, own).atexit = False
+        return own
 
     def _buffer(self, position: int | None, stage_name: str, bufs: tuple[Any, ...]) -> Any:
         return self.stages[stage_name][2] if position is None else bufs[position]
@@ -390,12 +408,16 @@ class TunedMatmulProgram:
             # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy, made for
             # this dispatch alone)
             operands = tuple(dev.copy_for_reading(x) if x is out else x for x in (a, b))
-            group = dev.bind_group(self.layout, (*operands, out, self.params), keep=out is not a and out is not b)
+            product = out if self.sum_splits is None else self.partials
+            group = dev.bind_group(self.layout, (*operands, product, self.params), keep=out is not a and out is not b)
             dev.tuned_matmuls += 1
-            if "epilogue" not in self.stages:
-                return dev.dispatch(self.name, self.pipeline, group, self.groups, wait)
-            dev.dispatch(self.name, self.pipeline, group, self.groups)
-        return self._run_stage("epilogue", bufs, wait)
+            last = "epilogue" not in self.stages
+            waited = dev.dispatch(self.name, self.pipeline, group, self.groups, wait and last and product is out)
+            if self.sum_splits is not None:
+                pipeline, layout, params, groups = self.sum_splits
+                group = dev.bind_group(layout, (self.partials, out, params), bindings=(0, 2, 3))
+                waited = dev.dispatch(f"{self.name}_sum_splits", pipeline, group, groups, wait and last)
+        return waited if last else self._run_stage("epilogue", bufs, wait)
 
 
 _device: TinygradDevice | None = None
