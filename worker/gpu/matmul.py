@@ -259,8 +259,9 @@ class _Launcher:
         batch = size_of(bshape)
         a_off, b_off, c_off = offsets
         tiling = self.tiling or choose_tiling(self.ctx, dims, batch, self.threads)
-        if tiling.split == 1 or k % tiling.split or len(bshape) >= MAX_DIMS or ldc != n or (
-                batch > 1 and c_bstride != m * n):  # (the partial sums are C's values, contiguous, a part at a time)
+        if (tiling.split == 1 or k % tiling.split or len(bshape) >= MAX_DIMS or ldc != n
+                or (batch > 1 and c_bstride != m * n)  # (the partial sums are C's values, contiguous, a part at a time)
+                or 4 * tiling.split * batch * m * n > self.ctx.max_binding):
             self._product(replace(tiling, split=1), a, b, c, dims, offsets, accumulate, bshape, a_bs, b_bs, c_bstride,
                           (lda, ldb, ldc))
             return
