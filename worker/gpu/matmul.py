@@ -22,7 +22,7 @@
    A GPT-2 block's 128 x 768 products (K of 768 to 3072) are such products on a GPU.
 5. Else ``naive``, with the most workgroups, runs it.
 
-K does not enter the rule: with K as small as 4 the tiles still ran several times faster than
+K enters only rule 4: with K as small as 4 the tiles still ran several times faster than
 ``naive`` on lavapipe. Tilings past the adapter's limits (invocations and size per workgroup,
 workgroup memory) are never chosen; ``threads`` caps the tiled kernels' workgroup side (8: tiles
 up to 64x64).
@@ -67,13 +67,13 @@ BK = 16
 GPU_FILL_WORKGROUPS = 256
 """Workgroups that fill a GPU: about 2x the compute units of a large one (an H100 has 132)."""
 NAIVE_INVOCATIONS = 256
+"""Invocations per workgroup of the naive kernel (16x16 for a square C, 256x1 for one row)."""
 SPLITS = (2, 4, 8, 16, 32)
 """Parts split-K may split K into (rule 4 of the module docstring)."""
 MIN_SPLIT_DEPTH = 256
 """The least K a part of a split K has: shallower, the partial sums cost more than they save."""
 SUM_SPLITS_INVOCATIONS = 256
 """Invocations per workgroup of ``sum_splits``, split-K's second pass (its ``@workgroup_size``)."""
-"""Invocations per workgroup of the naive kernel (16x16 for a square C, 256x1 for one row)."""
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,9 @@ class WebGpuWGSLRenderer(WGSLRenderer):
 
     code_for_op = {**WGSLRenderer.code_for_op, Ops.LOG2: _nan_outside("log2", below_zero=True),
                    Ops.SQRT: _nan_outside("sqrt", below_zero=True), Ops.EXP2: _nan_outside("exp2", below_zero=False)}
-    revision = 4
-    """Bumped when the WGSL this renders changes: programs saved by another revision are generated anew."""
+    revision = 5
+    """Bumped when the WGSL this renders changes, or the tuned matmul that may run in its place (5: split-K): programs
+    saved by another revision, with the kernel measured faster for each product, are generated and measured anew."""
 
     def render(self, uops: list[UOp]) -> str:
         if any(u.dtype == dtypes.float64 for u in uops):
