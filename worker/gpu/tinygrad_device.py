@@ -412,6 +412,11 @@ class WebGpuDevice(Compiled):
         self.synchronize()
         return time.perf_counter() - start
 
+    @property
+    def timing_kernels(self) -> bool:
+        """True inside :meth:`kernel_times`'s block."""
+        return self._timer is not None
+
     @contextmanager
     def kernel_times(self) -> Iterator[KernelTimes]:
         """Time each kernel run inside the block on the GPU, for finding where a step's time goes: the
