@@ -11,6 +11,7 @@ from typing import Any, Iterator, cast
 import numpy as np
 import pytest
 from gpu_checks import MATMUL_TOL, make_runtime, rel_err, same_specials
+from hypothesis import given, settings, strategies as st
 
 from remote_magic.worker.gpu import DeviceArray, GpuRuntime
 from remote_magic.worker.gpu.context import DeviceContext
@@ -20,6 +21,7 @@ from remote_magic.worker.gpu.matmul import (
     TILE_64,
     TILE_128,
     TILE_SUBGROUPS,
+    TILED,
     Tiling,
     choose_tiling,
     matmul,
@@ -299,6 +301,23 @@ def test_split_k_matches_numpy(runtime: GpuRuntime, rng: np.random.Generator, ti
     out = kernel_product(runtime, a, b, tiling=tiling, vectorize=vectorize)
     assert rel_err(out, np.matmul(a.astype(np.float64), b)) < MATMUL_TOL
     assert ctx.stats.kernels["matmul"] == 2  # the parts' products, then their sum
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(m=st.integers(1, 70), n=st.integers(1, 70), depth=st.integers(1, 40), parts=st.sampled_from([2, 3, 4, 8, 32]),
+       tiling=st.sampled_from(TILED), vectorize=st.booleans(), nan_at=st.none() | st.integers(0, 10_000))
+def test_split_k_property(runtime: GpuRuntime, m: int, n: int, depth: int, parts: int, tiling: Tiling,
+                          vectorize: bool, nan_at: int | None) -> None:
+    """Any shape, K in any number of equal parts, against numpy in float64, a NaN (or none) anywhere in A."""
+    rng = np.random.default_rng(m * 10_000 + n * 100 + depth)
+    a, b = operands(rng, (m, depth * parts), (depth * parts, n))
+    if nan_at is not None:
+        a.flat[nan_at % a.size] = np.nan
+    out = kernel_product(runtime, a, b, tiling=tiling.split_k(parts), vectorize=vectorize)
+    expected = np.matmul(a.astype(np.float64), b)
+    same_specials(out, expected)
+    finite = np.isfinite(expected)
+    assert rel_err(out[finite], expected[finite]) < MATMUL_TOL
 
 
 def test_split_k_past_the_binding_limit_adds_each_blocks_parts_onto_c(small_binding: GpuRuntime,
