@@ -124,7 +124,8 @@ def measure(bench: Bench, shape: tuple[int, int, int], rng: np.random.Generator,
     vec4 = tiling.entry != "naive" and k % 4 == 0 and n % 4 == 0
     flops = 2 * m * n * k
     row: dict[str, Any] = {name: flops / seconds[name] / 1e9 for name in seconds}
-    row.update(shape=shape, tiling=f"{tiling.name}{', vec4' if vec4 else ''}", err=err)
+    tiles = choose_tiling(bench.ctx, (m, n, k), 1, DEFAULT_MATMUL_THREADS, subgroups=False)
+    row.update(shape=shape, tiling=f"{tiling.name}{', vec4' if vec4 else ''}", tiles_tiling=tiles.name, err=err)
     return row
 
 
@@ -178,9 +179,13 @@ def subgroup_note(rows: Sequence[dict[str, Any]]) -> str:
     if not all(SUBGROUP_COLUMN in r for r in rows):
         return ""
     faster = [r for r in rows if r[SUBGROUP_COLUMN] > r["tiles"]]
+    named = [f"{'×'.join(map(str, r['shape']))}: {r['tiles_tiling']}" for r in rows
+             if r["tiles_tiling"] not in r["tiling"]]
     return (" Subgroups: the `subgroups8` kernel (`shaders/matmul_subgroups.wgsl`, A's loads shared through the "
             "subgroup, no workgroup memory), forced; tiles: the tiling chosen as on a device without the feature, "
-            "forced (vec4 loads where K and N are multiples of 4). Subgroups faster than tiles at "
+            "forced (vec4 loads where K and N are multiples of 4)"
+            + (f", where the chosen column ran another: {'; '.join(named)}" if named else "")
+            + ". Subgroups faster than tiles at "
             + (", ".join("×".join(map(str, r["shape"])) for r in faster) if faster else "no shape measured")
             + ". `choose_tiling` takes it on a software adapter for a C of at most 512×512 elements, where it "
             "measured faster (the chosen column then runs it too); never on a GPU, where it is unmeasured.")
