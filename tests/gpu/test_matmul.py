@@ -281,7 +281,7 @@ def test_subgroups_chosen_only_where_they_measured_faster(monkeypatch: pytest.Mo
 def test_split_k_fills_the_cpus_of_a_software_adapter_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("remote_magic.worker.gpu.matmul.os.cpu_count", lambda: 2)
     cpu = fake_context("software")
-    assert choose_tiling(cpu, (32, 32, 4096), 1).name == "32x32, K in 4"  # 1 tile: the naive kernel ran it 21.6x slower
+    assert choose_tiling(cpu, (32, 32, 4096), 1).name == "32x32, K in 4"  # 1 tile: naive ran it 5.3-5.5x slower
     assert choose_tiling(cpu, (32, 32, 256), 1).name == "naive"  # a K too short to split
     with_subgroups = fake_context("software", subgroups=True)  # which it measured faster than split-K there
     assert choose_tiling(with_subgroups, (32, 32, 4096), 1) == TILE_SUBGROUPS

@@ -17,8 +17,8 @@
    of 2 to 32 parts of K, at least :data:`MIN_SPLIT_DEPTH` deep, is a product of its own into
    partial sums (as many workgroups again each), and a second kernel adds them into C; the
    fewest parts that make ``target`` workgroups, or the most there are if they make half of it
-   (the subgroup kernel below replaces it where it replaces tiles: 1.9x split-K's 32 x 32 tiles
-   at 32x4096 @ 4096x32 on lavapipe).
+   (the subgroup kernel below replaces it where it replaces tiles: 1.3-1.6x split-K's 32 x 32 tiles
+   at 32x4096 @ 4096x32 on lavapipe, where split-K ran 5.3-5.5x the naive kernel).
    A GPT-2 block's 128 x 768 products (K of 768 to 3072) are such products on a GPU.
 5. Else ``naive``, with the most workgroups, runs it.
 
