@@ -125,7 +125,8 @@ def measure(bench: Bench, shape: tuple[int, int, int], rng: np.random.Generator,
     flops = 2 * m * n * k
     row: dict[str, Any] = {name: flops / seconds[name] / 1e9 for name in seconds}
     tiles = choose_tiling(bench.ctx, (m, n, k), 1, DEFAULT_MATMUL_THREADS, subgroups=False)
-    row.update(shape=shape, tiling=f"{tiling.name}{', vec4' if vec4 else ''}", tiles_tiling=tiles.name, err=err)
+    row.update(shape=shape, tiling=f"{tiling.name}{', vec4' if vec4 else ''}", err=err,
+               tiles_tiling=tiles.name if tiles != tiling else None)  # (named where the tiles column runs another)
     return row
 
 
@@ -179,8 +180,7 @@ def subgroup_note(rows: Sequence[dict[str, Any]]) -> str:
     if not all(SUBGROUP_COLUMN in r for r in rows):
         return ""
     faster = [r for r in rows if r[SUBGROUP_COLUMN] > r["tiles"]]
-    named = [f"{'×'.join(map(str, r['shape']))}: {r['tiles_tiling']}" for r in rows
-             if r["tiles_tiling"] not in r["tiling"]]
+    named = [f"{'×'.join(map(str, r['shape']))}: {r['tiles_tiling']}" for r in rows if r["tiles_tiling"]]
     return (" Subgroups: the `subgroups8` kernel (`shaders/matmul_subgroups.wgsl`, A's loads shared through the "
             "subgroup, no workgroup memory), forced; tiles: the tiling chosen as on a device without the feature, "
             "forced (vec4 loads where K and N are multiples of 4)"

@@ -330,6 +330,19 @@ class Launch:
                       stage("prologue_b"), stage("epilogue"))
 
 
+@dataclass(frozen=True)
+class _SumSplits:
+    """Split-K's second pass of one product: ``sum_splits`` adds the parts' partial products into C."""
+
+    pipeline: Any
+    layout: Any
+    params: Any
+    """Its uniform (``matmul.sum_splits_params``)."""
+    groups: tuple[int, int, int]
+    partials: Any
+    """The buffer of the parts' partial products, one after another: the program's own."""
+
+
 class TunedMatmulProgram:
     """A tinygrad program that runs this project's tuned matmul for its :class:`Launch`, recorded into the device's
     compute pass as tinygrad's kernels are; with the launch's prologues before it and its epilogue after, each run by
@@ -370,16 +383,15 @@ class TunedMatmulProgram:
                              a_bstride=(depth * (lda if gemm.trans_a else 1),),
                              b_bstride=(depth * (1 if gemm.trans_b else ldb),))
         self.params = dev.uniform_bytes(params)
-        self.sum_splits: tuple[Any, Any, Any, tuple[int, int, int]] | None = None
-        """Split-K's second pass (``matmul.py``), where K is split: its pipeline, layout, uniform and workgroups."""
+        self.sum_splits: _SumSplits | None = None
+        """Split-K's second pass (``matmul.py``), where K is split."""
         if parts > 1:
             with dev.gpu.guard(f"compiling the tuned matmul for tinygrad's {name}"):
                 pipeline = ctx.pipelines.get("matmul", "sum_splits")
-            self.sum_splits = (pipeline, pipeline.get_bind_group_layout(0),
-                               dev.uniform_bytes(sum_splits_params(parts, gemm.m * gemm.n)),
-                               ctx.fold(math.ceil(gemm.m * gemm.n / SUM_SPLITS_INVOCATIONS)))
-            self.partials = self._own_buffer(round_up(4 * parts * gemm.m * gemm.n, 16))
-            """The partial products of split-K's parts, one after another."""
+            self.sum_splits = _SumSplits(pipeline, pipeline.get_bind_group_layout(0),
+                                         dev.uniform_bytes(sum_splits_params(parts, gemm.m * gemm.n)),
+                                         ctx.fold(math.ceil(gemm.m * gemm.n / SUM_SPLITS_INVOCATIONS)),
+                                         self._own_buffer(round_up(4 * parts * gemm.m * gemm.n, 16)))
         self.tiling = tiling.name
 
     def _own_buffer(self, size: int) -> Any:
@@ -411,15 +423,15 @@ class TunedMatmulProgram:
             # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy, made for
             # this dispatch alone)
             operands = tuple(dev.copy_for_reading(x) if x is out else x for x in (a, b))
-            product = out if self.sum_splits is None else self.partials
+            split = self.sum_splits
+            product = out if split is None else split.partials
             group = dev.bind_group(self.layout, (*operands, product, self.params), keep=out is not a and out is not b)
             dev.tuned_matmuls += 1
             last = "epilogue" not in self.stages
-            waited = dev.dispatch(self.name, self.pipeline, group, self.groups, wait and last and product is out)
-            if self.sum_splits is not None:
-                pipeline, layout, params, groups = self.sum_splits
-                group = dev.bind_group(layout, (self.partials, out, params), bindings=(0, 2, 3))
-                waited = dev.dispatch(f"{self.name}_sum_splits", pipeline, group, groups, wait and last)
+            waited = dev.dispatch(self.name, self.pipeline, group, self.groups, wait and last and split is None)
+            if split is not None:
+                group = dev.bind_group(split.layout, (split.partials, out, split.params), bindings=(0, 2, 3))
+                waited = dev.dispatch(f"{self.name}_sum_splits", split.pipeline, group, split.groups, wait and last)
         return waited if last else self._run_stage("epilogue", bufs, wait)
 
 
