@@ -346,16 +346,16 @@ def test_a_burst_of_submits_waits_for_room_and_loses_nothing(client: remote_magi
 
 
 def test_with_a_send_timeout_a_full_link_raises_busy_and_what_was_sent_still_arrives(tmp_path: Path) -> None:
-    # Heartbeats every 3 s: neither side takes the other for gone within 15 s, time for a busy machine to fill
-    # the link (about 1,200 submits; with both cores busy 3 s took 1,060)
-    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--heartbeat-interval", "3")
+    # Heartbeats every 8 s: neither side takes the other for gone within 40 s, time for a busy machine to fill
+    # the link (about 1,200 submits; with both cores busy 3 s took 1,060, at a load average of 12 12 s took 228)
+    hub = start_worker(tmp_path, "--listen", "127.0.0.1:0", "--gpu", "off", "--heartbeat-interval", "8")
     try:
         with remote_magic.connect(hub.token, send_timeout=0.5) as client:
             block = bytes(64 * 1024)
             hub.process.send_signal(signal.SIGSTOP)  # the hub reads nothing: the link fills
             futures: list[concurrent.futures.Future[int]] = []
             busy = None
-            deadline = time.monotonic() + 12  # within the heartbeat bound
+            deadline = time.monotonic() + 35  # within the heartbeat bound
             while busy is None and time.monotonic() < deadline:
                 try:
                     futures.append(client.submit(len, block))
