@@ -193,7 +193,7 @@ with Context(TRAINING=1):
 
 
 JITTED_WITH_NEW_INPUTS = """
-from tinygrad import Tensor, TinyJit, Variable
+from tinygrad import Device, Tensor, TinyJit, Variable
 from tinygrad.engine.realize import graph_cache
 
 @TinyJit
@@ -210,6 +210,15 @@ for n in (3, 7, 5, 7, 2):
     bound = Variable("n", 1, x.shape[2]).bind(n)
     prefixes.append(tuple(t.numpy() for t in prefix_sums(Tensor(x[0])[:, :bound])))
 graphs = sorted(type(g).__name__ for g in graph_cache.values())
+held = Tensor(x[0]).realize(), Tensor(y[0]).realize()  # (a freed input's buffer would submit the work itself)
+recording_after_a_replay, default = {}, Device["WEBGPU"].submits_each_batch
+for submits_each_batch in (True, False):
+    Device["WEBGPU"].submits_each_batch = submits_each_batch
+    combine(*held)
+    recording_after_a_replay[submits_each_batch] = Device["WEBGPU"].recording
+    Device["WEBGPU"].synchronize()
+Device["WEBGPU"].submits_each_batch = default
+del held
 """
 
 
@@ -227,6 +236,8 @@ def test_a_jitted_function_replayed_through_the_graph_gives_each_calls_own_answe
         np.testing.assert_allclose(sums, (x[0][:, :n] * 2).sum(axis=1), rtol=1e-5)
         np.testing.assert_allclose(top, (x[0][:, :n] + 1).max(axis=1), rtol=1e-6)
     assert "WebGpuGraph" in ip.user_ns["graphs"], ip.user_ns["graphs"]
+    # on a GPU, submitted as it returns: the GPU starts on it at once; on a software adapter, with the next read
+    assert ip.user_ns["recording_after_a_replay"] == {True: False, False: True}
 
 
 def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:

@@ -4,8 +4,9 @@ Without a graph, tinygrad's JIT works out every kernel's buffers, launch sizes a
 about 30 µs of Python a kernel on a 2-core VM, 1.4 ms of a GPT-2 block's 51-kernel step (whose warm step took
 7.4 ms without it and 5.0 ms with it on an NVIDIA H200). This graph looks them up once, when the JIT first runs
 the batch, and a replay only puts in the step's inputs and variables and records the dispatches, into the
-device's one compute pass as before. tinygrad batches a jitted step's kernels into graphs of this class because
-the ``WEBGPU`` device names it (``tinygrad_device.py``), as its Metal and CUDA devices name theirs.
+device's one compute pass as before; on a GPU it submits them too (``WebGpuDevice.submits_each_batch``).
+tinygrad batches a jitted step's kernels into graphs of this class because the ``WEBGPU`` device names it
+(``tinygrad_device.py``), as its Metal and CUDA devices name theirs.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class WebGpuGraph(GraphRunner):
             global_size, local_size, vals = dispatch.launch or (*dispatch.info.launch_dims(var_vals),
                                                                 dispatch.info.vals(var_vals))
             dispatch.program(*buffers, global_size=global_size, local_size=local_size or (1, 1, 1), vals=vals)
+        if self.dev.submits_each_batch:
+            self.dev.submit()
         if not wait:
             return None
         start = time.perf_counter()
