@@ -389,13 +389,14 @@ def kernel_times(name: str, repeat: int) -> str:
     step, _ = tinygrad_step(name, "WEBGPU")
     step()  # (the JIT captures the step at its second call, into the graph it replays from the third)
     step()
-    plain, timed, gpu = [], [], []
+    plain, host, timed, gpu = [], [], [], []
     seconds: Counter[str] = Counter()
     dispatches: Counter[str] = Counter()
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         step()
         plain.append(time.perf_counter() - start)
+        host.append(time.thread_time() - start_cpu)
         with Device["WEBGPU"].kernel_times() as times:
             start = time.perf_counter()
             step()
@@ -404,7 +405,9 @@ def kernel_times(name: str, repeat: int) -> str:
         seconds.update(times.seconds)
         dispatches.update(times.dispatches)
     rest = [wall - kernels for wall, kernels in zip(timed, gpu)]
-    lines = [f"**{TITLES[name]}**: a warm step takes {np.median(plain) * 1e3:.2f} ms; timed kernel by kernel, "
+    lines = [f"**{TITLES[name]}**: a warm step takes {np.median(plain) * 1e3:.2f} ms, of which "
+             f"{np.median(host) * 1e3:.2f} ms of its thread's CPU time (Python, recording, submitting); timed kernel "
+             "by kernel, "
              f"{np.median(timed) * 1e3:.2f} ms, of which its {sum(dispatches.values()) // repeat} kernel runs "
              f"({len(seconds)} programs) take {np.median(gpu) * 1e3:.2f} ms of GPU time and the rest "
              f"{np.median(rest) * 1e3:.2f} ms (medians of {repeat} rounds).",
@@ -652,7 +655,8 @@ def main() -> None:
                 "Each kernel's time is the span between the timestamps written at the start and end of a compute pass "
                 "of its own, in the timed steps (a plain step records all its kernels in one pass); the rest of a "
                 "timed step is its Python, recording and submitting, the barriers between kernels, and waiting for "
-                "the loss to come back.", write=not args.no_write)
+                "the loss to come back. A plain step's CPU time is its thread's (`time.thread_time`): the host's "
+                "share, which a GPU overlaps only with what was submitted before it.", write=not args.no_write)
         return
     if args.matmuls_only:
         products = [start for start in args.products.split(",") if start]
