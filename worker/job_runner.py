@@ -247,10 +247,9 @@ class JobRunner:
             finally:
                 if self.gpu is not None:  # (gpu.array(x) makes device arrays in any cell)
                     value = self.gpu.end_cell(namespace, value)
-        except SerializationError:
-            raise  # remote-magic's own refusal: said as it is
         # As locally, what the cell did before it raised stays done; so too when the GPU failed it midway (tinygrad
-        # out of memory, a shader that doesn't compile): the GpuError is said as it is.
+        # out of memory, a shader that doesn't compile) or the cell's own use of remote-magic refused a value: such
+        # an error is said as it is (see _send_failure).
         except Exception as exc:
             changes = cell_changes(code, wanted, inputs, namespace, before, tracked, provided, complete=False,
                                    stand_in=self.stand_in)
@@ -370,7 +369,8 @@ class JobRunner:
         locally); if those values can't be packed, the exception alone."""
         job = str(msg.header["job"])
         error = failed.error
-        header = self._with_files(error_header(error, job) if isinstance(error, GpuError) else
+        # (not every remote-magic error: a WorkerLost said as itself would have this job retried)
+        header = self._with_files(error_header(error, job) if isinstance(error, (GpuError, SerializationError)) else
                                   _remote_error(error, job, self._sources))
         try:
             changed, frames = self._pack_changes(msg, failed.changes)

@@ -13,7 +13,7 @@ from IPython.core.magic import line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..engine import Engine
-from ..errors import EngineError, GpuError, InputError, NoSuchJob, RemoteError, RequirementError
+from ..errors import EngineError, InputError, NoSuchJob, RemoteError, RemoteMagicError, RequirementError
 from ..results import JobResult
 from ..wire.sizes import human_size
 from . import cell_context, on_several
@@ -136,10 +136,11 @@ class CellMagics(MagicsGroup):
             if error.remote_type == "SystemExit":  # as locally: IPython says so, without a traceback
                 raise SystemExit(_exit_code(error.remote_message)) from None
             raise
-        except InputError as error:
-            say_if_a_local_module(str(error))
-            raise
-        except GpuError as error:  # (the GPU failed the cell midway: what it did by then stays done too)
+        except RemoteMagicError as error:
+            if isinstance(error, InputError):
+                say_if_a_local_module(str(error))
+            # one raised midway (by the GPU, or by the cell's own use of remote-magic) carries what the cell did by
+            # then: that stays done, as locally
             if error.partial is not None:
                 self._apply(error.partial, inputs)
             raise
@@ -201,7 +202,7 @@ class CellMagics(MagicsGroup):
             result = self.connection.connected().attach(args.job, on_display=self.cell_display.show)
         except (NoSuchJob, EngineError) as exc:
             raise UsageError(str(exc)) from None
-        except (RemoteError, GpuError) as error:
+        except RemoteMagicError as error:
             if error.partial is not None:
                 apply_result(error.partial, self.namespace, {})
             raise

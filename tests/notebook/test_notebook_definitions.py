@@ -13,6 +13,7 @@ import linecache
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from remote_magic import InputError
 from remote_magic.wire import definitions
 from remote_magic.wire.handles import RemoteValue
 from support import run
@@ -196,3 +197,12 @@ def test_a_cell_that_raises_shows_its_figure_there_and_not_in_the_next_cell(ip: 
     assert len([o for o in out.outputs if "image/png" in o.data]) == 1  # as the inline backend shows it locally
     result, out = run(ip, "%%offload\nnothing = None")
     assert result.success and [o for o in out.outputs if "image/png" in o.data] == []
+
+
+def test_a_remote_magic_error_the_cell_raises_keeps_what_the_cell_did_before_as_locally(ip: InteractiveShell) -> None:
+    # (a cell may use remote-magic itself: a client of another hub, say; before, such an error came back alone)
+    result, _ = run(ip, "%%offload\nimport remote_magic\nkept = 1\n"
+                        "raise remote_magic.InputError('the cell refused `x`', 'x')\nafter = 2")
+    assert isinstance(result.error_in_exec, InputError), result.error_in_exec  # `except InputError` catches it
+    assert "the cell refused `x`" in str(result.error_in_exec)
+    assert ip.user_ns["kept"] == 1 and "after" not in ip.user_ns
