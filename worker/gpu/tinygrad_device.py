@@ -275,6 +275,15 @@ class WebGpuProgram(Program["WebGpuDevice"]):
                     bound[n] = self.dev.copy_for_reading(bufs[n])
         return bound
 
+    def bound(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> tuple[Any, Any] | None:
+        """The pipeline and bind group of a run over ``bufs`` and ``vals``, made once for a dispatch a jitted step
+        replays as it is (``tinygrad_graph.py``); None where a buffer is bound twice (each run reads a fresh copy)."""
+        if len({id(b) for b in bufs}) < len(bufs):
+            return None
+        layout, pipeline = self._pipeline(len(bufs), len(vals))
+        dev = self.dev
+        return pipeline, dev.bind_group(layout, (dev.infinity, *bufs, *(dev.uniform(v) for v in vals)), keep=False)
+
     def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1),
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (),
                  wait: bool = False, **_: Any) -> float | None:

@@ -3,8 +3,9 @@
 Without a graph, tinygrad's JIT works out every kernel's buffers, launch sizes and program again at each call:
 about 30 µs of Python a kernel on a 2-core VM, 1.4 ms of a GPT-2 block's 51-kernel step (whose warm step took
 7.4 ms without it and 5.0 ms with it on an NVIDIA H200). This graph looks them up once, when the JIT first runs
-the batch, and a replay only puts in the step's inputs and variables and records the dispatches, into the
-device's one compute pass as before; on a GPU it submits them too (``WebGpuDevice.submits_each_batch``).
+the batch (and makes the bind group of each kernel that binds none of the step's inputs and variables), and a
+replay only puts in the step's inputs and variables and records the dispatches, into the device's one compute
+pass as before; on a GPU it submits them too (``WebGpuDevice.submits_each_batch``).
 tinygrad batches a jitted step's kernels into graphs of this class because the ``WEBGPU`` device names it
 (``tinygrad_device.py``), as its Metal and CUDA devices name theirs.
 """
@@ -32,6 +33,9 @@ class _Dispatch:
     """tinygrad's ``ProgramInfo``: its launch sizes and variables."""
     launch: tuple[tuple[int, ...], tuple[int, ...] | None, tuple[int | None, ...]] | None
     """Global size, local size and variable values, where they depend on no variable (else worked out each time)."""
+    bound: tuple[Any, Any] | None
+    """Its pipeline and bind group, made once where neither the step's inputs nor its variables change them (and
+    its program is one of tinygrad's kernels: the tuned matmul records stages of its own)."""
 
 
 class WebGpuGraph(GraphRunner):
@@ -47,21 +51,14 @@ class WebGpuGraph(GraphRunner):
             inputs = tuple((binding, slot) for binding, position in enumerate(positions)
                            for replaced, slot in replace if replaced == position)
             launch = None if info.vars else (*info.launch_dims({}), info.vals({}))
-            self.dispatches.append(_Dispatch(program, tuple(bufs[p]._buf for p in positions), inputs, info, launch))
+            buffers = tuple(bufs[p]._buf for p in positions)
+            bind = getattr(program, "bound", None)
+            bound = bind(buffers, launch[2]) if bind is not None and launch is not None and not inputs else None
+            self.dispatches.append(_Dispatch(program, buffers, inputs, info, launch, bound))
 
     def __call__(self, input_uops: tuple[UOp, ...], var_vals: dict[str, int], wait: bool = False) -> float | None:
-        for dispatch in self.dispatches:
-            buffers = dispatch.buffers
-            if dispatch.inputs:
-                bound = list(buffers)
-                for binding, slot in dispatch.inputs:
-                    buffer = input_uops[slot].buffer
-                    assert isinstance(buffer, Buffer)  # (one device: tinygrad batches no multi-device kernel here)
-                    bound[binding] = buffer.ensure_allocated()._buf
-                buffers = tuple(bound)
-            global_size, local_size, vals = dispatch.launch or (*dispatch.info.launch_dims(var_vals),
-                                                                dispatch.info.vals(var_vals))
-            dispatch.program(*buffers, global_size=global_size, local_size=local_size or (1, 1, 1), vals=vals)
+        with self.dev.gpu.guard("replaying a jitted step's kernels"):
+            self._record(input_uops, var_vals)
         if self.dev.submits_each_batch:
             self.dev.submit()
         if not wait:
@@ -69,3 +66,21 @@ class WebGpuGraph(GraphRunner):
         start = time.perf_counter()
         self.dev.synchronize()
         return time.perf_counter() - start
+
+    def _record(self, input_uops: tuple[UOp, ...], var_vals: dict[str, int]) -> None:
+        for dispatch in self.dispatches:
+            if dispatch.bound is not None:
+                assert dispatch.launch is not None
+                self.dev.dispatch(dispatch.program.name, *dispatch.bound, dispatch.launch[0])
+                continue
+            buffers = dispatch.buffers
+            if dispatch.inputs:
+                with_inputs = list(buffers)
+                for binding, slot in dispatch.inputs:
+                    buffer = input_uops[slot].buffer
+                    assert isinstance(buffer, Buffer)  # (one device: tinygrad batches no multi-device kernel here)
+                    with_inputs[binding] = buffer.ensure_allocated()._buf
+                buffers = tuple(with_inputs)
+            global_size, local_size, vals = dispatch.launch or (*dispatch.info.launch_dims(var_vals),
+                                                                dispatch.info.vals(var_vals))
+            dispatch.program(*buffers, global_size=global_size, local_size=local_size or (1, 1, 1), vals=vals)
