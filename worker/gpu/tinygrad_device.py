@@ -278,11 +278,14 @@ class WebGpuProgram(Program["WebGpuDevice"]):
     def bound(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> tuple[Any, Any] | None:
         """The pipeline and bind group of a run over ``bufs`` and ``vals``, made once for a dispatch a jitted step
         replays as it is (``tinygrad_graph.py``); None where a buffer is bound twice (each run reads a fresh copy)."""
-        if len({id(b) for b in bufs}) < len(bufs):
+        if _binds_one_buffer_twice(bufs):
             return None
         layout, pipeline = self._pipeline(len(bufs), len(vals))
-        dev = self.dev
-        return pipeline, dev.bind_group(layout, (dev.infinity, *bufs, *(dev.uniform(v) for v in vals)), keep=False)
+        return pipeline, self.dev.bind_group(layout, self._resources(bufs, vals), keep=False)
+
+    def _resources(self, storage: tuple[Any, ...] | list[Any], vals: tuple[int, ...]) -> tuple[Any, ...]:
+        """What a run binds, in binding order: tinygrad's infinity, the kernel's buffers, a uniform per variable."""
+        return (self.dev.infinity, *storage, *(self.dev.uniform(v) for v in vals))
 
     def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1),
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (),
@@ -290,10 +293,13 @@ class WebGpuProgram(Program["WebGpuDevice"]):
         dev = self.dev
         with dev.gpu.guard(f"running tinygrad's kernel {self.name}"):
             layout, pipeline = self._pipeline(len(bufs), len(vals))
-            storage = self._unaliased(bufs) if len({id(b) for b in bufs}) < len(bufs) else bufs
-            resources = (dev.infinity, *storage, *(dev.uniform(v) for v in vals))
-            group = dev.bind_group(layout, resources, keep=storage is bufs)
+            storage = self._unaliased(bufs) if _binds_one_buffer_twice(bufs) else bufs
+            group = dev.bind_group(layout, self._resources(storage, vals), keep=storage is bufs)
             return dev.dispatch(self.name, pipeline, group, global_size, wait)
+
+
+def _binds_one_buffer_twice(bufs: tuple[Any, ...]) -> bool:
+    return len({id(b) for b in bufs}) < len(bufs)
 
 
 def written_buffers(source: str) -> frozenset[int]:
