@@ -14,7 +14,8 @@ PACKAGE = "remote_magic.worker.gpu"
 FOLDER = Path(__file__).resolve().parents[2] / "worker" / "gpu"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("wgpu_types",),  # wgpu-py's C types from cffi's declarations, before the device names any
+    # wgpu-py's C types from cffi's declarations, before the device names any; the map mode of a read back
+    ("wgpu_types", "mapping"),
     # the device and everything that needs no other module of the package
     ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_graph", "tinygrad_hook",
      "tinygrad_programs", "uniforms"),

@@ -209,9 +209,21 @@ def chain(a, b):  # its second kernel reads only the first's buffer: its bind gr
     rows = (a * b).sum(axis=1).contiguous()
     return (rows.exp() + rows.sum()).realize()
 
+webgpu = Device["WEBGPU"]
+webgpu.tuned_matmul, weight = "always", Tensor(w).realize()
+
+@TinyJit
+def tuned_chain(a, b):  # the tuned matmul, its prologue and epilogue reading no input: made once too
+    return ((a * b).contiguous().relu() @ weight + 1).exp().realize()
+
 combined = [[t.numpy() for t in combine(Tensor(x[i]), Tensor(y[i]))] for i in range(len(x))]
 chained = [chain(Tensor(x[i]), Tensor(y[i])).numpy() for i in range(len(x))]
-made_once = sum(d.bound is not None for g in graph_cache.values() for d in getattr(g, "dispatches", ()))
+tuned_before = webgpu.tuned_matmuls
+tuned_chained = [tuned_chain(Tensor(x[i]), Tensor(y[i])).numpy() for i in range(len(x))]
+tuned_runs, webgpu.tuned_matmul = webgpu.tuned_matmuls - tuned_before, "measure"
+dispatches = [d for g in graph_cache.values() for d in getattr(g, "dispatches", ())]
+made_once = sum(d.bound is not None for d in dispatches)
+tuned_made_once = [len(d.bound) for d in dispatches if any(b.tuned_matmul for b in d.bound or ())]
 prefixes = []
 for n in (3, 7, 5, 7, 2):
     bound = Variable("n", 1, x.shape[2]).bind(n)
@@ -232,7 +244,8 @@ del held
 def test_a_jitted_function_replayed_through_the_graph_gives_each_calls_own_answer(ip: InteractiveShell) -> None:
     rng = np.random.default_rng(8)
     x, y = rng.standard_normal((5, 6, 9), dtype=np.float32), rng.standard_normal((5, 6, 9), dtype=np.float32)
-    ip.user_ns.update(x=x, y=y)
+    w = rng.standard_normal((9, 4), dtype=np.float32) / 3
+    ip.user_ns.update(x=x, y=y, w=w)
     _run(ip, "%%offload\n" + JITTED_WITH_NEW_INPUTS)
     # new inputs every call: captured at the second, replayed from the third through the graph, each call's values
     for (product, top), a, b in zip(ip.user_ns["combined"], x, y):
@@ -242,6 +255,12 @@ def test_a_jitted_function_replayed_through_the_graph_gives_each_calls_own_answe
         rows = (a.astype(np.float64) * b).sum(axis=1)
         np.testing.assert_allclose(chained, np.exp(rows) + rows.sum(), rtol=1e-5, atol=1e-5)
     assert ip.user_ns["made_once"] >= 1
+    for tuned, a, b in zip(ip.user_ns["tuned_chained"], x, y):
+        np.testing.assert_allclose(tuned, np.exp(np.maximum(a.astype(np.float64) * b, 0) @ w + 1), rtol=1e-5)
+    # each call ran the tuned matmul once (the replays' counted by the graph), recorded with its prologue and
+    # epilogue as made once
+    assert ip.user_ns["tuned_runs"] == len(x)
+    assert ip.user_ns["tuned_made_once"] == [3], ip.user_ns["tuned_made_once"]
     # a variable's value put in at each replay: the kernels' sizes follow it
     for (sums, top), n in zip(ip.user_ns["prefixes"], (3, 7, 5, 7, 2)):
         np.testing.assert_allclose(sums, (x[0][:, :n] * 2).sum(axis=1), rtol=1e-5)

@@ -17,6 +17,7 @@ import wgpu
 from remote_magic.errors import GpuError
 
 from . import wgpu_types
+from .mapping import READ_AFTER_COPY
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ class GpuDevice:
             encoder = self.handle.create_command_encoder()
             encoder.copy_buffer_to_buffer(self._fence_src, 0, self._fence_dst, 0, 4)
             self.handle.queue.submit([encoder.finish()])
-            self._fence_dst.map_sync(wgpu.MapMode.READ)
+            self._fence_dst.map_sync(READ_AFTER_COPY)
             self._fence_dst.unmap()
 
     def close(self) -> None:

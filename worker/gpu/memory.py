@@ -17,6 +17,8 @@ import numpy as np
 import wgpu
 import xxhash
 
+from .mapping import READ_AFTER_COPY
+
 log = logging.getLogger(__name__)
 
 STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -149,24 +151,24 @@ class HostCopies:
         if alloc.buffer.usage & wgpu.BufferUsage.MAP_READ and offset_bytes % 8 == 0:
             if encoder is not None:
                 self._device.queue.submit([encoder.finish()])
-            result = _read_mapped(alloc.buffer, offset_bytes, nbytes, digest)
+            result = _read_mapped(alloc.buffer, offset_bytes, nbytes, digest, wgpu.MapMode.READ)
         else:
             staging = self._pool.take(nbytes, STAGING_USAGE)
             try:
                 encoder = encoder or self._device.create_command_encoder()
                 encoder.copy_buffer_to_buffer(alloc.buffer, offset_bytes, staging, 0, nbytes)
                 self._device.queue.submit([encoder.finish()])
-                result = _read_mapped(staging, 0, nbytes, digest)
+                result = _read_mapped(staging, 0, nbytes, digest, READ_AFTER_COPY)
             finally:
                 self._pool.release(staging)
         self._count("down", nbytes)
         return result
 
 
-def _read_mapped(buffer: Any, offset: int, nbytes: int, digest: bool) -> tuple[np.ndarray, bytes | None]:
-    """Map ``nbytes`` of ``buffer`` at ``offset`` (waits for the GPU work that writes it), copy them out as float32
-    values, unmap; with ``digest``, hash the copy chunk by chunk while it is in the cache."""
-    buffer.map_sync(wgpu.MapMode.READ, offset, nbytes)  # slow: waits for the GPU
+def _read_mapped(buffer: Any, offset: int, nbytes: int, digest: bool, mode: Any) -> tuple[np.ndarray, bytes | None]:
+    """Map ``nbytes`` of ``buffer`` at ``offset`` in ``mode`` (waits for the GPU work that writes it), copy them out
+    as float32 values, unmap; with ``digest``, hash the copy chunk by chunk while it is in the cache."""
+    buffer.map_sync(mode, offset, nbytes)  # slow: waits for the GPU
     try:
         mapped = np.frombuffer(buffer.read_mapped(offset, nbytes, copy=False), np.uint8)  # wgpu has no type hints
         data = np.empty(nbytes // 4, np.float32)

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import wgpu
 
+from .mapping import READ_AFTER_COPY
+
 log = logging.getLogger(__name__)
 
 QUERY_PAIRS = 256
@@ -133,7 +135,7 @@ class GpuTimer:
         self._device.queue.submit([encoder.finish()])
         self._used = 0
         labels, self._labels = self._labels, []
-        self._staging.map_sync(wgpu.MapMode.READ, 0, 8 * count)  # slow: waits for the GPU
+        self._staging.map_sync(READ_AFTER_COPY, 0, 8 * count)  # slow: waits for the GPU
         try:
             ticks = np.frombuffer(self._staging.read_mapped(0, 8 * count, copy=False), np.uint64).copy()
         finally:

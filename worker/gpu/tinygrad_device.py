@@ -47,10 +47,11 @@ from remote_magic.wire.sizes import human_size
 
 from .context import DeviceContext
 from .device import GpuDevice
+from .mapping import READ_AFTER_COPY
 from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool, round_up
 from .resident import content_key
 from .stats import GpuTimer, Stats
-from .tinygrad_graph import WebGpuGraph
+from .tinygrad_graph import BoundDispatch, WebGpuGraph
 from .tinygrad_hook import executor_context, executor_gpu_device
 from .tinygrad_matmul import Launch, TunedMatmulProgram, install as install_tuned_matmul, tuned_context
 from .tinygrad_programs import ProgramCache
@@ -219,7 +220,7 @@ class WebGpuAllocator(Allocator["WebGpuDevice"]):
             try:
                 self.dev.encoder().copy_buffer_to_buffer(src, 0, staging, 0, size)
                 self.dev.submit()
-                staging.map_sync(wgpu.MapMode.READ, 0, size)
+                staging.map_sync(READ_AFTER_COPY, 0, size)
                 try:
                     dest[:] = staging.read_mapped(0, size, copy=False)[:dest.nbytes]
                 finally:
@@ -275,13 +276,15 @@ class WebGpuProgram(Program["WebGpuDevice"]):
                     bound[n] = self.dev.copy_for_reading(bufs[n])
         return bound
 
-    def bound(self, bufs: tuple[Any, ...], vals: tuple[int, ...]) -> tuple[Any, Any] | None:
-        """The pipeline and bind group of a run over ``bufs`` and ``vals``, made once for a dispatch a jitted step
-        replays as it is (``tinygrad_graph.py``); None where a buffer is bound twice (each run reads a fresh copy)."""
+    def bound(self, bufs: tuple[Any, ...], global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
+              vals: tuple[int, ...]) -> tuple[BoundDispatch, ...] | None:
+        """A run over ``bufs`` and ``vals``, made once for a dispatch a jitted step replays as it is
+        (``tinygrad_graph.py``); None where a buffer is bound twice (each run reads a fresh copy)."""
         if _binds_one_buffer_twice(bufs):
             return None
         layout, pipeline = self._pipeline(len(bufs), len(vals))
-        return pipeline, self.dev.bind_group(layout, self._resources(bufs, vals), keep=False)
+        group = self.dev.bind_group(layout, self._resources(bufs, vals), keep=False)
+        return (BoundDispatch(self.name, pipeline, group, _three(global_size)),)
 
     def _resources(self, storage: tuple[Any, ...] | list[Any], vals: tuple[int, ...]) -> tuple[Any, ...]:
         """What a run binds, in binding order: tinygrad's infinity, the kernel's buffers, a uniform per variable."""
@@ -296,6 +299,11 @@ class WebGpuProgram(Program["WebGpuDevice"]):
             storage = self._unaliased(bufs) if _binds_one_buffer_twice(bufs) else bufs
             group = dev.bind_group(layout, self._resources(storage, vals), keep=storage is bufs)
             return dev.dispatch(self.name, pipeline, group, global_size, wait)
+
+
+def _three(size: tuple[int, ...]) -> tuple[int, int, int]:
+    x, y, z = size
+    return x, y, z
 
 
 def _binds_one_buffer_twice(bufs: tuple[Any, ...]) -> bool:

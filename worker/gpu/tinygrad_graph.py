@@ -22,6 +22,19 @@ from tinygrad.uop.ops import UOp
 
 
 @dataclass(frozen=True)
+class BoundDispatch:
+    """A dispatch made once for a replay to record as it is: a program's ``bound`` gives one per kernel it runs."""
+
+    kernel: str
+    pipeline: Any
+    group: Any
+    """Its bind group, made for this dispatch alone."""
+    groups: tuple[int, int, int]
+    tuned_matmul: bool = False
+    """Whether it is a run of the tuned matmul (counted in the device's ``tuned_matmuls``)."""
+
+
+@dataclass(frozen=True)
 class _Dispatch:
     """One kernel of the batch: its program, the buffers it binds, and where the step's inputs go among them."""
 
@@ -33,9 +46,9 @@ class _Dispatch:
     """tinygrad's ``ProgramInfo``: its launch sizes and variables."""
     launch: tuple[tuple[int, ...], tuple[int, ...] | None, tuple[int | None, ...]] | None
     """Global size, local size and variable values, where they depend on no variable (else worked out each time)."""
-    bound: tuple[Any, Any] | None
-    """Its pipeline and bind group, made once where neither the step's inputs nor its variables change them (and
-    its program is one of tinygrad's kernels: the tuned matmul records stages of its own)."""
+    bound: tuple[BoundDispatch, ...] | None
+    """What it records, made once where neither the step's inputs nor its variables change it (and its program
+    can: ``bound``)."""
 
 
 class WebGpuGraph(GraphRunner):
@@ -53,8 +66,10 @@ class WebGpuGraph(GraphRunner):
             launch = None if info.vars else (*info.launch_dims({}), info.vals({}))
             buffers = tuple(bufs[p]._buf for p in positions)
             bind = getattr(program, "bound", None)
-            bound = bind(buffers, launch[2]) if bind is not None and launch is not None and not inputs else None
+            bound = bind(buffers, *launch) if bind is not None and launch is not None and not inputs else None
             self.dispatches.append(_Dispatch(program, buffers, inputs, info, launch, bound))
+        self.tuned_matmuls = sum(b.tuned_matmul for d in self.dispatches for b in d.bound or ())
+        """The tuned matmul's runs in a replay's dispatches made once (the others count their own)."""
 
     def __call__(self, input_uops: tuple[UOp, ...], var_vals: dict[str, int], wait: bool = False) -> float | None:
         with self.dev.gpu.guard("replaying a jitted step's kernels"):
@@ -68,10 +83,11 @@ class WebGpuGraph(GraphRunner):
         return time.perf_counter() - start
 
     def _record(self, input_uops: tuple[UOp, ...], var_vals: dict[str, int]) -> None:
+        self.dev.tuned_matmuls += self.tuned_matmuls
         for dispatch in self.dispatches:
             if dispatch.bound is not None:
-                assert dispatch.launch is not None
-                self.dev.dispatch(dispatch.program.name, *dispatch.bound, dispatch.launch[0])
+                for bound in dispatch.bound:
+                    self.dev.dispatch(bound.kernel, bound.pipeline, bound.group, bound.groups)
                 continue
             buffers = dispatch.buffers
             if dispatch.inputs:

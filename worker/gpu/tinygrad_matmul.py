@@ -47,6 +47,7 @@ from .device import GpuDevice
 from .matmul import SUM_SPLITS_INVOCATIONS, choose_tiling, sum_splits_params
 from .memory import STORAGE_USAGE, round_up
 from .stats import Stats
+from .tinygrad_graph import BoundDispatch
 from .tinygrad_programs import ProgramCache
 from .uniforms import MATMUL
 
@@ -409,6 +410,33 @@ class TunedMatmulProgram:
         result: float | None = program(*(own if n is None else bufs[n] for n in stage.buffers),
                                        global_size=stage.global_size, local_size=stage.local_size, wait=wait)
         return result
+
+    def bound(self, bufs: tuple[Any, ...], *_: Any) -> tuple[BoundDispatch, ...] | None:
+        """A run over ``bufs``, its stages' dispatches and its own made once, for a dispatch a jitted step replays
+        as it is (``tinygrad_graph.py``); None where C is an operand too, or a stage binds a buffer twice (each run
+        reads a fresh copy)."""
+        launch, split = self.launch, self.sum_splits
+        out = self._buffer(launch.out, "epilogue", bufs)
+        a, b = self._buffer(launch.a, "prologue_a", bufs), self._buffer(launch.b, "prologue_b", bufs)
+        if out is a or out is b:
+            return None
+        stages = {name: program.bound(tuple(own if n is None else bufs[n] for n in stage.buffers),
+                                      stage.global_size, stage.local_size, ())
+                  for name, (stage, program, own) in self.stages.items()}
+        if None in stages.values():
+            return None
+        dispatches: list[BoundDispatch] = []
+        for name in ("prologue_a", "prologue_b"):
+            dispatches += stages.get(name) or ()
+        product = out if split is None else split.partials
+        group = self.dev.bind_group(self.layout, (a, b, product, self.params), keep=False)
+        dispatches.append(BoundDispatch(self.name, self.pipeline, group, self.groups, tuned_matmul=True))
+        if split is not None:
+            group = self.dev.bind_group(split.layout, (split.partials, out, split.params), keep=False,
+                                        bindings=(0, 2, 3))
+            dispatches.append(BoundDispatch(f"{self.name}_sum_splits", split.pipeline, group, split.groups))
+        dispatches += stages.get("epilogue") or ()
+        return tuple(dispatches)
 
     def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1),
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (),
