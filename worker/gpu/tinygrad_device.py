@@ -284,7 +284,7 @@ class WebGpuProgram(Program["WebGpuDevice"]):
             return None
         layout, pipeline = self._pipeline(len(bufs), len(vals))
         group = self.dev.bind_group(layout, self._resources(bufs, vals), keep=False)
-        return (BoundDispatch(self.name, pipeline, group, _three(global_size)),)
+        return (BoundDispatch(self.name, pipeline, group, global_size),)
 
     def _resources(self, storage: tuple[Any, ...] | list[Any], vals: tuple[int, ...]) -> tuple[Any, ...]:
         """What a run binds, in binding order: tinygrad's infinity, the kernel's buffers, a uniform per variable."""
@@ -299,11 +299,6 @@ class WebGpuProgram(Program["WebGpuDevice"]):
             storage = self._unaliased(bufs) if _binds_one_buffer_twice(bufs) else bufs
             group = dev.bind_group(layout, self._resources(storage, vals), keep=storage is bufs)
             return dev.dispatch(self.name, pipeline, group, global_size, wait)
-
-
-def _three(size: tuple[int, ...]) -> tuple[int, int, int]:
-    x, y, z = size
-    return x, y, z
 
 
 def _binds_one_buffer_twice(bufs: tuple[Any, ...]) -> bool:

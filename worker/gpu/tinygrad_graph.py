@@ -29,7 +29,8 @@ class BoundDispatch:
     pipeline: Any
     group: Any
     """Its bind group, made for this dispatch alone."""
-    groups: tuple[int, int, int]
+    groups: tuple[int, ...]
+    """Its workgroups along x, y and z."""
     tuned_matmul: bool = False
     """Whether it is a run of the tuned matmul (counted in the device's ``tuned_matmuls``)."""
 
