@@ -58,6 +58,7 @@ class TabCallError(DeviceCallError):
         self.column = column
 
 
+@functools.cache  # (a handful of names, each recorded thousands of times a step)
 def camel(name: str) -> str:
     """wgpu-py's snake_case name as WebGPU's camelCase one: ``entry_point`` -> ``entryPoint``."""
     head, *rest = name.split("_")
@@ -118,6 +119,8 @@ class TabSession:
 
     def argument(self, value: Any, *, keep_keys: bool = False) -> Any:
         """``value`` in the batch's JSON: proxies by id, descriptors camel-cased, enums as strings."""
+        if type(value) is int:  # (most of a dispatch's arguments: first)
+            return value
         if isinstance(value, RemoteObject):
             return {"$": value.object_id}
         if isinstance(value, dict):
