@@ -27,7 +27,7 @@ MAX_BATCH_BYTES = 32 * 10**6
 MAX_MESSAGE_BYTES = MAX_BATCH_BYTES + 4 * 10**6
 """What a tab or an executor may send in one message (a batch and its header); more is refused."""
 
-OPERATIONS: dict[str, int] = {"call": 5, "get": 4, "device": 2, "compile": 4, "read": 4, "drop": 2}
+OPERATIONS: dict[str, int] = {"call": 5, "get": 4, "device": 2, "compile": 4, "read": 4, "drop": 2, "dispatches": 3}
 """A batch's calls, each a list ``[operation, ...]`` of this many items:
 
 - ``["call", target, method, args, result]``: ``target.method(...args)``, kept as ``result`` (an id) or not (null);
@@ -35,7 +35,9 @@ OPERATIONS: dict[str, int] = {"call": 5, "get": 4, "device": 2, "compile": 4, "r
 - ``["device", id]``: the tab's device (shared by the tab's executors), kept as ``id``;
 - ``["compile", id, label, code]``: a WGSL module, its compile errors with their line and column;
 - ``["read", buffer, offset, size]``: the buffer's bytes, a blob of the answer;
-- ``["drop", [ids]]``: objects the executor no longer holds."""
+- ``["drop", [ids]]``: objects the executor no longer holds;
+- ``["dispatches", pass, [[pipeline, bind_group, x, y, z], ...]]``: each run's pipeline, its bind group 0 and its
+  workgroups, recorded into the compute pass (a jitted step's kernels: one call for all of them)."""
 
 PAGE_SAYS = ("hello", "alive", "lost")
 """The page's control messages: its hello (the secret first), that it is alive (every second, with how many

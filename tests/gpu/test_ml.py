@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import nbformat
 import numpy as np
@@ -241,33 +241,46 @@ del held
 """
 
 
-def test_a_jitted_function_replayed_through_the_graph_gives_each_calls_own_answer(ip: InteractiveShell) -> None:
+JITTED_OUTPUTS = ("combined", "chained", "made_once", "tuned_chained", "tuned_runs", "tuned_made_once", "prefixes",
+                  "graphs", "recording_after_a_replay")
+
+
+def _jitted_inputs() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(8)
     x, y = rng.standard_normal((5, 6, 9), dtype=np.float32), rng.standard_normal((5, 6, 9), dtype=np.float32)
-    w = rng.standard_normal((9, 4), dtype=np.float32) / 3
-    ip.user_ns.update(x=x, y=y, w=w)
-    _run(ip, "%%offload\n" + JITTED_WITH_NEW_INPUTS)
+    return {"x": x, "y": y, "w": rng.standard_normal((9, 4), dtype=np.float32) / 3}
+
+
+def _check_jitted_replays(values: dict[str, Any], x: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
+    """What :data:`JITTED_WITH_NEW_INPUTS` left, against numpy."""
     # new inputs every call: captured at the second, replayed from the third through the graph, each call's values
-    for (product, top), a, b in zip(ip.user_ns["combined"], x, y):
+    for (product, top), a, b in zip(values["combined"], x, y):
         np.testing.assert_allclose(product, a * b + a.sum(), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(top, np.maximum(a - b, 0).max(axis=1), rtol=1e-6)
-    for chained, a, b in zip(ip.user_ns["chained"], x, y):
+    for chained, a, b in zip(values["chained"], x, y):
         rows = (a.astype(np.float64) * b).sum(axis=1)
         np.testing.assert_allclose(chained, np.exp(rows) + rows.sum(), rtol=1e-5, atol=1e-5)
-    assert ip.user_ns["made_once"] >= 1
-    for tuned, a, b in zip(ip.user_ns["tuned_chained"], x, y):
+    assert values["made_once"] >= 1
+    for tuned, a, b in zip(values["tuned_chained"], x, y):
         np.testing.assert_allclose(tuned, np.exp(np.maximum(a.astype(np.float64) * b, 0) @ w + 1), rtol=1e-5)
     # each call ran the tuned matmul once (the replays' counted by the graph), recorded with its prologue and
     # epilogue as made once
-    assert ip.user_ns["tuned_runs"] == len(x)
-    assert ip.user_ns["tuned_made_once"] == [3], ip.user_ns["tuned_made_once"]
+    assert values["tuned_runs"] == len(x)
+    assert values["tuned_made_once"] == [3], values["tuned_made_once"]
     # a variable's value put in at each replay: the kernels' sizes follow it
-    for (sums, top), n in zip(ip.user_ns["prefixes"], (3, 7, 5, 7, 2)):
+    for (sums, top), n in zip(values["prefixes"], (3, 7, 5, 7, 2)):
         np.testing.assert_allclose(sums, (x[0][:, :n] * 2).sum(axis=1), rtol=1e-5)
         np.testing.assert_allclose(top, (x[0][:, :n] + 1).max(axis=1), rtol=1e-6)
-    assert "WebGpuGraph" in ip.user_ns["graphs"], ip.user_ns["graphs"]
+    assert "WebGpuGraph" in values["graphs"], values["graphs"]
     # on a GPU, submitted as it returns: the GPU starts on it at once; on a software adapter, with the next read
-    assert ip.user_ns["recording_after_a_replay"] == {True: False, False: True}
+    assert values["recording_after_a_replay"] == {True: False, False: True}
+
+
+def test_a_jitted_function_replayed_through_the_graph_gives_each_calls_own_answer(ip: InteractiveShell) -> None:
+    inputs = _jitted_inputs()
+    ip.user_ns.update(inputs)
+    _run(ip, "%%offload\n" + JITTED_WITH_NEW_INPUTS)
+    _check_jitted_replays({name: ip.user_ns[name] for name in JITTED_OUTPUTS}, **inputs)
 
 
 def test_one_adam_step_matches_numpy(ip: InteractiveShell) -> None:
@@ -668,6 +681,12 @@ def test_the_example_notebook_trains_a_model_in_a_browser_tab(tmp_path: Path, mo
             with remote_magic.connect(hub.token, timeout=10) as client:
                 tuned = client.execute(TUNED_IN_A_TAB, worker="phone").values
             assert tuned["ran"] == 3 and tuned["worst"] < 1e-5, tuned
+            # a jitted function replayed in the tab (its kernels made once go as one call), each call's own answer
+            inputs = _jitted_inputs()
+            with remote_magic.connect(hub.token, timeout=10) as client:
+                replayed = client.execute(JITTED_WITH_NEW_INPUTS, inputs=inputs, outputs=JITTED_OUTPUTS,
+                                          worker="phone").values
+            _check_jitted_replays(replayed, **inputs)
             # kernels are timed by timestamp queries, which a tab's device doesn't ask for: the cell says so
             with remote_magic.connect(hub.token, timeout=10) as client, \
                     pytest.raises(RemoteMagicError, match="doesn't offer timestamp queries, so its kernels can't"):

@@ -19,7 +19,7 @@ import logging
 import secrets
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import wgpu
@@ -293,6 +293,20 @@ class TabDevice(RemoteObject):
 
 SOFTWARE_ADAPTERS = ("swiftshader", "llvmpipe", "lavapipe", "softpipe", "microsoft basic render")
 """Names of CPU rasterisers a browser may offer without calling them its fallback adapter."""
+
+
+def record_dispatches(compute_pass: Any, runs: Iterable[tuple[Any, Any, tuple[int, ...]]]) -> None:
+    """Record ``runs`` (a pipeline, its bind group 0 and its workgroups) into ``compute_pass``: a browser tab's as one
+    call (the tab decodes each call it is sent, and a jitted step replays dozens of kernels), a wgpu pass's call by
+    call."""
+    if isinstance(compute_pass, RemoteObject):
+        encoded = [[pipeline.object_id, group.object_id, *groups] for pipeline, group, groups in runs]
+        compute_pass._session.record(["dispatches", compute_pass.object_id, encoded])
+        return
+    for pipeline, group, groups in runs:
+        compute_pass.set_pipeline(pipeline)
+        compute_pass.set_bind_group(0, group)
+        compute_pass.dispatch_workgroups(*groups)
 
 
 def _kebab(name: str) -> str:

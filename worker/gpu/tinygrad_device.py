@@ -51,6 +51,7 @@ from .mapping import READ_AFTER_COPY
 from .memory import STAGING_USAGE, STORAGE_USAGE, UNIFORM_USAGE, BufferPool, round_up
 from .resident import content_key
 from .stats import GpuTimer, Stats
+from .tab_device import record_dispatches
 from .tinygrad_graph import BoundDispatch, WebGpuGraph
 from .tinygrad_hook import executor_context, executor_gpu_device
 from .tinygrad_matmul import Launch, TunedMatmulProgram, install as install_tuned_matmul, tuned_context
@@ -412,7 +413,7 @@ class WebGpuDevice(Compiled):
             self._encoder = self.gpu.handle.create_command_encoder()
         return self._encoder
 
-    def dispatch(self, kernel: str, pipeline: Any, group: Any, groups: tuple[int, int, int],
+    def dispatch(self, kernel: str, pipeline: Any, group: Any, groups: tuple[int, ...],
                  wait: bool = False) -> float | None:
         """Record a dispatch of ``kernel`` (its pipeline and bind group) into the compute pass that every kernel
         shares until a copy or :meth:`submit` (WebGPU makes each dispatch's writes visible to the next in the same
@@ -425,10 +426,7 @@ class WebGpuDevice(Compiled):
             self._pass = self.encoder().begin_compute_pass(timestamp_writes=self._timer.pass_writes(kernel))
         elif self._pass is None:
             self._pass = self.encoder().begin_compute_pass()
-        compute = self._pass
-        compute.set_pipeline(pipeline)
-        compute.set_bind_group(0, group)
-        compute.dispatch_workgroups(*groups)
+        record_dispatches(self._pass, ((pipeline, group, groups),))
         if self._timer is not None:
             self.encoder()  # (ends the timed pass)
         if not wait:
@@ -436,6 +434,17 @@ class WebGpuDevice(Compiled):
         start = time.perf_counter()
         self.synchronize()
         return time.perf_counter() - start
+
+    def dispatch_bound(self, runs: tuple[BoundDispatch, ...]) -> None:
+        """Record dispatches made once (a jitted step's, ``tinygrad_graph.py``) as :meth:`dispatch` records each; into
+        a browser tab's pass as one call."""
+        if self._timer is not None:
+            for run in runs:
+                self.dispatch(run.kernel, run.pipeline, run.group, run.groups)
+            return
+        if self._pass is None:
+            self._pass = self.encoder().begin_compute_pass()
+        record_dispatches(self._pass, ((run.pipeline, run.group, run.groups) for run in runs))
 
     @property
     def recording(self) -> bool:

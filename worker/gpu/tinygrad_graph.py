@@ -71,6 +71,16 @@ class WebGpuGraph(GraphRunner):
             self.dispatches.append(_Dispatch(program, buffers, inputs, info, launch, bound))
         self.tuned_matmuls = sum(b.tuned_matmul for d in self.dispatches for b in d.bound or ())
         """The tuned matmul's runs in a replay's dispatches made once (the others count their own)."""
+        self.replay: list[tuple[BoundDispatch, ...] | _Dispatch] = []
+        """What a replay records, in order: each stretch of dispatches made once (recorded together), or a
+        dispatch recorded as tinygrad calls its program."""
+        for dispatch in self.dispatches:
+            if dispatch.bound is None:
+                self.replay.append(dispatch)
+            elif self.replay and isinstance(self.replay[-1], tuple):
+                self.replay[-1] += dispatch.bound
+            else:
+                self.replay.append(dispatch.bound)
 
     def __call__(self, input_uops: tuple[UOp, ...], var_vals: dict[str, int], wait: bool = False) -> float | None:
         with self.dev.gpu.guard("replaying a jitted step's kernels"):
@@ -85,10 +95,9 @@ class WebGpuGraph(GraphRunner):
 
     def _record(self, input_uops: tuple[UOp, ...], var_vals: dict[str, int]) -> None:
         self.dev.tuned_matmuls += self.tuned_matmuls
-        for dispatch in self.dispatches:
-            if dispatch.bound is not None:
-                for bound in dispatch.bound:
-                    self.dev.dispatch(bound.kernel, bound.pipeline, bound.group, bound.groups)
+        for dispatch in self.replay:
+            if isinstance(dispatch, tuple):
+                self.dev.dispatch_bound(dispatch)
                 continue
             buffers = dispatch.buffers
             if dispatch.inputs:

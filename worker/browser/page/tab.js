@@ -61,14 +61,16 @@ async function findAdapter() {
 // -- one batch -------------------------------------------------------------------------------
 function pad8(n) { return Math.ceil(n / 8) * 8; }
 
+function held(id) {
+  const found = objects.get(id);
+  if (found === undefined) throw new Error(`no object ${id} in this tab`);
+  return found;
+}
+
 function resolve(value, blobs) {
   if (Array.isArray(value)) return value.map(v => resolve(v, blobs));
   if (value && typeof value === "object") {
-    if ("$" in value) {
-      const found = objects.get(value.$);
-      if (found === undefined) throw new Error(`no object ${value.$} in this tab`);
-      return found;
-    }
+    if ("$" in value) return held(value.$);
     if ("$b" in value) return new Uint8Array(blobs.buffer, blobs.byteOffset + value.$b[0], value.$b[1]);
     const out = {};
     for (const key in value) out[key] = resolve(value[key], blobs);
@@ -120,8 +122,7 @@ async function runBatch(header, blobs) {
       const op = call[0];
       if (op === "call") {
         const [, target, method, args, result] = call;
-        const object = objects.get(target);
-        if (object === undefined) throw new Error(`no object ${target} in this tab`);
+        const object = held(target);
         if (method === "destroy" && object === device) continue;   // shared: an executor that closes lets go of it
         const resolved = resolve(args, blobs);
         if (method === "createComputePipeline") {   // where a kernel is compiled for the GPU: seconds, the first time
@@ -138,12 +139,19 @@ async function runBatch(header, blobs) {
         await compile(call[1], call[2], call[3], device);
       } else if (op === "read") {
         const [, target, offset, size] = call;
-        const buffer = objects.get(target);
+        const buffer = held(target);
         await buffer.mapAsync(GPUMapMode.READ, offset, size);
         reads.push(buffer.getMappedRange(offset, size).slice(0));
         buffer.unmap();
       } else if (op === "drop") {
         for (const id of call[1]) objects.delete(id);
+      } else if (op === "dispatches") {
+        const pass = held(call[1]);
+        for (const [pipeline, group, x, y, z] of call[2]) {
+          pass.setPipeline(held(pipeline));
+          pass.setBindGroup(0, held(group));
+          pass.dispatchWorkgroups(x, y, z);
+        }
       } else {
         throw new Error(`unknown operation ${op}`);
       }
