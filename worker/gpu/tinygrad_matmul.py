@@ -402,6 +402,13 @@ class TunedMatmulProgram:
         weakref.finalize(self, self.dev.allocator.free_program_buffer, own).atexit = False
         return own
 
+    def _operands(self, bufs: tuple[Any, ...]) -> tuple[Any, Any, Any]:
+        """C, A and B of a run over ``bufs``: each the buffer tinygrad passed, or the program's own where a stage
+        computes it (an operand) or reads it (the product)."""
+        launch = self.launch
+        return (self._buffer(launch.out, "epilogue", bufs), self._buffer(launch.a, "prologue_a", bufs),
+                self._buffer(launch.b, "prologue_b", bufs))
+
     def _buffer(self, position: int | None, stage_name: str, bufs: tuple[Any, ...]) -> Any:
         return self.stages[stage_name][2] if position is None else bufs[position]
 
@@ -415,9 +422,8 @@ class TunedMatmulProgram:
         """A run over ``bufs``, its stages' dispatches and its own made once, for a dispatch a jitted step replays
         as it is (``tinygrad_graph.py``); None where C is an operand too, or a stage binds a buffer twice (each run
         reads a fresh copy)."""
-        launch, split = self.launch, self.sum_splits
-        out = self._buffer(launch.out, "epilogue", bufs)
-        a, b = self._buffer(launch.a, "prologue_a", bufs), self._buffer(launch.b, "prologue_b", bufs)
+        split = self.sum_splits
+        out, a, b = self._operands(bufs)
         if out is a or out is b:
             return None
         stages = {name: program.bound(tuple(own if n is None else bufs[n] for n in stage.buffers),
@@ -441,13 +447,12 @@ class TunedMatmulProgram:
     def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1),
                  local_size: tuple[int, int, int] = (1, 1, 1), vals: tuple[int, ...] = (),
                  wait: bool = False, **_: Any) -> float | None:
-        dev, launch = self.dev, self.launch
+        dev = self.dev
         for stage_name in ("prologue_a", "prologue_b"):
             if stage_name in self.stages:
                 self._run_stage(stage_name, bufs)
         with dev.gpu.guard(f"running the tuned matmul for tinygrad's {self.name}"):
-            out = self._buffer(launch.out, "epilogue", bufs)
-            a, b = self._buffer(launch.a, "prologue_a", bufs), self._buffer(launch.b, "prologue_b", bufs)
+            out, a, b = self._operands(bufs)
             # (WebGPU forbids binding C, written, as an operand too: an operand C is read from a copy, made for
             # this dispatch alone)
             operands = tuple(dev.copy_for_reading(x) if x is out else x for x in (a, b))
