@@ -16,7 +16,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import zmq
 
@@ -26,7 +26,7 @@ from .job_request import JobRequest, OnModuleError, OnStream, submit_message
 from .results import FileChanges, JobResult, finish, show_display, write_stream
 from .wire import displays, serialization
 from .wire.connection import Connection
-from .wire.failures import error_header
+from .wire.failures import error_header, is_error
 from .wire.frame_cache import SentDigests
 from .wire.lifecycle import JobState, Lifecycle
 from .wire.protocol import (
@@ -61,11 +61,17 @@ class ClientJob:
     transfers: progress.TransferState = field(default_factory=progress.TransferState)
     whole: "tuple[dict[str, Any], list[Any]] | None" = None  # its SUBMIT with every frame, for a hub that lost some
     ticket: int | None = None  # its SUBMIT's (or ATTACH's) place in the connection's queue (Connection.send)
+    received: int = 0  # how many of the messages the hub journals for it came here (hub/detached.py)
+    forgotten: Literal["", "waiting", "collected"] = ""  # the hub forgot this client while the job waited:
+    # waiting for the hub to welcome it back, or collected again since (_on_forgotten)
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.id, "client")
 
+
+_JOURNALED = (T.STARTED, T.STREAM, T.DISPLAY)
+"""The messages about a job that the hub keeps in its journal, besides its end (hub/detached.py)."""
 
 Waits = Mapping[str, "tuple[ClientJob, OnStream, OnStream]"]
 """The jobs one wait is for, by id, each with its output's callbacks (stream, display)."""
@@ -92,7 +98,7 @@ class ClientJobs:
         self._lock = threading.Lock()
         self.connection = Connection(context, sock, welcome, hello, self._on_message, self._on_lost,
                                      on_progress=self._on_progress, on_reconnect=self._resume,
-                                     on_outage=self._on_outage)
+                                     on_outage=self._on_outage, on_forgotten=self._on_forgotten)
 
     def __len__(self) -> int:
         """How many jobs wait for their end."""
@@ -324,11 +330,16 @@ class ClientJobs:
             if future is not None and not future.done():
                 future.set_result(msg.header)
             return
+        if msg.type is T.WELCOME:
+            self._collect_forgotten()
+            return
         if msg.type is T.DISPLAY and msg.buffers:  # a large one's parts came as frames
             msg = Message(T.DISPLAY, displays.unframe(msg.header, msg.buffers))
         job_id = msg.header.get("job")
         if msg.type is T.ERROR and isinstance(msg.header.get("missing"), list) and self._send_whole(str(job_id), msg):
             return
+        if msg.type is T.ERROR and is_error(msg.header, errors.NotConnected) and self._collecting_again(job_id):
+            return  # refused by a hub that forgot us: whether it has the job, its answer to ATTACH says
         if msg.type is T.RESULT:
             self._hub_holds.remember(msg.buffers)
         ends = msg.type in (T.RESULT, T.ERROR)
@@ -337,8 +348,15 @@ class ClientJobs:
             if job is not None and job.lifecycle.state is JobState.QUEUED:
                 job.lifecycle.move(JobState.SENT)  # the hub answered before send() returned: it has the job
             if job is not None and ends:
+                if job.forgotten == "collected" and is_error(msg.header, errors.NoSuchJob):
+                    msg = Message(T.ERROR, error_header(ConnectionFailed(
+                        "the hub forgot this connection (it restarted, or timed it out) and this job no longer "
+                        "waits there: it never reached the hub, the hub restarted (then its result is lost), or "
+                        "another notebook with this token collected it. Run it again"), job.id))
                 job.lifecycle.end(msg.header if msg.type is T.ERROR else None)
-            elif job is not None and msg.type is T.STARTED:
+            elif job is not None and msg.type in _JOURNALED and msg.header.get("journaled", True) is not False:
+                job.received += 1
+            if job is not None and msg.type is T.STARTED:
                 job.lifecycle.move(JobState.RUNNING)
                 job.worker = str(msg.header.get("worker", ""))
                 self.ran_on.add(job.worker)
@@ -413,6 +431,33 @@ class ClientJobs:
             self._fail_every_job(lambda job_id: ConnectionFailed(
                 f"{reason}: stopped waiting; the job goes on there if the hub still runs: %offload_attach {job_id} "
                 "(Client.attach) collects it once the hub answers, else run the cell again"))
+
+    def _on_forgotten(self, reason: str) -> None:
+        """The hub answers but no longer knows this client (it timed it out while this machine slept, say, or
+        it restarted): each waiting job is collected again once the hub welcomes the client back, from where
+        its messages stopped coming here; one the hub has no record of then fails, saying so."""
+        with self._lock:
+            waiting = list(self._jobs.values())
+            for job in waiting:
+                job.forgotten = "waiting"
+        for job in waiting:
+            self._deliver(job, Message(T.STREAM, {"job": job.id, "name": "stderr", "text": (
+                f"remote-magic: {reason}: collecting this job again once it welcomes this notebook back\n")}))
+
+    def _collecting_again(self, job_id: Any) -> bool:
+        with self._lock:
+            job = self._jobs.get(job_id) if isinstance(job_id, str) else None
+            return job is not None and job.forgotten == "waiting"
+
+    def _collect_forgotten(self) -> None:
+        """On the I/O thread, at the hub's WELCOME: collect again the jobs it forgot with this client."""
+        with self._lock:
+            jobs = [job for job in self._jobs.values() if job.forgotten == "waiting"]
+            for job in jobs:
+                job.forgotten = "collected"
+        for job in jobs:
+            log.info("collecting job %s again (%d of its messages came here before)", job.id, job.received)
+            self.connection.send_now(encode(T.ATTACH, {"job": job.id, "received": job.received}))
 
     def _fail_every_job(self, error: Callable[[str], RemoteMagicError]) -> None:
         """End every job still waiting here (its future, or the wait on it) with its ``error(job id)``."""

@@ -36,6 +36,11 @@ class JobDelivery:
 
     # -- a job's messages to its client ---------------------------------------------------------
 
+    def journaled(self, job: JobRecord, msg: Message) -> None:
+        """One of the hub's own messages about a job (its end, a notice): into its journal, then on to its client."""
+        job.journal.add(encode(msg.type, msg.header), ending=msg.type in (T.RESULT, T.ERROR))
+        self.to_job_client(job, msg)
+
     def to_job_client(self, job: JobRecord, msg: Message) -> None:
         """Send one of a job's messages to its client, unless it went away: then the message waits in the job's
         journal for whoever collects it (even when the same notebook comes back, until it collects it)."""
@@ -74,11 +79,12 @@ class JobDelivery:
     # -- jobs whose client went away ---------------------------------------------------------------
 
     def detach(self, job: JobRecord, client: Peer) -> None:
-        """A running job's client went away: the job runs on, for a client with the same token to collect."""
+        """A job's client went away: the job (running on, or cancelled) waits for a client with the same token
+        to collect it."""
         worker = self.fleet.peers.get(job.worker) if job.worker else None
         self.detached.detach(DetachedJob(job.id, client.key, job.summary, worker.name if worker else "?",
                                          job.journal))
-        log.info("job %s runs on without its notebook; a notebook with the same token may collect it", job.id)
+        log.info("job %s waits for a notebook with the same token to collect it", job.id)
 
     def detach_unacknowledged_ends(self, client: Peer) -> None:
         """The client won't hear of these jobs' ends on its link: they wait for collection instead."""
@@ -111,7 +117,8 @@ class JobDelivery:
                                                      "jobs": self.detached.listing(peer.key)})
 
     def on_attach(self, peer: Peer, msg: Message, frames: list[Any]) -> None:
-        """ATTACH: collect a detached job; its journal is replayed in order, then what comes next follows."""
+        """ATTACH: collect a detached job; its journal is replayed in order (less the first ``received``
+        messages, which the client had), then what comes next follows."""
         job_id = str(msg.header["job"])
         detached = self.detached.take(job_id, peer.key)
         if detached is None:
@@ -120,12 +127,17 @@ class JobDelivery:
                 f"{self.detached.keep_s / 60:.0f} minutes ago, or was never submitted with this token "
                 "(%offload_jobs lists those that wait)"), job_id))
             return
-        if detached.journal.dropped:
-            self.to_client(peer.routing_id, Message(T.STREAM, {"job": job_id, "name": "stderr", "text": (
-                f"remote-magic: {human_size(detached.journal.dropped)} of this job's output came while no notebook "
-                "was there to show them, past what the hub keeps; they are not shown.\n")}))
-        for index, journaled in enumerate(detached.journal.messages):  # as they came, then what comes next
-            last = index == len(detached.journal.messages) - 1
+        journal = detached.journal
+        received = int(msg.header.get("received") or 0)
+        if detached.ended_at is not None:  # its end was never received, whatever a client says
+            received = min(received, journal.count - 1)
+        if journal.last_dropped >= received:  # (not journaled: a client counts what it had of the journal)
+            self.to_client(peer.routing_id, Message(T.STREAM, {"job": job_id, "name": "stderr", "journaled": False,
+                "text": f"remote-magic: some of this job's output came while no notebook was there to show it, past "
+                        f"what the hub keeps ({human_size(journal.dropped)} not kept); it is not shown.\n"}))
+        replayed = journal.since(received)
+        for index, journaled in enumerate(replayed):  # as they came, then what comes next
+            last = index == len(replayed) - 1
             # Collected once it is acknowledged: a collector gone before that leaves it waiting again.
             self.to_client(peer.routing_id, decode(journaled), detached if last and detached.ended_at else None)
         job = self.fleet.jobs.get(job_id)

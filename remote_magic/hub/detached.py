@@ -7,7 +7,9 @@ ERROR). When a client goes away, its running jobs go on; the hub keeps each one'
 job ends, its result, for ``KEEP_S`` seconds, at most ``MAX_BYTES`` in all (the oldest dropped first).
 A client connecting with the same credentials (the same client token) lists them (JOBS) and collects one
 (ATTACH): the hub replays the journal to it in order, then forwards what comes next, as if it had
-submitted the job.
+submitted the job. The notebook that submitted it, back after the hub forgot its connection (a laptop that
+slept), collects its waiting jobs itself, saying how many of each one's messages it had (``received``): only
+the rest is replayed.
 """
 
 from __future__ import annotations
@@ -34,19 +36,28 @@ def _size(frames: list[Any]) -> int:
 
 @dataclass
 class Journal:
-    """What a job sent its client, in order."""
+    """What a job sent its client, in order, each message kept with its place among all it sent: a client
+    that had the first ones (its connection forgotten, say) collects the rest (``since``)."""
 
-    messages: list[list[Any]] = field(default_factory=list)
+    messages: list[tuple[int, list[Any]]] = field(default_factory=list)  # (place, frames)
+    count: int = 0  # messages sent, kept or not
     bytes: int = 0
     dropped: int = 0  # bytes of output not kept, past JOURNAL_MAX_BYTES
+    last_dropped: int = -1  # the place of the last message not kept
 
     def add(self, frames: list[Any], ending: bool) -> None:
+        place, self.count = self.count, self.count + 1
         size = _size(frames)
         if not ending and self.bytes + size > JOURNAL_MAX_BYTES:
             self.dropped += size
+            self.last_dropped = place
             return
-        self.messages.append(frames)
+        self.messages.append((place, frames))
         self.bytes += size
+
+    def since(self, received: int) -> list[list[Any]]:
+        """The messages kept from place ``received`` on, for a client that had the first ``received``."""
+        return [frames for place, frames in self.messages if place >= received]
 
 
 @dataclass

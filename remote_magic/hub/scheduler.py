@@ -229,9 +229,9 @@ class Scheduler:
         for job in self.fleet.queue:  # say once why a job waits when it is not for a busy worker
             if not job.told_why and (why := placement.held_by_power(job, workers)) is not None:
                 job.told_why = True
-                self.sender.send(job.client, T.STREAM, {"job": job.id, "name": "stderr", "text": (
+                self.delivery.journaled(job, Message(T.STREAM, {"job": job.id, "name": "stderr", "text": (
                     f"remote-magic: this job waits: {why}. It starts when a worker that matches may take it "
-                    "(plugged in, or charged enough).\n")})
+                    "(plugged in, or charged enough).\n")}))
 
     def cancel(self, job: JobRecord, reason: str) -> None:
         """Stop a job: a queued one ends here, a running one is its worker's to stop."""
@@ -243,10 +243,8 @@ class Scheduler:
     def end(self, job: JobRecord, error: RemoteMagicError) -> None:
         """End a job here, for its worker, and tell its client why (or keep that for a client that collects it)."""
         self.fleet.finish(job.id, error)
-        msg = Message(T.ERROR, error_header(error, job.id))
-        job.journal.add(encode(msg.type, msg.header), ending=True)
         self.delivery.ended(job)
-        self.delivery.to_job_client(job, msg)
+        self.delivery.journaled(job, Message(T.ERROR, error_header(error, job.id)))
 
     def check_timeouts(self, now: float) -> None:
         """End queued jobs past their timeout that wait only for workers held back by their battery."""
@@ -284,11 +282,12 @@ class Scheduler:
 
     def client_left(self, client: Peer, why: str) -> None:
         """Its queued jobs are cancelled; its running ones run on, detached, for a client with its token to
-        collect; its session ends on every worker not running one of them."""
+        collect (the cancelled ones' ends too); its session ends on every worker not running one of them."""
         running = set()
         for job in self.fleet.jobs_of_client(client.routing_id):
             if job.worker is None:  # not started: it never will
-                self.cancel(job, "the notebook that submitted it went away")
+                self.delivery.detach(job, client)
+                self.cancel(job, "the notebook that submitted it went away before a worker took it: run it again")
                 continue
             running.add(job.worker)
             self.delivery.detach(job, client)

@@ -180,6 +180,9 @@ class Connection:
     ``on_tick()`` runs after every poll, returning how many seconds the next poll may wait.
     ``on_reconnect()`` runs after the connection broke and came back, once what it had in flight is
     on its way again (wire/link.py): the place to say which jobs this peer holds (RESUME).
+    ``on_forgotten(reason)`` (by default ``on_lost``) runs when the hub answers that it doesn't know this peer
+    (it timed it out, or restarted): the connection says HELLO again, and the hub's WELCOME goes to
+    ``on_message`` as usual.
     """
 
     def __init__(self, context: zmq.Context[Any], sock: zmq.Socket[Any], welcome: Message, hello: dict[str, Any],
@@ -188,12 +191,14 @@ class Connection:
                  watch: dict[zmq.Socket[Any], Callable[[list[zmq.Frame]], None]] | None = None,
                  on_tick: Callable[[], float] | None = None, name: str = "remote-magic-io",
                  on_progress: OnProgress | None = None, on_reconnect: Callable[[], None] | None = None,
-                 on_outage: Callable[[str], None] | None = None, outage_grace: float | None = None) -> None:
+                 on_outage: Callable[[str], None] | None = None, outage_grace: float | None = None,
+                 on_forgotten: Callable[[str], None] | None = None) -> None:
         self._context = context
         self._sock = sock
         self._hello = hello
         self._on_message = on_message
         self._on_lost = on_lost
+        self._on_forgotten = on_forgotten or on_lost
         self._heartbeat_header = heartbeat_header or dict
         self._watched = dict(watch or {})
         self._on_tick = on_tick
@@ -524,11 +529,11 @@ class Connection:
                 log.info("the hub doesn't know us (it restarted or timed us out); saying hello again")
                 self._link.restart_sending()  # what waited was for the hub's memory of us, which is gone
                 self._send(encode(T.HELLO, self._hello))
-            if msg.header.get("job") is not None:
-                self._guarded(self._on_message, msg)  # the job it refused ends with this error
             if not self._forgotten:  # whatever the hub held for us is gone with its memory of us
                 self._forgotten = True
-                self._on_lost("the hub forgot this connection (it restarted, or timed it out)")
+                self._on_forgotten("the hub forgot this connection (it restarted, or timed it out)")
+            if msg.header.get("job") is not None:
+                self._guarded(self._on_message, msg)  # the job it refused ends with this error
             return
         if msg.type is T.WELCOME:
             self._forgotten = self._hub_stopped = False

@@ -372,7 +372,7 @@ HEADERS: dict[str, Record] = {
     "bye": _header({"reason": _TEXT}),
     "session_end": _header({"session": _ID, "reason": _TEXT}, "session"),
     "jobs": _header({"request": Maybe(_ID), "jobs": ListOf(Object())}),
-    "attach": _header({"job": _ID}, "job"),
+    "attach": _header({"job": _ID, "received": _SIZE}, "job"),
     "chunk": _header({
         "transfer": _ID, "offset": _SIZE, "sizes": ListOf(_SIZE), "type": Text(32), "job": _ID,
         "raw": Integer(0, CHUNK_BYTES),  # the piece's length before compression: at most one chunk

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -189,6 +190,41 @@ def test_the_same_notebook_back_after_an_outage_collects_each_line_once_in_order
             result = client.attach(client.jobs()[0]["job"], on_stream=on_stream)
         lines = "".join(printed).split()
         assert lines[-1] == "end" and lines[:-1] == [str(i) for i in range(result.values["z"])]
+
+
+def test_a_notebook_the_hub_forgot_collects_its_waiting_cell_itself_each_line_once(tmp_path: Path) -> None:
+    """A laptop that sleeps past the hub's outage grace: the hub forgets the notebook, whose clock didn't count
+    the sleep, so it still waits (here: a notebook that waits 60 s, cut off for longer than the hub's 1 s). Back,
+    it is told the hub doesn't know it, says hello again and collects its waiting job itself: the lines it had
+    are not shown again, those printed meanwhile are, and the cell ends with its values."""
+    release = tmp_path / "release"
+    with _behind_a_tunnel(tmp_path) as (tunnel, worker):
+        with remote_magic.connect(worker.token) as client:
+            client.outage_grace = 60
+            restored = threading.Thread(target=lambda: (_forgotten(worker), tunnel.start()), daemon=True)
+            printed: list[str] = []
+            notices: list[str] = []
+
+            def on_stream(header: dict[str, str]) -> None:
+                if header["name"] == "stderr":
+                    notices.append(header["text"])
+                    return
+                printed.append(header["text"])
+                if len(printed) == 20:  # mid-cell, the link goes, for longer than the hub waits
+                    tunnel.stop()
+                    restored.start()
+                elif len(printed) == 300:
+                    release.touch()
+
+            code = ("import os, time\ni = 0\nwhile not os.path.exists(RELEASE):\n    print(i, flush=True)\n"
+                    "    i += 1\n    time.sleep(0.01)\nprint('end')\nz = i")
+            result = client.execute(code, {"RELEASE": str(release)}, on_stream=on_stream, timeout=120)
+            assert client.jobs() == [], "the job was collected: nothing waits for a notebook"
+        lines = "".join(printed).split()
+        assert lines[-1] == "end" and lines[:-1] == [str(i) for i in range(result.values["z"])]
+        assert tunnel.connections >= 2 and "left: stopped answering" in worker.log(), "the hub never forgot it"
+        collecting = [n for n in notices if "collecting this job again" in n]
+        assert len(collecting) == 1 and "the hub forgot this connection" in collecting[0], notices
 
 
 def _raw_collector(token: str) -> Any:

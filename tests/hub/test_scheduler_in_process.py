@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from hub_parts import GPU, SOFTWARE_GPU, HubParts
 
-from remote_magic.hub import scheduler as scheduler_module
+from remote_magic.hub import detached as detached_module, scheduler as scheduler_module
 from remote_magic.hub.records import Peer
 from remote_magic.wire.protocol import Message, MessageType as T, session_id
 
@@ -306,6 +306,57 @@ def test_a_running_job_whose_notebook_goes_runs_on_and_a_notebook_with_its_token
     assert [m.type for m in replayed] == [T.STARTED, T.STREAM, T.STREAM, T.RESULT]
     assert [m.header.get("text") for m in replayed[1:3]] == ["epoch 1\n", "epoch 2\n"]
     assert replayed[3].buffers == [b"model"]
+
+
+def test_the_same_notebook_back_after_the_hub_forgot_it_collects_what_it_had_not_had(hub: HubParts) -> None:
+    client, worker = hub.client(key=b"token-a"), hub.worker("box")
+    hub.submit(client, "long", code="train()")
+    hub.submit(client, "queued")
+    hub.from_worker(worker, T.STARTED, "long", worker="box")
+    hub.from_worker(worker, T.STREAM, "long", name="stdout", text="epoch 1\n")
+    hub.leave(client, "stopped answering")  # the notebook had both of these messages
+    hub.from_worker(worker, T.STREAM, "long", name="stdout", text="epoch 2\n")
+    back = hub.client("notebook", key=b"token-a")
+
+    hub.delivery.on_attach(back, Message(T.ATTACH, {"job": "long", "received": 2}), [])
+    assert [(m.type, m.header.get("text")) for m in hub.sender.to(back)] == [(T.STREAM, "epoch 2\n")]
+    hub.from_worker(worker, T.RESULT, "long", buffers=[b"model"])
+    assert hub.sender.types_to(back) == [T.STREAM, T.RESULT]
+    hub.sender.clear()
+    # A job still queued when the notebook went was cancelled: collected, it says why.
+    hub.delivery.on_attach(back, Message(T.ATTACH, {"job": "queued", "received": 0}), [])
+    [cancelled] = hub.sender.to(back)
+    assert cancelled.header["error"] == "JobCancelled" and "before a worker took it: run it again" in \
+        cancelled.header["message"]
+
+
+def test_a_job_collected_again_after_it_ended_gets_its_end_whatever_the_client_says_it_had(hub: HubParts) -> None:
+    client, worker = hub.client(key=b"token-a"), hub.worker("box")
+    hub.submit(client, "long")
+    hub.from_worker(worker, T.STARTED, "long", worker="box")
+    hub.leave(client, "stopped answering")
+    hub.from_worker(worker, T.RESULT, "long", buffers=[b"model"])
+    back = hub.client("notebook", key=b"token-a")
+    hub.delivery.on_attach(back, Message(T.ATTACH, {"job": "long", "received": 99}), [])
+    assert hub.sender.types_to(back) == [T.RESULT]
+
+
+def test_output_past_what_the_hub_keeps_is_said_lost_to_a_collector_that_had_not_had_it(
+        hub: HubParts, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(detached_module, "JOURNAL_MAX_BYTES", 400)
+    client, worker = hub.client(key=b"token-a"), hub.worker("box")
+    hub.submit(client, "long")
+    hub.from_worker(worker, T.STARTED, "long", worker="box")
+    hub.leave(client, "stopped answering")  # it had STARTED
+    for n in range(20):  # past 400 bytes: the rest is not kept
+        hub.from_worker(worker, T.STREAM, "long", name="stdout", text=f"line {n}\n")
+    hub.from_worker(worker, T.RESULT, "long")
+    back = hub.client("notebook", key=b"token-a")
+    hub.delivery.on_attach(back, Message(T.ATTACH, {"job": "long", "received": 1}), [])
+    notice, *lines, end = hub.sender.to(back)
+    assert notice.header["journaled"] is False and "not kept); it is not shown" in notice.header["text"]
+    texts = [m.header["text"] for m in lines]
+    assert 0 < len(texts) < 20 and texts == [f"line {n}\n" for n in range(len(texts))] and end.type is T.RESULT
 
 
 def _collected_while_running(hub: HubParts) -> tuple[Peer, Peer, Peer]:
