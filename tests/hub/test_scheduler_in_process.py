@@ -279,14 +279,21 @@ def test_a_client_gone_before_acknowledging_its_result_finds_the_job_ended_waiti
     assert [m.type for m in replayed] == [T.STARTED, T.RESULT] and replayed[1].buffers == [b"42"]
 
 
-def test_a_running_job_whose_notebook_goes_runs_on_and_a_notebook_with_its_token_collects_it(hub: HubParts) -> None:
+def _gone_mid_job(hub: HubParts, why: str) -> tuple[Peer, Peer]:
+    """A notebook whose job 'long' printed "epoch 1" on 'box', and whose job 'queued' waits, goes away.
+    Returns (the notebook, the worker)."""
     client, worker = hub.client(key=b"token-a"), hub.worker("box")
     hub.submit(client, "long", code="train()")
     hub.submit(client, "queued")
     hub.from_worker(worker, T.STARTED, "long", worker="box")
     hub.from_worker(worker, T.STREAM, "long", name="stdout", text="epoch 1\n")
     hub.sender.clear()
-    hub.leave(client, "disconnected")
+    hub.leave(client, why)
+    return client, worker
+
+
+def test_a_running_job_whose_notebook_goes_runs_on_and_a_notebook_with_its_token_collects_it(hub: HubParts) -> None:
+    client, worker = _gone_mid_job(hub, "disconnected")
 
     assert [m.type for m in hub.sender.to(worker)] == []  # no CANCEL, and its session stays: a job runs in it
     assert "queued" not in hub.fleet.jobs  # a job that never started won't
@@ -309,12 +316,7 @@ def test_a_running_job_whose_notebook_goes_runs_on_and_a_notebook_with_its_token
 
 
 def test_the_same_notebook_back_after_the_hub_forgot_it_collects_what_it_had_not_had(hub: HubParts) -> None:
-    client, worker = hub.client(key=b"token-a"), hub.worker("box")
-    hub.submit(client, "long", code="train()")
-    hub.submit(client, "queued")
-    hub.from_worker(worker, T.STARTED, "long", worker="box")
-    hub.from_worker(worker, T.STREAM, "long", name="stdout", text="epoch 1\n")
-    hub.leave(client, "stopped answering")  # the notebook had both of these messages
+    _, worker = _gone_mid_job(hub, "stopped answering")  # the notebook had both of long's messages
     hub.from_worker(worker, T.STREAM, "long", name="stdout", text="epoch 2\n")
     back = hub.client("notebook", key=b"token-a")
 
