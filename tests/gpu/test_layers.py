@@ -17,8 +17,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # wgpu-py's C types from cffi's declarations, before the device names any; the map mode of a read back
     ("wgpu_types", "mapping"),
     # the device and everything that needs no other module of the package
-    ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_graph", "tinygrad_hook",
-     "tinygrad_programs", "uniforms"),
+    ("convert", "device", "host_ops", "memory", "notices", "stats", "tinygrad_fused", "tinygrad_graph",
+     "tinygrad_hook", "tinygrad_programs", "uniforms"),
     # compiling (errors of any device, a tab's too); buffers kept between cells by content digest; a tab's device
     ("pipelines", "resident", "tab_device"),
     ("context",),  # one device: pool, resident buffers, transfers, pipelines, timer, dispatch

@@ -390,7 +390,8 @@ def test_tinygrads_matmuls_run_the_tuned_kernel_and_equal_numpys(ip: Interactive
 
 
 def test_a_fused_products_launch_is_saved_and_read_back_whole() -> None:
-    from remote_magic.worker.gpu.tinygrad_matmul import Gemm, Launch, Stage
+    from remote_magic.worker.gpu.tinygrad_fused import Gemm
+    from remote_magic.worker.gpu.tinygrad_matmul import Launch, Stage
 
     epilogue = Stage("E_4_16", "@compute fn E_4_16() {}", (None, 0, 3), (4, 1, 1), (16, 1, 1))
     prologue = Stage("E_8_4", "@compute fn E_8_4() {}", (1, None), (8, 1, 1), (4, 1, 1))
