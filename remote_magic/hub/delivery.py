@@ -82,8 +82,8 @@ class JobDelivery:
         """A job's client went away: the job (running on, or cancelled) waits for a client with the same token
         to collect it."""
         worker = self.fleet.peers.get(job.worker) if job.worker else None
-        self.detached.detach(DetachedJob(job.id, client.key, job.summary, worker.name if worker else "?",
-                                         job.journal))
+        where = "" if job.worker is None else worker.name if worker else "?"  # ("": it never started)
+        self.detached.detach(DetachedJob(job.id, client.key, job.summary, where, job.journal))
         log.info("job %s waits for a notebook with the same token to collect it", job.id)
 
     def detach_unacknowledged_ends(self, client: Peer) -> None:

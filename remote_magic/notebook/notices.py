@@ -55,8 +55,8 @@ def describe_jobs(waiting: Sequence[Mapping[str, Any]]) -> str:
     lines = []
     for job in waiting:
         ended = f"{job['state']} {job['ended_s']:.0f} s ago" if job.get("ended_s") is not None else "running"
-        lines.append(f"{job['job']}  {ended} on {job['worker']!r}, {human_size(job['output_bytes'])} of output: "
-                     f"{job['summary']}")
+        where = f"on {job['worker']!r}" if job["worker"] else "before a worker took it"
+        lines.append(f"{job['job']}  {ended} {where}, {human_size(job['output_bytes'])} of output: {job['summary']}")
     lines.append("Collect one with %offload_attach JOB: its output is shown again and its values land here.")
     return "\n".join(lines)
 

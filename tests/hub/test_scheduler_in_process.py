@@ -12,6 +12,7 @@ from hub_parts import GPU, SOFTWARE_GPU, HubParts
 
 from remote_magic.hub import detached as detached_module, scheduler as scheduler_module
 from remote_magic.hub.records import Peer
+from remote_magic.notebook.notices import describe_jobs
 from remote_magic.wire.protocol import Message, MessageType as T, session_id
 
 
@@ -319,6 +320,11 @@ def test_the_same_notebook_back_after_the_hub_forgot_it_collects_what_it_had_not
     _, worker = _gone_mid_job(hub, "stopped answering")  # the notebook had both of long's messages
     hub.from_worker(worker, T.STREAM, "long", name="stdout", text="epoch 2\n")
     back = hub.client("notebook", key=b"token-a")
+    hub.delivery.on_jobs(back, Message(T.JOBS, {"request": 1}), [])
+    [listing] = hub.sender.to(back, T.JOBS)
+    listed = describe_jobs(listing.header["jobs"])
+    assert "long  running on 'box'" in listed and "queued  cancelled 0 s ago before a worker took it" in listed
+    hub.sender.clear()
 
     hub.delivery.on_attach(back, Message(T.ATTACH, {"job": "long", "received": 2}), [])
     assert [(m.type, m.header.get("text")) for m in hub.sender.to(back)] == [(T.STREAM, "epoch 2\n")]
